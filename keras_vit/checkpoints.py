@@ -1,0 +1,175 @@
+"""The catalogue of official checkpoints: look-up, download into a cache, checksums.
+
+The catalogue itself is data (`keras_vit/data/catalogue.json`). Files are cached
+the `keras.utils.get_file` way, under `$KERAS_HOME/keras_vit/` (default
+`~/.keras/keras_vit/`).
+"""
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import socket
+from importlib import resources
+
+import keras
+
+from keras_vit.weight_mapping import inspect_npz, load_weights
+
+__all__ = ["Checkpoint", "catalogue", "find_checkpoint", "resolve_weights", "pin_checksum",
+           "cache_dir", "WeightsUnavailableError", "load_weights"]
+
+# How long one network step may stall before the download gives up.
+DOWNLOAD_TIMEOUT_S = 10
+
+
+class WeightsUnavailableError(RuntimeError):
+    """A checkpoint is not in the cache and could not be downloaded."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """One official weight file: where it lives and what the model needs to match it."""
+
+    variant: str
+    tag: str
+    url: str | None
+    classes: int | None
+    resolution: int | None
+    representation_size: int | None
+    size_mib: float | None = None
+    sha256: str | None = None
+    source: str = ""
+    local_path: str | None = None  # set for a user's own .npz file
+
+    @property
+    def filename(self):
+        return os.path.basename(self.local_path or self.url)
+
+    @property
+    def cached_path(self):
+        return os.path.join(cache_dir(), self.filename)
+
+    def path(self):
+        """A local path of the file, downloading it into the cache if needed."""
+        if self.local_path:
+            return self.local_path
+        return _download(self)
+
+
+@functools.cache
+def catalogue():
+    """Every catalogued checkpoint, as `Checkpoint` records."""
+    text = resources.files("keras_vit").joinpath("data/catalogue.json").read_text()
+    return tuple(Checkpoint(**entry) for entry in json.loads(text)["checkpoints"])
+
+
+def find_checkpoint(variant, tag):
+    """The catalogue entry for a variant (a `Variant`) and a tag such as "imagenet21k"."""
+    matches = [c for c in catalogue() if c.variant == variant.name and c.tag == tag]
+    if matches:
+        return matches[0]
+    tags = sorted({c.tag for c in catalogue()})
+    if tag not in tags:
+        raise ValueError(f"Unknown weights {tag!r}. Use None, the path of an .npz file, or one "
+                         f"of the catalogue tags: {', '.join(tags)}.")
+    available = sorted(c.tag for c in catalogue() if c.variant == variant.name)
+    raise ValueError(f"There are no {tag!r} weights for {variant.name}. Available for this "
+                     f"variant: {', '.join(available) or 'none'}.")
+
+
+def resolve_weights(variant, weights, image_size=None):
+    """Turns a constructor's `weights` argument into a `Checkpoint`, or None."""
+    if weights is None:
+        return None
+    if not isinstance(weights, (str, os.PathLike)):
+        raise TypeError(f"weights must be None, a catalogue tag or a path, got {type(weights).__name__}.")
+    weights = os.fspath(weights)
+    if weights.endswith(".npz") or os.path.sep in weights:
+        if not os.path.isfile(weights):
+            raise FileNotFoundError(f"No checkpoint file at {weights!r}.")
+        info = inspect_npz(weights)
+        return Checkpoint(variant=variant.name, tag="file", url=None, classes=info.classes,
+                          resolution=info.resolution(variant), local_path=weights,
+                          representation_size=info.representation_size)
+    return find_checkpoint(variant, weights)
+
+
+def cache_dir():
+    """Where downloaded checkpoints live: `$KERAS_HOME/keras_vit`."""
+    home = os.environ.get("KERAS_HOME", os.path.join(os.path.expanduser("~"), ".keras"))
+    return os.path.join(home, "keras_vit")
+
+
+def _pins_path():
+    return os.path.join(cache_dir(), "checksums.json")
+
+
+def _pins():
+    try:
+        with open(_pins_path()) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def pin_checksum(filename, sha256):
+    """Records the sha256 a checkpoint file must have; later loads verify it.
+
+    `filename` is the file's base name (`Checkpoint.filename`). keras_vit
+    records the hash of each first download itself, so a file that changes
+    or is damaged in the cache afterwards is detected.
+    """
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower()):
+        raise ValueError(f"A sha256 is 64 hexadecimal digits, got {sha256!r}.")
+    pins = _pins()
+    pins[filename] = sha256.lower()
+    os.makedirs(cache_dir(), exist_ok=True)
+    tmp = _pins_path() + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(pins, f, indent=1)
+    os.replace(tmp, _pins_path())  # atomic: never a half-written pin file
+
+
+def _download(checkpoint):
+    expected = checkpoint.sha256 or _pins().get(checkpoint.filename)
+    cached = os.path.exists(checkpoint.cached_path)
+    previous_timeout = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+    try:
+        path = keras.utils.get_file(checkpoint.filename, checkpoint.url, file_hash=expected,
+                                    hash_algorithm="sha256", cache_dir=_keras_home(),
+                                    cache_subdir="keras_vit")
+    except Exception as error:  # get_file raises bare Exceptions for network failures
+        raise WeightsUnavailableError(_offline_message(checkpoint, error)) from error
+    finally:
+        socket.setdefaulttimeout(previous_timeout)
+    if not expected and not cached:
+        pin_checksum(checkpoint.filename, _sha256(path))
+    return path
+
+
+def _keras_home():
+    return os.path.dirname(cache_dir())
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _offline_message(checkpoint, error):
+    size = f" ({checkpoint.size_mib:.0f} MiB)" if checkpoint.size_mib else ""
+    return (
+        f"Could not download the {checkpoint.tag!r} weights for {checkpoint.variant}{size}.\n"
+        f"  URL:   {checkpoint.url}\n"
+        f"  cache: {checkpoint.cached_path}\n"
+        f"  cause: {error}\n"
+        "Without network access, fetch the file on another machine (e.g. `gsutil cp "
+        f"{checkpoint.url.replace('https://storage.googleapis.com/', 'gs://')} .` or a browser), "
+        "copy it to the cache path above, and call again; or pass the file's path as "
+        "weights='/path/to/file.npz'.")

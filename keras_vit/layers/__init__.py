@@ -1,0 +1,15 @@
+"""keras_vit's Keras layers: one concept per file, all `keras.ops`, all serializable."""
+
+from keras_vit.layers.patching import PatchEncoder
+from keras_vit.layers.tokens import AddPositionEmbedding, ClassToken, resize_position_embedding
+from keras_vit.layers.transformer import MlpBlock, MultiHeadSelfAttention, TransformerBlock
+
+__all__ = [
+    "PatchEncoder",
+    "ClassToken",
+    "AddPositionEmbedding",
+    "resize_position_embedding",
+    "MultiHeadSelfAttention",
+    "MlpBlock",
+    "TransformerBlock",
+]

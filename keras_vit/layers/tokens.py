@@ -1,0 +1,125 @@
+"""ClassToken, AddPositionEmbedding, and the position-embedding resize."""
+
+import keras
+import numpy as np
+from keras import ops
+
+__all__ = ["ClassToken", "AddPositionEmbedding", "resize_position_embedding"]
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ClassToken(keras.layers.Layer):
+    """Prepends one learned token: `(batch, n, D) -> (batch, n + 1, D)`."""
+
+    def build(self, input_shape):
+        self.cls = self.add_weight(name="cls", shape=(1, 1, input_shape[-1]),
+                                   initializer="zeros")
+
+    def call(self, tokens):
+        cls = ops.cast(self.cls, tokens.dtype)
+        cls = ops.broadcast_to(cls, (ops.shape(tokens)[0], 1, ops.shape(tokens)[-1]))
+        return ops.concatenate([cls, tokens], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        n = None if input_shape[1] is None else input_shape[1] + 1
+        return (input_shape[0], n, input_shape[2])
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AddPositionEmbedding(keras.layers.Layer):
+    """Adds a learned embedding per position: prefix tokens, then a grid.
+
+    `grid_size` is the (rows, columns) patch grid the embedding is laid out for;
+    `num_prefix_tokens` is 1 with a class token and 0 without. The embedding has
+    shape `(1, num_prefix_tokens + rows * columns, D)` - the official
+    `pos_embedding`. To move learned values to another grid, pass them through
+    `resize_position_embedding`, as checkpoint loading does.
+    """
+
+    def __init__(self, grid_size, num_prefix_tokens=1, initializer=None, **kwargs):
+        super().__init__(**kwargs)
+        self.grid_size = _pair(grid_size, "grid_size")
+        if num_prefix_tokens < 0:
+            raise ValueError(f"num_prefix_tokens must be >= 0, got {num_prefix_tokens}.")
+        self.num_prefix_tokens = num_prefix_tokens
+        # The official initialiser: normal with stddev 0.02.
+        self.initializer = keras.initializers.get(
+            initializer or keras.initializers.RandomNormal(stddev=0.02))
+
+    @property
+    def num_positions(self):
+        return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+
+    def build(self, input_shape):
+        if input_shape[1] is not None and input_shape[1] != self.num_positions:
+            raise ValueError(
+                f"AddPositionEmbedding is laid out for {self.num_prefix_tokens} prefix token(s) "
+                f"and a {self.grid_size[0]}x{self.grid_size[1]} grid ({self.num_positions} "
+                f"tokens) but receives {input_shape[1]} tokens.")
+        self.pos_embedding = self.add_weight(
+            name="pos_embedding", shape=(1, self.num_positions, input_shape[-1]),
+            initializer=self.initializer)
+
+    def call(self, tokens):
+        return tokens + ops.cast(self.pos_embedding, tokens.dtype)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "grid_size": list(self.grid_size),
+            "num_prefix_tokens": self.num_prefix_tokens,
+            "initializer": keras.initializers.serialize(self.initializer),
+        }
+
+
+def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_tokens=1):
+    """Resizes a `(1, prefix + h * w, D)` position embedding to another grid.
+
+    The official `interpolate_posembed`: prefix (class) tokens are kept as they
+    are; the grid part is resized with corner-aligned bilinear interpolation,
+    equal to `scipy.ndimage.zoom(order=1)`, with separate row and column
+    factors so rectangular grids work. Pure NumPy; returns a new float array.
+    """
+    pos_embedding = np.asarray(pos_embedding)
+    old_grid, new_grid = _pair(old_grid, "old_grid"), _pair(new_grid, "new_grid")
+    if pos_embedding.ndim != 3 or pos_embedding.shape[0] != 1:
+        raise ValueError(f"A position embedding has shape (1, tokens, D), got {pos_embedding.shape}.")
+    expected = num_prefix_tokens + old_grid[0] * old_grid[1]
+    if pos_embedding.shape[1] != expected:
+        raise ValueError(
+            f"A {old_grid[0]}x{old_grid[1]} grid with {num_prefix_tokens} prefix token(s) needs "
+            f"{expected} positions, but the embedding has {pos_embedding.shape[1]}.")
+    prefix = pos_embedding[:, :num_prefix_tokens]
+    grid = pos_embedding[0, num_prefix_tokens:].reshape(*old_grid, -1)
+    if old_grid != new_grid:
+        rows = _linear_weights(old_grid[0], new_grid[0])  # (new_h, old_h)
+        cols = _linear_weights(old_grid[1], new_grid[1])  # (new_w, old_w)
+        # Computed in float64 so the result matches scipy's zoom to rounding.
+        grid = np.einsum("ih,jw,hwd->ijd", rows, cols, grid.astype(np.float64))
+    grid = grid.reshape(1, new_grid[0] * new_grid[1], -1).astype(pos_embedding.dtype)
+    return np.concatenate([prefix, grid], axis=1)
+
+
+def _linear_weights(n_in, n_out):
+    """Row i holds the corner-aligned linear-interpolation weights of output i."""
+    weights = np.zeros((n_out, n_in))
+    if n_in == 1 or n_out == 1:
+        # A single input is copied everywhere; a single output samples the first
+        # input, as scipy's zoom does when the axis collapses to one point.
+        weights[:, 0] = 1.0
+        return weights
+    position = np.arange(n_out) * (n_in - 1) / (n_out - 1)
+    low = np.minimum(np.floor(position).astype(int), n_in - 2)
+    frac = position - low
+    weights[np.arange(n_out), low] = 1.0 - frac
+    weights[np.arange(n_out), low + 1] += frac
+    return weights
+
+
+def _pair(value, what):
+    if isinstance(value, int):
+        value = (value, value)
+    value = tuple(int(v) for v in value)
+    if len(value) != 2 or min(value) <= 0:
+        raise ValueError(f"{what} must be a positive int or (rows, columns), got {value}.")
+    return value

@@ -1,0 +1,172 @@
+"""The encoder block: pre-norm multi-head self-attention and MLP, with residuals.
+
+Sub-layers carry the official checkpoint's names (LayerNorm_0,
+MultiHeadDotProductAttention_1, LayerNorm_2, MlpBlock_3) so that weight loading
+is a table of names, not code.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+__all__ = ["MultiHeadSelfAttention", "MlpBlock", "TransformerBlock"]
+
+LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 breaks parity
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head self-attention with one fused query/key/value projection.
+
+    Input and output `(batch, tokens, D)`. The three projections live in one
+    `(D, 3 * D)` kernel so that a single matrix multiply computes them; the
+    official `query`, `key`, `value` kernels `(D, heads, head_dim)` are its
+    column blocks in that order. Queries are scaled by `1 / sqrt(head_dim)`.
+    With `return_attention_scores=True` the call also returns the softmax
+    weights, `(batch, heads, tokens, tokens)`.
+    """
+
+    def __init__(self, num_heads, dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        if width % self.num_heads:
+            raise ValueError(f"Width {width} is not divisible by {self.num_heads} heads.")
+        self.head_dim = width // self.num_heads
+        self.qkv_kernel = self.add_weight(name="qkv_kernel", shape=(width, 3 * width),
+                                          initializer=self.kernel_initializer)
+        self.qkv_bias = self.add_weight(name="qkv_bias", shape=(3 * width,), initializer="zeros")
+        self.out_kernel = self.add_weight(name="out_kernel", shape=(width, width),
+                                          initializer=self.kernel_initializer)
+        self.out_bias = self.add_weight(name="out_bias", shape=(width,), initializer="zeros")
+
+    def call(self, x, training=None, return_attention_scores=False):
+        batch, tokens, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
+        qkv = ops.matmul(x, ops.cast(self.qkv_kernel, x.dtype)) + ops.cast(self.qkv_bias, x.dtype)
+        qkv = ops.reshape(qkv, (batch, tokens, 3, self.num_heads, self.head_dim))
+        # (3, batch, heads, tokens, head_dim)
+        qkv = ops.transpose(qkv, (2, 0, 3, 1, 4))
+        query, key, value = qkv[0], qkv[1], qkv[2]
+        query = query * ops.cast(1.0 / math.sqrt(self.head_dim), query.dtype)
+        scores = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))
+        weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
+        weights = ops.cast(weights, x.dtype)
+        attended = ops.matmul(self.attention_dropout(weights, training=training), value)
+        attended = ops.reshape(ops.transpose(attended, (0, 2, 1, 3)), (batch, tokens, width))
+        out = ops.matmul(attended, ops.cast(self.out_kernel, x.dtype)) + ops.cast(self.out_bias, x.dtype)
+        if return_attention_scores:
+            return out, weights
+        return out
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MlpBlock(keras.layers.Layer):
+    """Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout.
+
+    `approximate_gelu=True` is the tanh approximation the official models
+    compute (flax `nn.gelu`); `False` is the exact erf form.
+    """
+
+    def __init__(self, mlp_dim, dropout=0.0, approximate_gelu=True, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = mlp_dim
+        self.dropout = dropout
+        self.approximate_gelu = approximate_gelu
+        policy = self.dtype_policy
+        self.dense_0 = keras.layers.Dense(mlp_dim, name="Dense_0", dtype=policy,
+                                          kernel_initializer="glorot_uniform",
+                                          bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
+        self.dropout_0 = keras.layers.Dropout(dropout, dtype=policy)
+        self.dropout_1 = keras.layers.Dropout(dropout, dtype=policy)
+
+    def build(self, input_shape):
+        self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", dtype=self.dtype_policy,
+                                          kernel_initializer="glorot_uniform",
+                                          bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
+        self.dense_0.build(input_shape)
+        self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+
+    def call(self, x, training=None):
+        x = ops.gelu(self.dense_0(x), approximate=self.approximate_gelu)
+        x = self.dropout_0(x, training=training)
+        return self.dropout_1(self.dense_1(x), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout": self.dropout,
+                "approximate_gelu": self.approximate_gelu}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TransformerBlock(keras.layers.Layer):
+    """One pre-norm encoder block: `x + MSA(LN(x))`, then `y + MLP(LN(y))`.
+
+    Input and output `(batch, tokens, D)`. With `return_attention_scores=True`
+    the call returns `(output, attention_weights)`.
+    """
+
+    def __init__(self, num_heads, mlp_dim, dropout=0.0, attention_dropout=0.0,
+                 approximate_gelu=True, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.approximate_gelu = approximate_gelu
+        policy = self.dtype_policy
+        self.norm_0 = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="LayerNorm_0",
+                                                      dtype=policy)
+        self.attention = MultiHeadSelfAttention(num_heads, dropout=attention_dropout,
+                                                name="MultiHeadDotProductAttention_1", dtype=policy)
+        self.attention_output_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.norm_2 = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="LayerNorm_2",
+                                                      dtype=policy)
+        self.mlp = MlpBlock(mlp_dim, dropout=dropout, approximate_gelu=approximate_gelu,
+                            name="MlpBlock_3", dtype=policy)
+
+    def build(self, input_shape):
+        for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
+            layer.build(input_shape)
+
+    def call(self, x, training=None, return_attention_scores=False):
+        attended = self.attention(self.norm_0(x), training=training,
+                                  return_attention_scores=return_attention_scores)
+        if return_attention_scores:
+            attended, weights = attended
+        x = x + self.attention_output_dropout(attended, training=training)
+        x = x + self.mlp(self.norm_2(x), training=training)
+        if return_attention_scores:
+            return x, weights
+        return x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "approximate_gelu": self.approximate_gelu,
+        }

@@ -1,0 +1,194 @@
+"""Build a ViT from the variant table, and the per-variant constructors."""
+
+import keras
+from keras import ops
+
+from keras_vit import checkpoints
+from keras_vit.layers import AddPositionEmbedding, ClassToken, PatchEncoder, TransformerBlock
+from keras_vit.layers.transformer import LAYER_NORM_EPSILON
+from keras_vit.variants import get_variant
+
+__all__ = ["ViT", "ViT_Ti16", "ViT_S16", "ViT_S32", "ViT_B8", "ViT_B16", "ViT_B32",
+           "ViT_L16", "ViT_L32", "ViT_H14", "ViT_R_Ti16", "ViT_R26_S32", "ViT_R26_B32",
+           "ViT_R50_B16", "ViT_R50_L32"]
+
+_POOLINGS = ("token", "gap", None)
+
+
+def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
+        pooling="default", classifier_activation=None, representation_size="auto",
+        dropout=0.0, attention_dropout=0.0, approximate_gelu=True, channels=3, name=None):
+    """Builds a Vision Transformer and optionally loads official weights.
+
+    Args:
+        variant: an official or short architecture name: "ViT-B_16", "B/16",
+            "B/16-gap", "R50+ViT-B_16", "R50+B/16". See `keras_vit.VARIANTS`.
+        weights: None (random), a catalogue tag ("imagenet21k",
+            "imagenet21k+imagenet2012", "augreg-in21k",
+            "augreg-in21k-ft-in1k-224", "augreg-in21k-ft-in1k-384"), or the
+            path of an official-layout `.npz` file.
+        image_size: int or (height, width); both must be multiples of the
+            variant's stride. Defaults to the checkpoint's resolution, else 224.
+            Position embeddings are resized when it differs from the checkpoint.
+        include_top: whether to end with the classification head.
+        classes: head size. Defaults to the checkpoint's class count, else
+            1000. A head whose size differs from the checkpoint's starts at
+            zero, as official fine-tuning does.
+        pooling: "token" (the class token), "gap" (mean of the patch tokens),
+            or None (the whole normalised token sequence; `include_top=False`
+            only). Defaults to the variant's own classifier.
+        classifier_activation: activation of the head, e.g. "softmax"; None
+            returns logits.
+        representation_size: width of the tanh `pre_logits` layer before the
+            head, None for none, or "auto": kept exactly when the checkpoint
+            has one and its head is kept.
+        dropout, attention_dropout: dropout rates (after dense layers and the
+            position embedding; on the attention weights).
+        approximate_gelu: tanh-approximate GELU as the official models compute
+            it (True), or exact erf GELU (False).
+        channels: input channels.
+        name: model name; defaults to the official variant name.
+
+    Returns:
+        A `keras.Model` mapping images `(batch, height, width, channels)` in
+        [-1, 1] (see `keras_vit.preprocess_input`) to logits `(batch,
+        classes)`, pooled features `(batch, D)` or tokens `(batch, n, D)`.
+    """
+    variant = get_variant(variant)
+    source = checkpoints.resolve_weights(variant, weights, image_size)
+    image_size = _image_size(image_size, source, variant)
+    pooling = variant.classifier if pooling == "default" else pooling
+    _check_head_arguments(variant, include_top, pooling, classifier_activation)
+    if classes is None:
+        classes = source.classes if source and source.classes else 1000
+    if not isinstance(classes, int) or classes <= 0:
+        raise ValueError(f"classes must be a positive int, got {classes!r}.")
+    if representation_size == "auto":
+        keep = source is not None and include_top and classes == source.classes
+        representation_size = source.representation_size if keep else None
+    for rate_name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"{rate_name} must be in [0, 1), got {rate}.")
+
+    model = _build(variant, image_size, include_top, classes, pooling, classifier_activation,
+                   representation_size, dropout, attention_dropout, approximate_gelu, channels,
+                   name or variant.name)
+    if source is not None:
+        checkpoints.load_weights(model, source.path())
+    return model
+
+
+def _image_size(image_size, source, variant):
+    if image_size is None:
+        image_size = source.resolution if source and source.resolution else 224
+    if isinstance(image_size, int):
+        image_size = (image_size, image_size)
+    image_size = tuple(image_size)
+    stride = variant.total_stride
+    if len(image_size) != 2 or not all(isinstance(s, int) and s > 0 for s in image_size):
+        raise ValueError(f"image_size must be a positive int or (height, width), got {image_size}.")
+    if any(s % stride for s in image_size):
+        raise ValueError(f"image_size {image_size[0]}x{image_size[1]} is not divisible by "
+                         f"{variant.short_name}'s stride of {stride} pixels; use a multiple "
+                         f"of {stride}, e.g. {stride * max(1, image_size[0] // stride)}.")
+    return image_size
+
+
+def _check_head_arguments(variant, include_top, pooling, classifier_activation):
+    if pooling not in _POOLINGS:
+        raise ValueError(f'pooling must be "token", "gap" or None, got {pooling!r}.')
+    if pooling == "token" and variant.classifier == "gap":
+        raise ValueError(f'{variant.short_name} has no class token; use pooling="gap" or None.')
+    if include_top and pooling is None:
+        raise ValueError("include_top=True needs pooled features: pooling must be "
+                         '"token" or "gap", not None.')
+    if not include_top and classifier_activation is not None:
+        raise ValueError("classifier_activation applies to the head; it needs include_top=True.")
+
+
+def _build(variant, image_size, include_top, classes, pooling, classifier_activation,
+           representation_size, dropout, attention_dropout, approximate_gelu, channels, name):
+    images = keras.Input((*image_size, channels), name="images")
+    x = images
+    if variant.is_hybrid:
+        from keras_vit.layers.resnet import ResNetStem  # noqa: PLC0415  (hybrids only)
+        x = ResNetStem(variant.resnet_stages, variant.resnet_width, name="resnet")(x)
+    x = PatchEncoder(variant.width, variant.patch_size, name="embedding")(x)
+    has_cls = variant.classifier == "token"
+    if has_cls:
+        x = ClassToken(name="cls")(x)
+    grid = tuple(s // variant.total_stride for s in image_size)
+    x = AddPositionEmbedding(grid, num_prefix_tokens=int(has_cls), name="posembed_input")(x)
+    x = keras.layers.Dropout(dropout)(x)
+    for i in range(variant.depth):
+        x = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
+                             attention_dropout=attention_dropout,
+                             approximate_gelu=approximate_gelu, name=f"encoderblock_{i}")(x)
+    x = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="encoder_norm")(x)
+    if pooling is not None:
+        x = TokenPooling(pooling, num_prefix_tokens=int(has_cls), name=f"{pooling}_pool")(x)
+    if include_top:
+        if representation_size:
+            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
+        # Zero-initialised and float32 under mixed precision, as the official head.
+        x = keras.layers.Dense(classes, kernel_initializer="zeros", activation=classifier_activation,
+                               dtype="float32", name="head")(x)
+    return keras.Model(images, x, name=name)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TokenPooling(keras.layers.Layer):
+    """`(batch, n, D) -> (batch, D)`: the class token, or the mean of the patch tokens."""
+
+    def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("token", "gap"):
+            raise ValueError(f'mode must be "token" or "gap", got {mode!r}.')
+        if mode == "token" and num_prefix_tokens < 1:
+            raise ValueError('mode="token" needs a class token (num_prefix_tokens >= 1).')
+        self.mode = mode
+        self.num_prefix_tokens = num_prefix_tokens
+
+    def call(self, tokens):
+        if self.mode == "token":
+            return tokens[:, 0]
+        return ops.mean(tokens[:, self.num_prefix_tokens:], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[2])
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode,
+                "num_prefix_tokens": self.num_prefix_tokens}
+
+
+def _constructor(variant_name):
+    def constructor(weights=None, **kwargs):
+        return ViT(variant_name, weights=weights, **kwargs)
+
+    short = get_variant(variant_name).short_name
+    constructor.__doc__ = (f"Builds {variant_name} ({short}). Arguments as in `keras_vit.ViT`, "
+                           f"e.g. `weights=\"imagenet21k\"`, `image_size=384`, `classes=5`.")
+    return constructor
+
+
+def _named(function_name, variant_name):
+    constructor = _constructor(variant_name)
+    constructor.__name__ = constructor.__qualname__ = function_name
+    return constructor
+
+
+ViT_Ti16 = _named("ViT_Ti16", "ViT-Ti_16")
+ViT_S16 = _named("ViT_S16", "ViT-S_16")
+ViT_S32 = _named("ViT_S32", "ViT-S_32")
+ViT_B8 = _named("ViT_B8", "ViT-B_8")
+ViT_B16 = _named("ViT_B16", "ViT-B_16")
+ViT_B32 = _named("ViT_B32", "ViT-B_32")
+ViT_L16 = _named("ViT_L16", "ViT-L_16")
+ViT_L32 = _named("ViT_L32", "ViT-L_32")
+ViT_H14 = _named("ViT_H14", "ViT-H_14")
+ViT_R_Ti16 = _named("ViT_R_Ti16", "R+ViT-Ti_16")
+ViT_R26_S32 = _named("ViT_R26_S32", "R26+ViT-S_32")
+ViT_R26_B32 = _named("ViT_R26_B32", "R26+ViT-B_32")
+ViT_R50_B16 = _named("ViT_R50_B16", "R50+ViT-B_16")
+ViT_R50_L32 = _named("ViT_R50_L32", "R50+ViT-L_32")

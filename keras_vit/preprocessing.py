@@ -1,0 +1,57 @@
+"""Input scaling and ImageNet label decoding."""
+
+import functools
+from importlib import resources
+
+import numpy as np
+from keras import ops
+
+__all__ = ["preprocess_input", "decode_predictions", "imagenet_labels"]
+
+
+def preprocess_input(images):
+    """Maps pixel values in [0, 255] to [-1, 1], as the official models expect.
+
+    Accepts NumPy arrays or tensors of any shape (channels last); returns
+    float32 (a NumPy array for NumPy input).
+    """
+    if isinstance(images, (np.ndarray, list, tuple, int, float)):
+        return np.asarray(images, dtype=np.float32) / 127.5 - 1.0
+    return ops.cast(images, "float32") / 127.5 - 1.0
+
+
+@functools.cache
+def imagenet_labels(classes=1000):
+    """(synset id, label) pairs in the order of the official checkpoints' heads.
+
+    `classes=1000` is ImageNet-1k (ILSVRC-2012); `classes=21843` the
+    ImageNet-21k ordering the official "imagenet21k" checkpoints use.
+    """
+    files = {1000: "imagenet1k_labels.tsv", 21843: "imagenet21k_labels.tsv"}
+    if classes not in files:
+        raise ValueError(f"ImageNet labels exist for 1000 or 21843 classes, not {classes}.")
+    text = resources.files("keras_vit").joinpath(f"data/{files[classes]}").read_text("utf-8")
+    return tuple(tuple(line.split("\t", 1)) for line in text.splitlines())
+
+
+def decode_predictions(predictions, top=5):
+    """Top-`top` ImageNet labels per row of `predictions` (logits or probabilities).
+
+    Returns, per image, a list of `(synset_id, label, probability)` sorted by
+    probability; logits are turned into probabilities with a softmax, so the
+    values are probabilities either way.
+    """
+    predictions = np.asarray(ops.convert_to_numpy(predictions), dtype=np.float64)
+    if predictions.ndim != 2:
+        raise ValueError(f"predictions must be (batch, classes), got shape {predictions.shape}.")
+    labels = imagenet_labels(predictions.shape[1])
+    is_probability = np.all(predictions >= 0) and np.allclose(predictions.sum(axis=1), 1.0, atol=1e-3)
+    if not is_probability:
+        shifted = np.exp(predictions - predictions.max(axis=1, keepdims=True))
+        predictions = shifted / shifted.sum(axis=1, keepdims=True)
+    top = min(top, predictions.shape[1])
+    result = []
+    for row in predictions:
+        best = np.argsort(-row, kind="stable")[:top]
+        result.append([(labels[i][0], labels[i][1], float(row[i])) for i in best])
+    return result

@@ -1,0 +1,124 @@
+"""The table of every official ViT architecture, and the parser for its names.
+
+One frozen record per architecture drives the constructors, the checkpoint
+layout and the tests. Names follow the official release ("ViT-B_16",
+"R50+ViT-B_16", "ViT-B_16-gap-norep"); the short forms "B/16", "R50+B/16" and
+"B/16-gap" are accepted too.
+"""
+
+import dataclasses
+import re
+
+__all__ = ["Variant", "VARIANTS", "get_variant", "variant_names"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One architecture: transformer size, patch size, pooling, optional ResNet."""
+
+    name: str  # the official spelling, e.g. "ViT-B_16"
+    width: int
+    depth: int
+    mlp_dim: int
+    heads: int
+    patch_size: int  # on the image, or on the ResNet feature map for hybrids
+    classifier: str = "token"  # "token" (class token) or "gap" (mean of patches)
+    resnet_stages: tuple | None = None  # BiT units per stage; () = stem only
+    resnet_width: int = 1
+
+    @property
+    def is_hybrid(self):
+        return self.resnet_stages is not None
+
+    @property
+    def total_stride(self):
+        """Pixels per token along each axis (patch size times the ResNet's stride)."""
+        if not self.is_hybrid:
+            return self.patch_size
+        # Stem: stride-2 conv + stride-2 max-pool; every stage after the first halves again.
+        return 4 * 2 ** max(len(self.resnet_stages) - 1, 0) * self.patch_size
+
+    @property
+    def short_name(self):
+        """"B/16", "R50+B/16", "B/16-gap"."""
+        return _short(self.name)
+
+
+_SIZES = {  # width, depth, mlp_dim, heads
+    "Ti": (192, 12, 768, 3),
+    "S": (384, 12, 1536, 6),
+    "B": (768, 12, 3072, 12),
+    "L": (1024, 24, 4096, 16),
+    "H": (1280, 32, 5120, 16),
+}
+
+
+def _plain(size, patch, classifier="token"):
+    suffix = "-gap-norep" if classifier == "gap" else ""
+    return Variant(f"ViT-{size}_{patch}{suffix}", *_SIZES[size], patch, classifier)
+
+
+def _hybrid(name, size, stages, patch_size=1):
+    return Variant(name, *_SIZES[size], patch_size, "token", stages)
+
+
+VARIANTS = {
+    v.name: v
+    for v in [
+        _plain("Ti", 16),
+        _plain("S", 16),
+        _plain("S", 32),
+        _plain("B", 8),
+        _plain("B", 16),
+        _plain("B", 32),
+        _plain("L", 16),
+        _plain("L", 32),
+        _plain("H", 14),
+        _plain("S", 16, "gap"),
+        _plain("S", 32, "gap"),
+        _plain("B", 16, "gap"),
+        _plain("B", 32, "gap"),
+        # Hybrids: the name's "/16" or "/32" is the total stride; the patch acts
+        # on the ResNet feature map. R+Ti/16 is stem-only with patch 8 (stride 32).
+        _hybrid("R+ViT-Ti_16", "Ti", (), patch_size=8),
+        _hybrid("R26+ViT-S_32", "S", (2, 2, 2, 2)),
+        _hybrid("R26+ViT-B_32", "B", (2, 2, 2, 2)),
+        _hybrid("R50+ViT-B_16", "B", (3, 4, 9)),
+        _hybrid("R50+ViT-L_32", "L", (3, 4, 6, 3)),
+    ]
+}
+
+
+def _short(official):
+    short = official.replace("ViT-", "").replace("_", "/").replace("-gap-norep", "-gap")
+    return short
+
+
+def _canonical_key(name):
+    """Reduce every accepted spelling to one comparable form, e.g. "r50+b/16"."""
+    key = name.strip().lower().replace("vit-", "").replace("vit_", "")
+    key = key.replace("_", "/").replace("-norep", "")
+    key = re.sub(r"\s+", "", key)
+    return key
+
+
+_BY_KEY = {_canonical_key(v.name): v for v in VARIANTS.values()}
+
+
+def variant_names():
+    """Official names of every architecture, in table order."""
+    return list(VARIANTS)
+
+
+def get_variant(name):
+    """Returns the `Variant` for an official or short name ("ViT-B_16", "B/16")."""
+    if isinstance(name, Variant):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"A variant name must be a string, got {type(name).__name__}.")
+    variant = _BY_KEY.get(_canonical_key(name))
+    if variant is None:
+        known = ", ".join(f'"{v.short_name}"' for v in VARIANTS.values())
+        raise ValueError(f"Unknown ViT variant {name!r}. Known variants: {known} "
+                         '(official spellings such as "ViT-B_16" work too).')
+    return variant
