@@ -117,9 +117,9 @@ def _pins():
 def pin_checksum(filename, sha256):
     """Records the sha256 a checkpoint file must have; later loads verify it.
 
-    `filename` is the file's base name (`Checkpoint.filename`). keras_vit
-    records the hash of each first download itself, so a file that changes
-    or is damaged in the cache afterwards is detected.
+    `filename` is the file's base name (`Checkpoint.filename`). Without a pin,
+    keras_vit records the hash of a file the first time it uses it, so a file
+    that changes or is damaged in the cache afterwards is detected.
     """
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower()):
         raise ValueError(f"A sha256 is 64 hexadecimal digits, got {sha256!r}.")
@@ -134,7 +134,6 @@ def pin_checksum(filename, sha256):
 
 def _download(checkpoint):
     expected = checkpoint.sha256 or _pins().get(checkpoint.filename)
-    cached = os.path.exists(checkpoint.cached_path)
     previous_timeout = socket.getdefaulttimeout()
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
     try:
@@ -145,7 +144,7 @@ def _download(checkpoint):
         raise WeightsUnavailableError(_offline_message(checkpoint, error)) from error
     finally:
         socket.setdefaulttimeout(previous_timeout)
-    if not expected and not cached:
+    if not expected:  # trust on first use: later damage to the cached file is caught
         pin_checksum(checkpoint.filename, _sha256(path))
     return path
 

@@ -43,6 +43,9 @@ class Row:
 
 def read_npz(path):
     """Reads every array of an `.npz` file (no pickle), with readable errors."""
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path} is not a readable .npz checkpoint: not a zip archive "
+                              "(an .npz is one). Truncated download, or another kind of file?")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}

@@ -1,0 +1,112 @@
+"""Writes docs/models-and-weights.md from the variant table and the weight catalogue.
+
+    python docs/scripts/make_models_page.py
+
+tests/test_docs.py fails when the page and this output differ, so the page
+cannot drift from the code.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from keras_vit.checkpoints import catalogue  # noqa: E402
+from keras_vit.variants import VARIANTS  # noqa: E402
+from tests.test_variants import EXPECTED_PARAMS  # noqa: E402
+
+PAGE = os.path.join(os.path.dirname(__file__), "..", "models-and-weights.md")
+
+INTRO = """# Models and weights
+
+Every architecture of the official release, built from one table
+(`keras_vit.VARIANTS`). Build one by its constructor or by name:
+
+```python
+import keras_vit
+
+model = keras_vit.ViT_B16()                      # random weights, 224 px, 1000 classes
+model = keras_vit.ViT("S/32", image_size=(224, 320), classes=10)
+model = keras_vit.ViT("ViT-B_16-gap-norep", include_top=False)  # official spellings work too
+```
+
+`weights=` takes a catalogue tag (below), or the path of an official-layout
+`.npz` file. Loading is strict: every key and shape is checked before any
+weight is assigned, and the error lists what is missing, unexpected or
+mis-shaped. A checkpoint at another resolution has its position embedding
+resized the official way (class token kept, corner-aligned bilinear); a head of
+another size starts at zero, as official fine-tuning does; `pre_logits` is kept
+only when the checkpoint's head is kept.
+
+## Architectures
+
+Parameters at 224 px with a 1000-class head and no `pre_logits` (asserted by
+`tests/test_variants.py`). "Stride" is pixels per token: image sizes must be
+multiples of it.
+
+| variant | constructor | width | depth | MLP | heads | stride | pooling | parameters |
+|---|---|---|---|---|---|---|---|---|
+"""
+
+WEIGHTS = """
+## Weights
+
+`weights=` tag, per variant. Classes: 21,843 for ImageNet-21k, 1,000 for the
+ImageNet-1k fine-tunes. The resolution is the model's default `image_size`
+when these weights are used. Files are downloaded once into
+`$KERAS_HOME/keras_vit/` (default `~/.keras/keras_vit/`).
+
+| variant | tag | classes | resolution | pre_logits | size (MiB) | file |
+|---|---|---|---|---|---|---|
+"""
+
+OFFLINE = """
+### Without network access
+
+The official files live in the public bucket `gs://vit_models`. When a
+download fails, keras_vit stops within seconds and names the URL and the cache
+path: fetch the file elsewhere, copy it to that path, and call again, or pass
+the file's path as `weights=`.
+
+No published checksums exist for these files. keras_vit records a file's
+sha256 the first time it uses it (in `$KERAS_HOME/keras_vit/checksums.json`)
+and refuses it if it changes later; pin a known hash yourself with
+`keras_vit.pin_checksum(filename, sha256)`.
+
+The numbers a model built from these files computes are checked against timm
+loading the same file (`tests/test_parity_timm.py`), on random weights written
+in the official layout, since the real files cannot be downloaded in CI.
+"""
+
+
+def constructor_name(variant):
+    import keras_vit  # noqa: PLC0415
+
+    for name in keras_vit.__all__:
+        fn = getattr(keras_vit, name)
+        if callable(fn) and name.startswith("ViT_") and f"Builds {variant.name} " in (fn.__doc__ or ""):
+            return f"`{name}`"
+    return f'`ViT("{variant.short_name}")`'
+
+
+def render():
+    lines = [INTRO]
+    for v in VARIANTS.values():
+        count = EXPECTED_PARAMS.get(v.name)
+        count = f"{count:,}" if count else "see hybrids"
+        pooling = "class token" if v.classifier == "token" else "mean (gap)"
+        lines.append(f"| {v.name} | {constructor_name(v)} | {v.width} | {v.depth} | {v.mlp_dim} | "
+                     f"{v.heads} | {v.total_stride} | {pooling} | {count} |\n")
+    lines.append(WEIGHTS)
+    for c in catalogue():
+        size = f"{c.size_mib:g}" if c.size_mib else "-"
+        lines.append(f"| {c.variant} | `{c.tag}` | {c.classes:,} | {c.resolution} | "
+                     f"{c.representation_size or '-'} | {size} | [{c.filename}]({c.url}) |\n")
+    lines.append(OFFLINE)
+    return "".join(lines)
+
+
+if __name__ == "__main__":
+    with open(PAGE, "w") as f:
+        f.write(render())
+    print("wrote", os.path.normpath(PAGE))

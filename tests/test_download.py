@@ -1,0 +1,84 @@
+"""Catalogue look-up and the offline download error."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+import keras_vit
+from keras_vit.checkpoints import catalogue, find_checkpoint
+from keras_vit.variants import get_variant
+
+
+def test_catalogue_covers_the_promised_checkpoints():
+    have = {(c.variant, c.tag) for c in catalogue()}
+    for v in ("ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32", "ViT-H_14"):
+        assert (v, "imagenet21k") in have
+    for v in ("ViT-B_16", "ViT-B_32", "ViT-L_16", "ViT-L_32"):
+        assert (v, "imagenet21k+imagenet2012") in have
+    for v in ("ViT-Ti_16", "ViT-S_16", "ViT-S_32", "ViT-B_16", "ViT-B_32", "ViT-L_16"):
+        for tag in ("augreg-in21k", "augreg-in21k-ft-in1k-224", "augreg-in21k-ft-in1k-384"):
+            assert (v, tag) in have
+    for c in catalogue():
+        assert c.url.startswith("https://storage.googleapis.com/vit_models/") and c.url.endswith(".npz")
+        assert c.classes in (1000, 21843) and c.resolution in (224, 384)
+
+
+def test_offline_download_fails_fast_and_says_what_to_do(tmp_path):
+    """Runs in a fresh process with an empty cache; no network is reachable here."""
+    code = ("import keras_vit\n"
+            "try:\n    keras_vit.ViT_B16(weights='imagenet21k')\n"
+            "except keras_vit.WeightsUnavailableError as e:\n    print('ERROR', e)\n")
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env={"KERAS_HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
+                                              "TF_CPP_MIN_LOG_LEVEL": "3",
+                                              "PYTHONPATH": ":".join(sys.path)})
+    out = result.stdout
+    checkpoint = find_checkpoint(get_variant("B/16"), "imagenet21k")
+    assert "ERROR" in out, result.stderr[-2000:]
+    assert checkpoint.url in out
+    assert str(tmp_path / "keras_vit" / "ViT-B_16.npz") in out
+    assert "copy it to the cache path" in out and "weights='/path/to/file.npz'" in out
+    # Process start and TensorFlow import take several seconds on 2 cores; the
+    # failure itself is timed inside the process by the next test.
+    assert time.monotonic() - start < 120
+
+
+def test_offline_error_appears_within_ten_seconds(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    checkpoint = find_checkpoint(get_variant("B/16"), "imagenet21k")
+    start = time.monotonic()
+    with pytest.raises(keras_vit.WeightsUnavailableError, match="Could not download"):
+        checkpoint.path()
+    assert time.monotonic() - start < 10
+    assert not (tmp_path / "keras_vit" / "ViT-B_16.npz").exists()  # nothing half-written
+
+
+def test_a_cached_file_is_used_without_network(tmp_path, monkeypatch):
+    import dataclasses  # noqa: PLC0415
+
+    from tests.oracle import random_vit_npz  # noqa: PLC0415
+
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    variant = get_variant("Ti/16")
+    checkpoint = find_checkpoint(variant, "augreg-in21k-ft-in1k-224")
+    (tmp_path / "keras_vit").mkdir()
+    tiny = dataclasses.replace(variant, depth=12)
+    random_vit_npz(tmp_path / "keras_vit" / checkpoint.filename, tiny, (14, 14), classes=1000)
+    model = keras_vit.ViT_Ti16(weights="augreg-in21k-ft-in1k-224")
+    assert model.output_shape == (None, 1000)
+    # The first use recorded the file's checksum; a changed file is now refused.
+    path = tmp_path / "keras_vit" / checkpoint.filename
+    path.write_bytes(path.read_bytes()[:-10] + b"0123456789")
+    with pytest.raises(keras_vit.WeightsUnavailableError):
+        keras_vit.ViT_Ti16(weights="augreg-in21k-ft-in1k-224")
+
+
+def test_pin_checksum_validates_its_argument(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    with pytest.raises(ValueError, match="64 hexadecimal"):
+        keras_vit.pin_checksum("x.npz", "abc")
+    keras_vit.pin_checksum("x.npz", "a" * 64)
+    assert '"x.npz": "' + "a" * 64 in (tmp_path / "keras_vit" / "checksums.json").read_text()

@@ -1,0 +1,98 @@
+"""Layers: config round trips, `.keras` saving, mixed precision, backends-neutral ops."""
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.variants import get_variant
+
+TINY = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny-ti")
+
+LAYERS = [
+    (keras_vit.PatchEncoder(32, 4), (2, 16, 16, 3)),
+    (keras_vit.ClassToken(), (2, 5, 8)),
+    (keras_vit.AddPositionEmbedding((2, 3), num_prefix_tokens=1), (2, 7, 8)),
+    (keras_vit.AddPositionEmbedding(2, num_prefix_tokens=0), (2, 4, 8)),
+    (keras_vit.MultiHeadSelfAttention(2, dropout=0.1), (2, 5, 8)),
+    (keras_vit.MlpBlock(16, dropout=0.1, approximate_gelu=False), (2, 5, 8)),
+    (keras_vit.TransformerBlock(2, 16, dropout=0.1, attention_dropout=0.1), (2, 5, 8)),
+    (keras_vit.TokenPooling("gap", num_prefix_tokens=1), (2, 5, 8)),
+]
+
+
+@pytest.mark.parametrize("layer,shape", LAYERS, ids=lambda x: type(x).__name__)
+def test_from_config_rebuilds_the_layer(layer, shape):
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    y = layer(x)
+    clone = type(layer).from_config(layer.get_config())
+    clone(x)  # build
+    clone.set_weights(layer.get_weights())
+    assert clone.get_config() == layer.get_config()
+    np.testing.assert_allclose(clone(x), y, atol=1e-6)
+
+
+def test_transformer_block_matches_a_numpy_reference():
+    """Pre-norm block with tanh GELU, written out in NumPy."""
+    rng = np.random.default_rng(0)
+    block = keras_vit.TransformerBlock(num_heads=2, mlp_dim=12)
+    x = rng.standard_normal((2, 5, 8)).astype("float32")
+    block(x)
+    for w in block.weights:
+        w.assign(rng.standard_normal(w.shape) * 0.3)
+    ln = lambda v, g, b: (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-6) * g + b  # noqa: E731
+    att = block.attention
+    qkv = ln(x, block.norm_0.gamma.numpy(), block.norm_0.beta.numpy()) @ att.qkv_kernel.numpy() + att.qkv_bias.numpy()
+    q, k, v = [t.reshape(2, 5, 2, 4).transpose(0, 2, 1, 3) for t in np.split(qkv, 3, axis=-1)]
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(4)
+    a = np.exp(s - s.max(-1, keepdims=True))
+    a /= a.sum(-1, keepdims=True)
+    o = (a @ v).transpose(0, 2, 1, 3).reshape(2, 5, 8) @ att.out_kernel.numpy() + att.out_bias.numpy()
+    y = x + o
+    h = ln(y, block.norm_2.gamma.numpy(), block.norm_2.beta.numpy()) @ block.mlp.dense_0.kernel.numpy() + block.mlp.dense_0.bias.numpy()
+    gelu = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    expected = y + gelu @ block.mlp.dense_1.kernel.numpy() + block.mlp.dense_1.bias.numpy()
+    out, weights = block(x, return_attention_scores=True)
+    np.testing.assert_allclose(out, expected, atol=1e-4)
+    np.testing.assert_allclose(weights, a, atol=1e-5)
+
+
+def test_exact_gelu_option_changes_the_activation():
+    mlp_tanh, mlp_erf = keras_vit.MlpBlock(8), keras_vit.MlpBlock(8, approximate_gelu=False)
+    x = np.random.default_rng(0).standard_normal((1, 3, 4)).astype("float32") * 3
+    mlp_tanh(x), mlp_erf(x)
+    mlp_erf.set_weights(mlp_tanh.get_weights())
+    diff = np.abs(np.asarray(mlp_tanh(x)) - np.asarray(mlp_erf(x))).max()
+    assert 1e-6 < diff < 1e-2
+
+
+def test_keras_file_round_trip(tmp_path):
+    model = keras_vit.ViT(TINY, image_size=(32, 48), classes=7, dropout=0.1)
+    for w in model.weights:  # random head too, so the outputs carry every weight
+        w.assign(np.random.default_rng(1).standard_normal(w.shape).astype("float32") * 0.05)
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 32, 48, 3)).astype("float32")
+    path = tmp_path / "tiny.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)  # safe_mode stays on: no Lambda layers
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
+
+
+def test_mixed_bfloat16_forward_is_finite_with_a_float32_head():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = keras_vit.ViT(TINY, image_size=32, classes=10)
+        x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+        y = model(x)
+        assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
+        assert model.get_layer("head").compute_dtype == "float32"
+        assert keras.backend.standardize_dtype(y.dtype) == "float32"
+        assert np.all(np.isfinite(np.asarray(y)))
+        # Training step too: gradients flow through bf16 blocks without dtype errors.
+        model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        history = model.fit(x, np.array([1, 2]), epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"][0])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
