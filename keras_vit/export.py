@@ -26,7 +26,7 @@ import tensorflow as tf
 from keras_vit.preprocessing import imagenet_labels, preprocess_input
 
 __all__ = ["export_saved_model", "export_tflite", "decode_images", "read_labels",
-           "imagenet_label_names", "next_version"]
+           "imagenet_label_names", "next_version", "has_softmax_head"]
 
 # A TFLite file is one FlatBuffer, which cannot exceed 2 GiB.
 TFLITE_MAX_BYTES = 2 ** 31
@@ -155,8 +155,7 @@ def _archive(model, labels, top_k, image_size, with_bytes):
     top_k = min(int(top_k), classes)
     if top_k <= 0:
         raise ValueError(f"top_k must be a positive int, got {top_k}.")
-    head = _find_head(model)
-    softmax_head = head is not None and head.activation is keras.activations.softmax
+    softmax_head = has_softmax_head(model)
     label_table = None if labels is None else tf.constant(list(labels), tf.string)
 
     def classify(pixels):
@@ -204,11 +203,13 @@ def _classes(model):
     return shape[1]
 
 
-def _find_head(model):
+def has_softmax_head(model):
+    """Whether `model`'s "head" layer ends in a softmax (it returns probabilities, not logits)."""
     try:
-        return model.get_layer("head")
+        head = model.get_layer("head")
     except ValueError:
-        return None
+        return False
+    return getattr(head, "activation", None) is keras.activations.softmax
 
 
 def _resolve_labels(labels, classes):
