@@ -9,7 +9,7 @@ TensorFlow and Keras are imported when the command runs, so `--help` stays fast.
 import os
 import sys
 
-__all__ = ["add_parser", "add_model_options", "load_model", "CommandError"]
+__all__ = ["add_parser", "add_model_options", "load_model", "CommandError", "user_errors"]
 
 FORMATS = ("saved_model", "tflite", "keras")
 
@@ -69,10 +69,17 @@ def load_model(args):
                          classes=args.classes)
 
 
+def user_errors():
+    """The exceptions a command reports as one line: bad input, missing files, no network."""
+    from keras_vit.checkpoints import WeightsUnavailableError  # noqa: PLC0415
+
+    return (CommandError, ValueError, OSError, WeightsUnavailableError)
+
+
 def run(args):
     try:
         message = _export(args)
-    except (CommandError, ValueError, OSError) as error:
+    except user_errors() as error:
         print(f"keras-vit export: error: {error}", file=sys.stderr)
         return 2
     print(message)

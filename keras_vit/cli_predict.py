@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from keras_vit.cli_export import CommandError, add_model_options, load_model
+from keras_vit.cli_export import CommandError, add_model_options, load_model, user_errors
 
 __all__ = ["add_parser", "predict"]
 
@@ -40,7 +40,7 @@ def add_parser(commands):
 def run(args):
     try:
         results = predict(args)
-    except (CommandError, ValueError, OSError) as error:
+    except user_errors() as error:
         print(f"keras-vit predict: error: {error}", file=sys.stderr)
         return 2
     for path, rows in results:
