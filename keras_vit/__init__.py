@@ -2,6 +2,7 @@
 
 from keras_vit.checkpoints import (Checkpoint, WeightsUnavailableError, catalogue,
                                    pin_checksum)
+from keras_vit.export import export_saved_model, export_tflite
 from keras_vit.layers import (AddPositionEmbedding, ClassToken, MlpBlock, MultiHeadSelfAttention,
                               PatchEncoder, TransformerBlock, resize_position_embedding)
 from keras_vit.models import (ViT, TokenPooling, ViT_B8, ViT_B16, ViT_B32, ViT_H14, ViT_L16,
@@ -26,4 +27,6 @@ __all__ = [
     "pin_checksum", "load_weights", "CheckpointError", "WeightsUnavailableError",
     # pre- and post-processing
     "preprocess_input", "decode_predictions", "imagenet_labels",
+    # export
+    "export_saved_model", "export_tflite",
 ]

@@ -3,6 +3,8 @@
 import argparse
 import sys
 
+from keras_vit import cli_export, cli_predict
+
 __all__ = ["main"]
 
 
@@ -22,6 +24,8 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True)
     info = commands.add_parser("info", help="list the architectures and their catalogued weights")
     info.set_defaults(run=_info)
+    cli_export.add_parser(commands)
+    cli_predict.add_parser(commands)
     return parser
 
 

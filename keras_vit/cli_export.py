@@ -1,0 +1,127 @@
+"""`keras-vit export`: a model as a TF Serving SavedModel, a TFLite file or a `.keras` file.
+
+    keras-vit export --model B/16 --weights augreg-in21k-ft-in1k-224 --output serving/vit
+    keras-vit export --model my_model.keras --format tflite --output vit.tflite
+
+TensorFlow and Keras are imported when the command runs, so `--help` stays fast.
+"""
+
+import os
+import sys
+
+__all__ = ["add_parser", "add_model_options", "load_model", "CommandError", "user_errors"]
+
+FORMATS = ("saved_model", "tflite", "keras")
+
+
+class CommandError(Exception):
+    """A problem with the command's input, reported as one line on stderr."""
+
+
+def add_parser(commands):
+    """Registers `export` on an argparse sub-parsers object."""
+    parser = commands.add_parser(
+        "export", help="write a model for TF Serving (SavedModel), TFLite or as a .keras file",
+        description="Write a classifier as a TF Serving SavedModel (OUTPUT/<version>/), a "
+                    "TFLite file, or a .keras file.")
+    parser.add_argument("--model", required=True,
+                        help='an architecture ("B/16", "ViT-B_16", ...) or a saved .keras file')
+    add_model_options(parser)
+    parser.add_argument("--format", choices=FORMATS, default="saved_model",
+                        help="what to write (default: saved_model)")
+    parser.add_argument("--output", required=True,
+                        help="saved_model: the model's base folder, which receives a new version "
+                             "folder; tflite: the .tflite file; keras: the .keras file")
+    parser.add_argument("--version", type=int,
+                        help="saved_model version (default: the next free integer)")
+    parser.add_argument("--labels",
+                        help='a text file with one class name per line, "imagenet", or "none" '
+                             "(default: ImageNet names for 1000- and 21843-class heads)")
+    parser.add_argument("--top-k", type=int, default=5,
+                        help="classes listed per image in class_ids and labels (default: 5)")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def add_model_options(parser):
+    """The options that, with --model, say which model to build."""
+    parser.add_argument("--weights",
+                        help='a catalogue tag ("imagenet21k+imagenet2012", ...) or an .npz file')
+    parser.add_argument("--image-size", type=int, help="input size in pixels (default: the weights')")
+    parser.add_argument("--classes", type=int, help="head size (default: the weights')")
+
+
+def load_model(args):
+    """The model `--model` (with --weights, --image-size, --classes) names."""
+    import keras  # noqa: PLC0415
+
+    import keras_vit  # noqa: PLC0415
+
+    if args.model.endswith(".keras"):
+        given = [f"--{name.replace('_', '-')}" for name in ("weights", "image_size", "classes")
+                 if getattr(args, name) is not None]
+        if given:
+            raise CommandError(f"{args.model} is a saved model; {', '.join(given)} cannot change it.")
+        if not os.path.isfile(args.model):
+            raise CommandError(f"No .keras file at {args.model}.")
+        return keras.saving.load_model(args.model)
+    return keras_vit.ViT(args.model, weights=args.weights, image_size=args.image_size,
+                         classes=args.classes)
+
+
+def user_errors():
+    """The exceptions a command reports as one line: bad input, missing files, no network."""
+    from keras_vit.checkpoints import WeightsUnavailableError  # noqa: PLC0415
+
+    return (CommandError, ValueError, OSError, WeightsUnavailableError)
+
+
+def run(args):
+    try:
+        message = _export(args)
+    except user_errors() as error:
+        print(f"keras-vit export: error: {error}", file=sys.stderr)
+        return 2
+    print(message)
+    return 0
+
+
+def _export(args):
+    from keras_vit import export  # noqa: PLC0415
+
+    model = load_model(args)
+    if args.format == "keras":
+        if not args.output.endswith(".keras"):
+            raise CommandError(f"--format keras writes a .keras file; got --output {args.output}.")
+        _save_keras(model, args.output)
+        return f"Wrote {args.output}"
+    if args.format == "tflite":
+        export.export_tflite(model, args.output, top_k=args.top_k)
+        return f"Wrote {args.output}"
+    labels = _labels(args.labels, model.output_shape[-1])
+    path = export.export_saved_model(model, args.output, version=args.version, labels=labels,
+                                     top_k=args.top_k)
+    return f"Wrote {path} (signatures: serving_default, serve_bytes)"
+
+
+def _labels(option, classes):
+    from keras_vit.export import imagenet_label_names  # noqa: PLC0415
+
+    if option is None:
+        return imagenet_label_names(classes)
+    if option == "none":
+        return None
+    return option  # "imagenet" or a file; export_saved_model checks the count
+
+
+def _save_keras(model, path):
+    """`model.save`, written beside `path` first and renamed, so no half-written file remains."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".tmp-{os.getpid()}-{os.path.basename(path)}")
+    try:
+        model.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

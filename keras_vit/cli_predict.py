@@ -1,0 +1,161 @@
+"""`keras-vit predict`: the top classes of image files, from a model or an exported SavedModel.
+
+    keras-vit predict cat.jpg dog.png --model B/16 --weights augreg-in21k-ft-in1k-224
+    keras-vit predict cat.jpg --saved-model serving/vit
+
+Prints, per image, its path and then one line per class: the probability and
+the label (ImageNet names for 1000- and 21843-class heads, the names of
+--labels FILE, else "class <index>").
+"""
+
+import os
+import re
+import sys
+
+import numpy as np
+
+from keras_vit.cli_export import CommandError, add_model_options, load_model, user_errors
+
+__all__ = ["add_parser", "predict"]
+
+
+def add_parser(commands):
+    """Registers `predict` on an argparse sub-parsers object."""
+    parser = commands.add_parser(
+        "predict", help="print the top classes of image files",
+        description="Print the most probable classes of JPEG, PNG, GIF, BMP or WebP images.")
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help='an architecture ("B/16", ...) or a saved .keras file')
+    source.add_argument("--saved-model", metavar="DIR",
+                        help="an exported SavedModel: a version folder, or the base folder "
+                             "(its highest version is used)")
+    add_model_options(parser)
+    parser.add_argument("--labels", metavar="FILE", help="class names, one per line")
+    parser.add_argument("--top", type=int, default=5, help="classes printed per image (default: 5)")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args):
+    try:
+        results = predict(args)
+    except user_errors() as error:
+        print(f"keras-vit predict: error: {error}", file=sys.stderr)
+        return 2
+    for path, rows in results:
+        print(path)
+        for probability, label in rows:
+            print(f"  {probability:.4f}  {label}")
+    return 0
+
+
+def predict(args):
+    """[(image path, [(probability, label), ...] best first), ...] for `args.images`."""
+    if args.top <= 0:
+        raise CommandError(f"--top must be positive, got {args.top}.")
+    images = [(path, _read(path)) for path in args.images]
+    labels = None
+    if args.labels:
+        from keras_vit.export import read_labels  # noqa: PLC0415
+        labels = read_labels(args.labels)
+    if args.saved_model:
+        given = [f"--{n.replace('_', '-')}" for n in ("weights", "image_size", "classes")
+                 if getattr(args, n) is not None]
+        if given:
+            raise CommandError(f"{', '.join(given)} apply to --model, not to --saved-model.")
+        return _predict_saved_model(args.saved_model, images, labels, args.top)
+    return _predict_keras(load_model(args), images, labels, args.top)
+
+
+def _predict_keras(model, images, labels, top):
+    import keras  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    from keras_vit.export import decode_images, has_softmax_head, imagenet_label_names  # noqa: PLC0415
+    from keras_vit.preprocessing import preprocess_input  # noqa: PLC0415
+
+    size = model.input_shape[1:3]
+    pixels = np.concatenate([_decode(path, lambda d: decode_images(tf.constant([d]), size), data)
+                             for path, data in images])
+    # A direct call: for a handful of images, model.predict's compilation costs more than it saves.
+    scores = np.concatenate([keras.ops.convert_to_numpy(model(preprocess_input(pixels[i:i + 32]),
+                                                              training=False))
+                             for i in range(0, len(pixels), 32)])
+    probabilities = scores if has_softmax_head(model) else keras.ops.convert_to_numpy(
+        keras.ops.softmax(scores.astype(np.float32), axis=-1))
+    classes = probabilities.shape[-1]
+    labels = _check_labels(labels, classes) or imagenet_label_names(classes)
+    return [(path, _top(row, top, labels)) for (path, _), row in zip(images, probabilities)]
+
+
+def _predict_saved_model(folder, images, labels, top):
+    import tensorflow as tf  # noqa: PLC0415
+
+    signature = _load_serve_bytes(tf, folder)
+    results = []
+    for path, data in images:
+        outputs = _decode(path, lambda d: signature(image_bytes=tf.constant([d])), data)
+        probabilities = outputs["probabilities"].numpy()[0]
+        names = _check_labels(labels, probabilities.shape[-1])
+        if names is None and "labels" in outputs:  # the names the export gave its own top-k
+            names = dict(zip(outputs["class_ids"].numpy()[0].tolist(),
+                             (s.decode("utf-8") for s in outputs["labels"].numpy()[0])))
+        results.append((path, _top(probabilities, top, names)))
+    return results
+
+
+def _load_serve_bytes(tf, folder):
+    if not os.path.isdir(folder):
+        raise CommandError(f"No SavedModel folder at {folder}.")
+    if not os.path.exists(os.path.join(folder, "saved_model.pb")):
+        versions = [int(n) for n in os.listdir(folder)
+                    if n.isdigit() and os.path.exists(os.path.join(folder, n, "saved_model.pb"))]
+        if not versions:
+            raise CommandError(f"{folder} holds no saved_model.pb, nor version folders with one.")
+        folder = os.path.join(folder, str(max(versions)))
+    signatures = tf.saved_model.load(folder).signatures
+    if "serve_bytes" not in signatures:
+        raise CommandError(f"{folder} has no serve_bytes signature (it has {sorted(signatures)}); "
+                           "export it with keras_vit.export_saved_model.")
+    return signatures["serve_bytes"]
+
+
+def _read(path):
+    if not os.path.isfile(path):
+        raise CommandError(f"No image file at {path}.")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _decode(path, fn, data):
+    import tensorflow as tf  # noqa: PLC0415
+
+    try:
+        return fn(data)
+    except tf.errors.InvalidArgumentError as error:
+        raise CommandError(f"{path} is not a JPEG, PNG, GIF, BMP or WebP image "
+                           f"({_reason(error.message)}).") from error
+
+
+def _reason(message):
+    """TensorFlow's one useful line, without the graph-execution context around it."""
+    for line in reversed(message.splitlines()):
+        line = re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:.*", "", line).strip()
+        if line and not line.startswith(("Graph execution", "Detected at", "<stack", "in user code",
+                                         "File ")):
+            return line.removeprefix("InvalidArgumentError:").strip()
+    return message.strip()
+
+
+def _check_labels(labels, classes):
+    if labels is not None and len(labels) != classes:
+        raise CommandError(f"--labels names {len(labels)} classes, but the model has {classes}.")
+    return labels
+
+
+def _top(probabilities, k, names):
+    """The k best (probability, name) pairs; `names` is a list or {class id: name}, or None."""
+    names = dict(enumerate(names)) if isinstance(names, (list, tuple)) else names or {}
+    best = np.argsort(-probabilities, kind="stable")[:k]
+    return [(float(probabilities[i]), names.get(int(i), f"class {i}")) for i in best]

@@ -1,0 +1,339 @@
+"""Export: the SavedModel as TF Serving runs it, TFLite, `.keras`, and `keras-vit predict`.
+
+No TF Serving binary runs here, so the SavedModel is checked the closest ways
+available: loaded by TensorFlow alone in a fresh process where Keras cannot be
+imported, inspected and run by `saved_model_cli` (the TF1 session path, like
+TF Serving's C++ loader), and called with the exact REST body TF Serving
+accepts, decoded as TF Serving decodes it.
+"""
+
+import base64
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+from sklearn.datasets import load_sample_images
+
+import keras_vit
+from keras_vit import cli
+from keras_vit.export import export_saved_model, export_tflite, next_version
+from keras_vit.layers import resize_position_embedding
+from keras_vit.weight_mapping import POS_EMBED_KEY, layout
+
+TINY = keras_vit.Variant("ViT-test_8", width=32, depth=2, mlp_dim=64, heads=2, patch_size=8)
+SIZE = 32
+CLASSES = 10
+LABELS = [f"flower-{i}" for i in range(CLASSES)]
+
+
+def write_random_checkpoint(model, path, seed=0):
+    """An official-layout `.npz` holding random values for every array `model` reads."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for row in layout(model):
+        for key, shape in zip(row.keys, row.shapes):
+            value = np.ones(shape) if key.endswith("/scale") else rng.normal(0.0, 0.05, shape)
+            arrays[key] = value.astype(np.float32)
+    np.savez(path, **arrays)
+    return arrays
+
+
+def tiny_classifier(seed=0):
+    """The tiny variant with a random (not zero) head, so outputs differ per class."""
+    keras.utils.set_random_seed(seed)
+    model = keras_vit.ViT(TINY, image_size=SIZE, classes=CLASSES)
+    head = model.get_layer("head")
+    rng = np.random.default_rng(seed)
+    head.set_weights([rng.normal(0.0, 0.1, head.kernel.shape).astype(np.float32),
+                      rng.normal(0.0, 0.1, head.bias.shape).astype(np.float32)])
+    return model
+
+
+def encoded_test_images():
+    """Real photos (scikit-learn's two samples) as PNG, JPEG, GIF and BMP of different sizes."""
+    china, flower = load_sample_images().images  # (427, 640, 3) uint8 each
+
+    def encode(pixels, fmt):
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format=fmt)
+        return buffer.getvalue()
+
+    return {"png": encode(china, "PNG"), "jpeg": encode(flower, "JPEG"),
+            "gif": encode(flower[100:250, 200:420], "GIF"), "bmp": encode(china[::3, ::5], "BMP")}
+
+
+def keras_reference(model, encoded):
+    """Logits of `model` on encoded images, decoded by Pillow (independent of TF's decoders).
+
+    JPEG decoding is not bit-exact across libraries (DCT method, chroma
+    upsampling; up to a few levels per pixel), so JPEGs are decoded by
+    `tf.io.decode_jpeg` here, outside the exported graph.
+    """
+    pixels = []
+    for data in encoded:
+        if data[:2] == b"\xff\xd8":  # the JPEG start-of-image marker
+            rgb = tf.io.decode_jpeg(data, channels=3).numpy().astype(np.float32)
+        else:
+            rgb = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=np.float32)
+        pixels.append(tf.image.resize(rgb, (SIZE, SIZE), method="bilinear").numpy())
+    return np.asarray(model(keras_vit.preprocess_input(np.stack(pixels))))
+
+
+def softmax(logits):
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def top5(logits):
+    return np.argsort(-logits, axis=-1, kind="stable")[:, :5]
+
+
+def rest_body(encoded):
+    """The JSON body of `POST /v1/models/vit:predict` for the serve_bytes signature."""
+    return json.dumps({"signature_name": "serve_bytes",
+                       "instances": [{"b64": base64.b64encode(d).decode("ascii")} for d in encoded]})
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serving")
+    model = tiny_classifier()
+    path = export_saved_model(model, str(folder / "vit"), labels=LABELS)
+    return model, path
+
+
+# Runs in a fresh interpreter where `import keras` fails: TensorFlow alone serves the model.
+TF_ONLY_CLIENT = textwrap.dedent("""
+    import sys
+    sys.modules["keras"] = None
+    import base64, json
+    import numpy as np
+    import tensorflow as tf
+
+    saved_model, pixels_file, body_file, out_file = sys.argv[1:]
+    try:
+        import keras
+        raise SystemExit("keras is importable; the test would not prove TF-only serving")
+    except ImportError:
+        pass
+    signatures = tf.saved_model.load(saved_model).signatures
+
+    def rest_instance_to_value(instance):
+        # TF Serving's REST row format: with one input, an instance is that input's
+        # value, and {"b64": s} stands for the bytes base64-decoded from s.
+        if isinstance(instance, dict) and set(instance) == {"b64"}:
+            return base64.b64decode(instance["b64"])
+        raise ValueError(instance)
+
+    def run(signature, **inputs):
+        return {k: v.numpy().astype(str) if v.dtype == tf.string else v.numpy()
+                for k, v in signature(**inputs).items()}
+
+    results = {}
+    for key, value in run(signatures["serving_default"], images=tf.constant(np.load(pixels_file))).items():
+        results["pixels/" + key] = value
+    body = json.loads(open(body_file).read())
+    signature = signatures[body["signature_name"]]
+    image_bytes = [rest_instance_to_value(i) for i in body["instances"]]
+    for key, value in run(signature, image_bytes=tf.constant(image_bytes)).items():
+        results["bytes/" + key] = value
+    try:
+        run(signature, image_bytes=tf.constant([b"Hello, this is not an image"]))
+        error = ""
+    except tf.errors.InvalidArgumentError as e:
+        error = e.message
+    for key, value in run(signature, image_bytes=tf.constant(image_bytes[:1])).items():
+        results["after_error/" + key] = value
+    np.savez(out_file, error=np.array(error), **results)
+""")
+
+
+def test_tensorflow_alone_serves_both_signatures_like_keras(exported, tmp_path):
+    model, path = exported
+    pixels = np.random.default_rng(1).integers(0, 256, (3, SIZE, SIZE, 3)).astype(np.float32)
+    np.save(tmp_path / "pixels.npy", pixels)
+    encoded = list(encoded_test_images().values())
+    (tmp_path / "body.json").write_text(rest_body(encoded))
+    (tmp_path / "client.py").write_text(TF_ONLY_CLIENT)
+
+    done = subprocess.run([sys.executable, str(tmp_path / "client.py"), path, str(tmp_path / "pixels.npy"),
+                           str(tmp_path / "body.json"), str(tmp_path / "out.npz")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = np.load(tmp_path / "out.npz")
+
+    for prefix, logits in (("pixels", np.asarray(model(keras_vit.preprocess_input(pixels)))),
+                           ("bytes", keras_reference(model, encoded))):
+        np.testing.assert_allclose(out[f"{prefix}/logits"], logits, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(out[f"{prefix}/probabilities"], softmax(logits), atol=1e-5, rtol=0)
+        np.testing.assert_array_equal(out[f"{prefix}/class_ids"], top5(logits))
+        np.testing.assert_array_equal(out[f"{prefix}/labels"], np.asarray(LABELS)[top5(logits)])
+    # A bad request is a readable InvalidArgument; the next request is answered as before.
+    assert "Unknown image file format" in str(out["error"])
+    np.testing.assert_array_equal(out["after_error/class_ids"], out["bytes/class_ids"][:1])
+    np.testing.assert_allclose(out["after_error/logits"], out["bytes/logits"][:1], atol=1e-6)
+
+
+def test_saved_model_cli_shows_and_runs_the_signatures(exported, tmp_path):
+    model, path = exported
+    script = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    command = [script] if os.path.exists(script) else [
+        sys.executable, "-m", "tensorflow.python.tools.saved_model_cli"]
+
+    shown = subprocess.run([*command, "show", "--dir", path, "--all"], capture_output=True,
+                           text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    sections = shown.stdout.split("signature_def[")
+    by_name = {s.split("'")[1]: s for s in sections[1:] if s.startswith("'")}
+    for name, input_name in (("serving_default", "images"), ("serve_bytes", "image_bytes")):
+        assert f"inputs['{input_name}']" in by_name[name]
+        for output in ("logits", "probabilities", "class_ids", "labels"):
+            assert f"outputs['{output}']" in by_name[name]
+
+    encoded = [encoded_test_images()[k] for k in ("png", "jpeg")]
+    # saved_model_cli feeds strings from an .npy of dtype S (NUL-padded; PNG and JPEG end in no NUL).
+    np.save(tmp_path / "bytes.npy", np.array(encoded, dtype=np.bytes_))
+    ran = subprocess.run([*command, "run", "--dir", path, "--tag_set", "serve", "--signature_def",
+                          "serve_bytes", "--inputs", f"image_bytes={tmp_path / 'bytes.npy'}",
+                          "--outdir", str(tmp_path / "out")], capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "class_ids.npy"),
+                                  top5(keras_reference(model, encoded)))
+
+
+def test_versions_are_numbered_and_never_half_written(exported, tmp_path, monkeypatch):
+    model, path = exported
+    base = os.path.dirname(path)
+    assert os.path.basename(path) == "1" and next_version(base) == 2
+    for name in ("3", "12", "notes", ".hidden"):
+        os.makedirs(tmp_path / name)
+    assert next_version(str(tmp_path)) == 13
+    with pytest.raises(FileExistsError, match="already exists"):
+        export_saved_model(model, base, version=1)
+    with pytest.raises(ValueError, match="2 labels for a model with 10 classes"):
+        export_saved_model(model, str(tmp_path / "x"), labels=["a", "b"])
+
+    def fail_half_way(obj, export_dir, *args, **kwargs):
+        os.makedirs(os.path.join(export_dir, "variables"))
+        open(os.path.join(export_dir, "saved_model.pb"), "wb").close()
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tf.saved_model, "save", fail_half_way)
+    with pytest.raises(OSError, match="disk full"):
+        export_saved_model(model, str(tmp_path / "failed"))
+    assert os.listdir(tmp_path / "failed") == []
+
+
+def test_tflite_uses_builtin_ops_and_matches_keras(tmp_path):
+    model = tiny_classifier(seed=2)
+    path = export_tflite(model, str(tmp_path / "vit.tflite"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tf.lite.Interpreter's notice about ai_edge_litert
+        interpreter = tf.lite.Interpreter(model_path=path)
+    ops = {detail["op_name"] for detail in interpreter._get_ops_details()}
+    assert not {op for op in ops if op.startswith("Flex") or op == "CUSTOM"}, ops
+    assert "GELU" in ops  # the tanh GELU is one builtin op, not an Erf expansion
+
+    pixels = np.random.default_rng(3).integers(0, 256, (2, SIZE, SIZE, 3)).astype(np.float32)
+    out = interpreter.get_signature_runner("serving_default")(images=pixels)
+    logits = np.asarray(model(keras_vit.preprocess_input(pixels)))
+    np.testing.assert_allclose(out["logits"], logits, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(out["probabilities"], softmax(logits), atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(out["class_ids"], top5(logits))
+
+
+def test_keras_file_round_trip_of_a_fine_tuned_model(tmp_path):
+    # A checkpoint at 32 px (4x4 grid) fine-tuned at 48 px (6x6) with a new 5-class head.
+    source = keras_vit.ViT(TINY, image_size=SIZE, classes=CLASSES)
+    arrays = write_random_checkpoint(source, tmp_path / "pretrained.npz")
+    model = keras_vit.ViT(TINY, weights=str(tmp_path / "pretrained.npz"), image_size=48, classes=5)
+    np.testing.assert_allclose(model.get_layer("posembed_input").pos_embedding.numpy(),
+                               resize_position_embedding(arrays[POS_EMBED_KEY], 4, 6), atol=1e-6)
+    rng = np.random.default_rng(4)
+    images = rng.uniform(-1, 1, (8, 48, 48, 3)).astype(np.float32)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(images, rng.integers(0, 5, 8), epochs=1, batch_size=4, verbose=0)
+    assert np.abs(model.get_layer("head").kernel.numpy()).max() > 0  # trained away from zero
+
+    model.save(tmp_path / "fine_tuned.keras")
+    reloaded = keras.saving.load_model(tmp_path / "fine_tuned.keras")  # safe_mode stays on
+    np.testing.assert_array_equal(reloaded.predict(images, verbose=0), model.predict(images, verbose=0))
+    assert reloaded.get_layer("posembed_input").grid_size == (6, 6)
+
+
+def write_pngs(folder, count, size, seed):
+    """PNGs at the model's size, so the pixels the model sees are exactly the ones written."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (count, size, size, 3)).astype(np.uint8)
+    paths = [str(folder / f"image{i}.png") for i in range(count)]
+    for path, image in zip(paths, pixels):
+        Image.fromarray(image).save(path)
+    return paths, pixels
+
+
+def assert_prints_top5(stdout, paths, probabilities):
+    """`keras-vit predict` output: per image its path, then the 5 best "probability  label"."""
+    names = [name for _, name in keras_vit.imagenet_labels(1000)]
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-6)  # over all 1000 classes
+    lines = stdout.strip().split("\n")
+    assert len(lines) == 6 * len(paths), stdout
+    for i, path in enumerate(paths):
+        assert lines[6 * i] == path
+        printed = [line.split(None, 1) for line in lines[6 * i + 1: 6 * i + 6]]
+        best = np.argsort(-probabilities[i])[:5]
+        assert [label for _, label in printed] == [names[c] for c in best]
+        np.testing.assert_allclose([float(p) for p, _ in printed], probabilities[i][best], atol=1e-4)
+
+
+def test_predict_command_with_a_model_name_and_weights(tmp_path, capsys):
+    # Ti/16 at 32 px with a random 1000-class checkpoint: ImageNet labels apply.
+    weights = tmp_path / "ti16.npz"
+    write_random_checkpoint(keras_vit.ViT("Ti/16", image_size=32), weights, seed=5)
+    reference = keras_vit.ViT("Ti/16", weights=str(weights), image_size=32)
+    paths, pixels = write_pngs(tmp_path, 2, 32, seed=6)
+
+    argv = ["predict", *paths, "--model", "Ti/16", "--weights", str(weights), "--image-size", "32"]
+    assert cli.main(argv) == 0
+    logits = np.asarray(reference(keras_vit.preprocess_input(pixels)), np.float64)
+    assert_prints_top5(capsys.readouterr().out, paths, softmax(logits))
+
+
+def test_export_command_then_predict_from_the_saved_model(tmp_path, capsys):
+    keras.utils.set_random_seed(7)
+    model = keras_vit.ViT(TINY, image_size=SIZE, classes=1000)
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(7).normal(0.0, 0.3, head.kernel.shape))
+    model.save(tmp_path / "tiny.keras")
+    paths, pixels = write_pngs(tmp_path, 2, SIZE, seed=8)
+    probabilities = softmax(np.asarray(model(keras_vit.preprocess_input(pixels)), np.float64))
+
+    export_dir = str(tmp_path / "serving")
+    assert cli.main(["export", "--model", str(tmp_path / "tiny.keras"), "--output", export_dir]) == 0
+    assert os.path.join("serving", "1") in capsys.readouterr().out
+    assert cli.main(["predict", *paths, "--saved-model", export_dir]) == 0
+    assert_prints_top5(capsys.readouterr().out, paths, probabilities)
+
+    copy = str(tmp_path / "copy.keras")
+    assert cli.main(["export", "--model", str(tmp_path / "tiny.keras"), "--format", "keras",
+                     "--output", copy]) == 0
+    np.testing.assert_array_equal(keras.saving.load_model(copy)(pixels), model(pixels))
+
+
+def test_predict_command_names_a_file_that_is_not_an_image(tmp_path, capsys):
+    model = tiny_classifier()
+    model.save(tmp_path / "tiny.keras")
+    (tmp_path / "notes.txt").write_text("not an image")
+    assert cli.main(["predict", str(tmp_path / "notes.txt"), "--model", str(tmp_path / "tiny.keras")]) == 2
+    error = capsys.readouterr().err
+    assert "notes.txt is not a JPEG, PNG, GIF, BMP or WebP image" in error
+    assert "Unknown image file format" in error
