@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import keras
 import numpy as np
 import pytest
 
@@ -28,7 +29,8 @@ def _compare(variant, image_size, classes, tmp_path, pre_logits=None, batch=2):
     reference = run_timm(theirs, images)
     np.testing.assert_allclose(logits, reference, atol=TOLERANCE, rtol=0)
 
-    features = keras_vit.ViT(variant, weights=str(path), include_top=False)
+    pooled = ours.get_layer(f"{variant.classifier}_pool").output
+    features = keras.Model(ours.input, pooled)  # the pre-head features, same weights
     np.testing.assert_allclose(features.predict(images, verbose=0),
                                run_timm(theirs, images, features=True), atol=TOLERANCE, rtol=0)
     return logits
