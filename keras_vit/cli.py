@@ -22,6 +22,8 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True)
     info = commands.add_parser("info", help="list the architectures and their catalogued weights")
     info.set_defaults(run=_info)
+    from keras_vit.analysis.command import add_parser as add_analyze  # noqa: PLC0415
+    add_analyze(commands)
     return parser
 
 
