@@ -45,6 +45,7 @@ def run(args):
     from keras_vit.models import ViT  # noqa: PLC0415
     from keras_vit.preprocessing import preprocess_input  # noqa: PLC0415
 
+    paths = _image_paths(args.images)[:args.max_images]
     if args.model.endswith(".keras"):
         if args.weights or args.image_size:
             raise SystemExit("--weights and --image-size apply to a variant name, not a "
@@ -57,7 +58,6 @@ def run(args):
         size = None if size is None else (size[0] if len(size) == 1 else tuple(size))
         model = ViT(args.model, weights=args.weights, image_size=size)
     probe = analysis.AttentionProbe(model)
-    paths = _image_paths(args.images)[:args.max_images]
     channels = model.input_shape[-1]
     pixels = np.stack([
         keras.utils.img_to_array(keras.utils.load_img(
