@@ -48,7 +48,7 @@ def test_logits_equal_the_model_and_attention_is_well_formed(non_square):
 
 def test_attention_matches_the_block_called_directly(non_square):
     images = _images((2, 32, 48, 3))
-    to_block_0 = keras.Model(non_square.inputs, non_square.get_layer("encoderblock_0").input)
+    to_block_0 = keras.Model(non_square.inputs[0], non_square.get_layer("encoderblock_0").input)
     x = to_block_0(images)
     block_out, weights = non_square.get_layer("encoderblock_0")(x, return_attention_scores=True)
     weights_1 = non_square.get_layer("encoderblock_1")(block_out, return_attention_scores=True)[1]

@@ -1,18 +1,17 @@
 """PNG figures in the style of the ViT paper's analyses.
 
 Each helper writes one PNG of exactly `figsize * dpi` pixels (no tight
-cropping, so sizes are predictable) and returns its path.
+cropping, so sizes are predictable) and returns its path. Figures are drawn
+with matplotlib's object API, not pyplot, so no display is needed and the
+caller's pyplot state and backend are left alone.
 """
 
 import os
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from keras_vit.analysis.rollout import _to_unit_rgb, overlay  # noqa: E402
+from keras_vit.analysis.rollout import _to_unit_rgb, overlay
 
 __all__ = ["plot_attention_rollout", "plot_mean_attention_distance",
            "plot_position_embedding_similarity", "plot_patch_embedding_components"]
@@ -32,8 +31,8 @@ def plot_attention_rollout(path, images, upsampled, titles=None, dpi=100, panel_
         `(batch * panel_inches * dpi)` wide.
     """
     count = len(images)
-    figure, axes = plt.subplots(2, count, figsize=(panel_inches * count, 2 * panel_inches),
-                                dpi=dpi, squeeze=False)
+    figure = Figure(figsize=(panel_inches * count, 2 * panel_inches), dpi=dpi)
+    axes = figure.subplots(2, count, squeeze=False)
     blended = overlay(images, upsampled)
     for i, (image, blend) in enumerate(zip(_to_unit_rgb(images), blended)):
         axes[0, i].imshow(image)
@@ -63,7 +62,8 @@ def plot_mean_attention_distance(path, distances, image_size=None, title=None, d
     if distances.ndim != 2:
         raise ValueError(f"distances must be (layers, heads), got {distances.shape}.")
     layers, heads = distances.shape
-    figure, axis = plt.subplots(figsize=figsize, dpi=dpi)
+    figure = Figure(figsize=figsize, dpi=dpi)
+    axis = figure.subplots()
     for head in range(heads):
         axis.scatter(np.arange(layers), distances[:, head], s=12, label=f"head {head}")
     axis.set_xlabel("layer (network depth)")
@@ -95,7 +95,7 @@ def plot_position_embedding_similarity(path, similarity, title=None, dpi=100, fi
         raise ValueError(f"similarity must be (rows, columns, rows, columns), got "
                          f"{similarity.shape}.")
     rows, cols = similarity.shape[:2]
-    figure = plt.figure(figsize=figsize, dpi=dpi)
+    figure = Figure(figsize=figsize, dpi=dpi)
     grid = figure.add_gridspec(rows, cols, left=0.08, right=0.82, bottom=0.08, top=0.9,
                                wspace=0.08, hspace=0.08)
     image = None
@@ -138,8 +138,8 @@ def plot_patch_embedding_components(path, components, columns=7, title=None, dpi
     count = len(components)
     rows = -(-count // columns)
     extra = 0.3 if title else 0.0
-    figure, axes = plt.subplots(rows, columns, squeeze=False, dpi=dpi,
-                                figsize=(columns * panel_inches, rows * panel_inches + extra))
+    figure = Figure(figsize=(columns * panel_inches, rows * panel_inches + extra), dpi=dpi)
+    axes = figure.subplots(rows, columns, squeeze=False)
     for axis in axes.ravel():
         axis.axis("off")
     for axis, component in zip(axes.ravel(), components):
@@ -161,5 +161,4 @@ def _save(figure, path):
     if directory:
         os.makedirs(directory, exist_ok=True)
     figure.savefig(path, dpi=figure.dpi)
-    plt.close(figure)
     return path
