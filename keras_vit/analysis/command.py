@@ -32,7 +32,7 @@ def add_parser(commands):
                         help="images used for the attention distance (the paper uses 128)")
     parser.add_argument("--rollout-images", type=int, default=6,
                         help="images shown in the rollout figure")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=8)
     parser.set_defaults(run=run)
     return parser
 

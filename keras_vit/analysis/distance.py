@@ -41,7 +41,7 @@ def mean_attention_distance(attention, grid_size, stride, num_prefix_tokens=1,
     Returns:
         `(layers, heads)` (or `(heads,)` for one layer) distances in pixels.
     """
-    attention = np.asarray(attention, dtype=np.float64)
+    attention = np.asarray(attention)
     if attention.ndim not in (4, 5):
         raise ValueError("attention must have shape (layers, batch, heads, tokens, tokens) or "
                          f"(batch, heads, tokens, tokens), got {attention.shape}.")
@@ -50,8 +50,17 @@ def mean_attention_distance(attention, grid_size, stride, num_prefix_tokens=1,
             attention.shape[-1] != num_prefix_tokens + rows * cols:
         raise ValueError(f"Attention over {attention.shape[-2:]} tokens does not match a "
                          f"{rows}x{cols} grid with {num_prefix_tokens} prefix token(s).")
-    patches = attention[..., num_prefix_tokens:, num_prefix_tokens:]
-    if renormalize:
-        patches = patches / np.maximum(patches.sum(axis=-1, keepdims=True), 1e-12)
-    per_query = (patches * patch_distances(grid_size, stride)).sum(axis=-1)
-    return per_query.mean(axis=-1).mean(axis=-2)  # over queries, then over images
+    distances = patch_distances(grid_size, stride)
+
+    def one_layer(layer):  # (batch, heads, tokens, tokens) -> (heads,)
+        # One layer at a time in float64: the whole stack at once would need
+        # gigabytes for a B/16 batch.
+        patches = layer[..., num_prefix_tokens:, num_prefix_tokens:].astype(np.float64)
+        if renormalize:
+            patches = patches / np.maximum(patches.sum(axis=-1, keepdims=True), 1e-12)
+        per_query = (patches * distances).sum(axis=-1)  # (batch, heads, queries)
+        return per_query.mean(axis=(0, 2))
+
+    if attention.ndim == 4:
+        return one_layer(attention)
+    return np.stack([one_layer(layer) for layer in attention])

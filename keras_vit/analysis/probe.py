@@ -73,7 +73,7 @@ class AttentionProbe:
         self._chain = _layer_chain(model)
         self._forward = _compile(self._forward_eager)
 
-    def __call__(self, images, batch_size=32):
+    def __call__(self, images, batch_size=8):
         """Runs `images` `(batch, height, width, channels)`, already preprocessed.
 
         Returns `ProbeOutputs` for the whole set. Attention for many images is
@@ -84,7 +84,7 @@ class AttentionProbe:
         return ProbeOutputs(*(np.concatenate([getattr(p, f) for p in parts], axis=axis)
                               for f, axis in (("attention", 1), ("tokens", 1), ("outputs", 0))))
 
-    def iterate(self, images, batch_size=32):
+    def iterate(self, images, batch_size=8):
         """Yields `ProbeOutputs` batch by batch, so memory stays bounded."""
         images = self._check_images(images)
         if not isinstance(batch_size, int) or batch_size <= 0:
@@ -107,7 +107,7 @@ class AttentionProbe:
                 x = layer(x)  # inference mode: dropout is off outside training
         return x, keras.ops.stack(attention), keras.ops.stack(tokens)
 
-    def attention_rollout(self, images, batch_size=32, residual=True):
+    def attention_rollout(self, images, batch_size=8, residual=True):
         """`RolloutResult` for `images`, upsampled to the model's image size."""
         joint, heatmaps, upsampled = [], [], []
         for part in self.iterate(images, batch_size):
@@ -119,7 +119,7 @@ class AttentionProbe:
         return type(result)(np.concatenate(joint), np.concatenate(heatmaps),
                             np.concatenate(upsampled))
 
-    def mean_attention_distance(self, images, batch_size=32, renormalize=True):
+    def mean_attention_distance(self, images, batch_size=8, renormalize=True):
         """`(layers, heads)` mean attention distance in pixels over all `images`.
 
         Computed batch by batch, so any number of images fits in memory (the

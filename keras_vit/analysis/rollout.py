@@ -33,11 +33,11 @@ def rollout(attention, residual=True):
         `(batch, tokens, tokens)`: `A_L' @ ... @ A_1'` with `A_l'` the
         head-averaged (and residual-mixed) attention of layer l.
     """
-    attention = np.asarray(attention, dtype=np.float64)
+    attention = np.asarray(attention)
     if attention.ndim != 5 or attention.shape[-1] != attention.shape[-2]:
         raise ValueError("attention must have shape (layers, batch, heads, tokens, tokens), "
                          f"got {attention.shape}.")
-    per_layer = attention.mean(axis=2)  # (layers, batch, tokens, tokens)
+    per_layer = attention.mean(axis=2, dtype=np.float64)  # (layers, batch, tokens, tokens)
     if residual:
         per_layer = per_layer + np.eye(per_layer.shape[-1])
         per_layer = per_layer / per_layer.sum(axis=-1, keepdims=True)
