@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python docs/scripts/make_analysis_figures.py
 
-About two minutes on two CPU cores. It trains a tiny ViT (4 blocks, width 64,
+About 6 to 10 minutes on two CPU cores. It trains a tiny ViT (4 blocks, width 64,
 4 x 4 patches on 32 x 32 images) on scikit-learn's handwritten digits, because
 no pretrained weights are needed or downloaded: the figures show what the
 tools do on a small trained model next to the same model untrained, not what
