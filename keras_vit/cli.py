@@ -26,6 +26,8 @@ def build_parser():
     info.set_defaults(run=_info)
     cli_export.add_parser(commands)
     cli_predict.add_parser(commands)
+    from keras_vit.analysis.command import add_parser as add_analyze  # noqa: PLC0415
+    add_analyze(commands)
     return parser
 
 

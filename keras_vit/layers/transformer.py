@@ -67,6 +67,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return input_shape
 
+    def compute_output_spec(self, x, training=None, return_attention_scores=False):
+        return _output_spec(self, x, return_attention_scores)
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -161,6 +164,9 @@ class TransformerBlock(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return input_shape
 
+    def compute_output_spec(self, x, training=None, return_attention_scores=False):
+        return _output_spec(self, x, return_attention_scores)
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -170,3 +176,14 @@ class TransformerBlock(keras.layers.Layer):
             "attention_dropout": self.attention_dropout,
             "approximate_gelu": self.approximate_gelu,
         }
+
+
+def _output_spec(layer, x, return_attention_scores):
+    """Symbolic outputs; without this, `compute_output_shape` hides the attention output."""
+    output = keras.KerasTensor(x.shape, dtype=layer.compute_dtype)
+    if not return_attention_scores:
+        return output
+    tokens = x.shape[1]
+    weights = keras.KerasTensor((x.shape[0], layer.num_heads, tokens, tokens),
+                                dtype=layer.compute_dtype)
+    return output, weights

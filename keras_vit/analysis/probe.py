@@ -1,0 +1,204 @@
+"""AttentionProbe: every block's attention weights and tokens from a keras_vit model.
+
+The probe calls the model's own layer objects in order, asking each
+`TransformerBlock` for its attention weights. It shares the model's weights
+(nothing is copied or rebuilt) and adds nothing to the model's graph, so the
+model and the cost of its normal `predict` stay exactly as they were.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+
+from keras_vit.analysis.distance import mean_attention_distance
+from keras_vit.analysis.rollout import attention_rollout
+from keras_vit.layers import AddPositionEmbedding, TransformerBlock
+
+__all__ = ["AttentionProbe", "ProbeOutputs", "pooled_features"]
+
+
+@dataclasses.dataclass
+class ProbeOutputs:
+    """What one probe call returns (NumPy, float32).
+
+    attention: `(layers, batch, heads, tokens, tokens)`, rows sum to 1.
+    tokens: `(layers, batch, tokens, D)`, each block's output sequence.
+    outputs: the model's own output for the batch, e.g. logits `(batch, classes)`.
+    """
+
+    attention: np.ndarray
+    tokens: np.ndarray
+    outputs: np.ndarray
+
+
+class AttentionProbe:
+    """Reads attention weights and token outputs from any keras_vit model.
+
+    Works for plain and hybrid models (every layer before the first encoder
+    block, e.g. a ResNet "resnet" stem, is called as it is), with or without a
+    class token or a head, at any image size the model was built for.
+
+    Attributes:
+        model: the probed model (unchanged).
+        grid_size: `(rows, columns)` of the patch grid.
+        num_prefix_tokens: 1 with a class token, 0 without.
+        stride: `(pixels per token vertically, horizontally)`.
+        image_size: `(height, width)` of the model's input.
+        num_layers, num_heads: encoder depth and heads per block.
+
+    Example:
+        probe = AttentionProbe(model)
+        out = probe(images)            # out.attention: (L, B, heads, T, T)
+    """
+
+    def __init__(self, model):
+        if not isinstance(model, keras.Model):
+            raise TypeError(f"AttentionProbe needs a keras.Model, got {type(model).__name__}.")
+        blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
+        positions = [layer for layer in model.layers if isinstance(layer, AddPositionEmbedding)]
+        if not blocks or len(positions) != 1:
+            raise ValueError(f"Model {model.name!r} is not a keras_vit ViT: it needs "
+                             f"TransformerBlock layers and one AddPositionEmbedding, found "
+                             f"{len(blocks)} and {len(positions)}.")
+        if len(model.inputs) != 1 or len(model.outputs) != 1:
+            raise ValueError("AttentionProbe needs a model with one input and one output.")
+        self.model = model
+        self.grid_size = positions[0].grid_size
+        self.num_prefix_tokens = positions[0].num_prefix_tokens
+        self.num_layers = len(blocks)
+        self.num_heads = blocks[0].num_heads
+        self.image_size = _image_size(model, self.grid_size)
+        self.stride = tuple(s // g for s, g in zip(self.image_size, self.grid_size))
+        self._chain = _layer_chain(model)
+        self._forward = _compile(self._forward_eager)
+
+    def __call__(self, images, batch_size=8):
+        """Runs `images` `(batch, height, width, channels)`, already preprocessed.
+
+        Returns `ProbeOutputs` for the whole set. Attention for many images is
+        large (layers x heads x tokens^2 floats each); for statistics over many
+        images use `iterate`.
+        """
+        parts = list(self.iterate(images, batch_size))
+        return ProbeOutputs(*(np.concatenate([getattr(p, f) for p in parts], axis=axis)
+                              for f, axis in (("attention", 1), ("tokens", 1), ("outputs", 0))))
+
+    def iterate(self, images, batch_size=8):
+        """Yields `ProbeOutputs` batch by batch, so memory stays bounded."""
+        images = self._check_images(images)
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+        for start in range(0, len(images), batch_size):
+            outputs, attention, tokens = self._forward(images[start:start + batch_size])
+            yield ProbeOutputs(attention=_numpy(attention), tokens=_numpy(tokens),
+                               outputs=_numpy(outputs))
+
+    def _forward_eager(self, images):
+        """`(outputs, attention (L, B, H, T, T), tokens (L, B, T, D))` as tensors."""
+        x = keras.ops.convert_to_tensor(images, dtype=self.model.inputs[0].dtype)
+        attention, tokens = [], []
+        for layer in self._chain:
+            if isinstance(layer, TransformerBlock):
+                x, weights = layer(x, return_attention_scores=True)
+                attention.append(weights)
+                tokens.append(x)
+            else:
+                x = layer(x)  # inference mode: dropout is off outside training
+        return x, keras.ops.stack(attention), keras.ops.stack(tokens)
+
+    def attention_rollout(self, images, batch_size=8, residual=True):
+        """`RolloutResult` for `images`, upsampled to the model's image size."""
+        joint, heatmaps, upsampled = [], [], []
+        for part in self.iterate(images, batch_size):
+            result = attention_rollout(part.attention, self.grid_size, self.num_prefix_tokens,
+                                       self.image_size, residual=residual)
+            joint.append(result.joint)
+            heatmaps.append(result.heatmap)
+            upsampled.append(result.upsampled)
+        return type(result)(np.concatenate(joint), np.concatenate(heatmaps),
+                            np.concatenate(upsampled))
+
+    def mean_attention_distance(self, images, batch_size=8, renormalize=True):
+        """`(layers, heads)` mean attention distance in pixels over all `images`.
+
+        Computed batch by batch, so any number of images fits in memory (the
+        paper averages over 128).
+        """
+        total, count = 0.0, 0
+        for part in self.iterate(images, batch_size):
+            batch = part.attention.shape[1]
+            total = total + batch * mean_attention_distance(
+                part.attention, self.grid_size, self.stride, self.num_prefix_tokens,
+                renormalize=renormalize)
+            count += batch
+        return total / count
+
+    def _check_images(self, images):
+        images = np.asarray(images)
+        expected = tuple(self.model.input_shape[1:])
+        if images.ndim != 4 or images.shape[1:] != expected:
+            raise ValueError(f"Images must have shape (batch, {', '.join(map(str, expected))}) "
+                             f"for model {self.model.name!r}, got {images.shape}.")
+        if len(images) == 0:
+            raise ValueError("No images given.")
+        return images
+
+
+def _image_size(model, grid_size):
+    height, width = model.input_shape[1:3]
+    if height is None or width is None:
+        raise ValueError("AttentionProbe needs a model built for a fixed image size.")
+    if height % grid_size[0] or width % grid_size[1]:
+        raise ValueError(f"Image size {height}x{width} is not a whole number of pixels per "
+                         f"token on the {grid_size[0]}x{grid_size[1]} grid.")
+    return height, width
+
+
+def _layer_chain(model):
+    """The model's layers after the input, checked to form a single chain."""
+    chain, previous = [], model.inputs[0]
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
+        # keras_vit models are one chain of layers; a branching graph would be
+        # silently mis-wired by calling its layers in order, so refuse it.
+        if layer.input is not previous:
+            raise ValueError(f"Layer {layer.name!r} of model {model.name!r} does not follow the "
+                             "previous layer; AttentionProbe supports keras_vit's chain-shaped "
+                             "models only.")
+        chain.append(layer)
+        previous = layer.output
+    if previous is not model.outputs[0]:
+        raise ValueError(f"The layers of model {model.name!r} do not end at its output.")
+    return chain
+
+
+def _compile(function):
+    """A traced graph function on TensorFlow (fast repeated calls); eager elsewhere."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415  (only on the TensorFlow backend)
+
+        return tf.function(function, reduce_retracing=True)
+    return function
+
+
+def _numpy(tensor):
+    return np.asarray(keras.ops.convert_to_numpy(tensor), dtype=np.float32)
+
+
+def pooled_features(model, images, batch_size=32):
+    """The pooled representation `(batch, D)` a keras_vit model feeds its head.
+
+    Uses the output of the pooling layer ("token_pool" or "gap_pool"), or of
+    "pre_logits" when the model has one, as the paper's few-shot probe does. A
+    model built with `include_top=False` and pooling already returns these.
+    """
+    names = [layer.name for layer in model.layers]
+    for name in ("pre_logits", "token_pool", "gap_pool"):
+        if name in names:
+            extractor = keras.Model(model.inputs, model.get_layer(name).output)
+            return np.asarray(extractor.predict(np.asarray(images), batch_size=batch_size,
+                                                verbose=0), dtype=np.float32)
+    raise ValueError(f"Model {model.name!r} has no pooling layer (token_pool, gap_pool or "
+                     "pre_logits); build it with pooling='token' or 'gap'.")
