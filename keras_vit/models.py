@@ -42,8 +42,8 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         representation_size: width of the tanh `pre_logits` layer before the
             head, None for none, or "auto": kept exactly when the checkpoint
             has one and its head is kept.
-        dropout, attention_dropout: dropout rates (after dense layers and the
-            position embedding; on the attention weights).
+        dropout: dropout rate after the dense layers and the position embedding.
+        attention_dropout: dropout rate on the attention weights.
         approximate_gelu: tanh-approximate GELU as the official models compute
             it (True), or exact erf GELU (False).
         channels: input channels.

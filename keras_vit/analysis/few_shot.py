@@ -35,8 +35,10 @@ def few_shot_linear_eval(train_features, train_labels, test_features, test_label
     not regularised); the prediction is the argmax over the K outputs.
 
     Args:
-        train_features, test_features: `(n, D)` arrays.
-        train_labels, test_labels: `(n,)` integer class ids in [0, K).
+        train_features: `(n, D)` array.
+        train_labels: `(n,)` integer class ids in [0, K).
+        test_features: `(m, D)` array.
+        test_labels: `(m,)` integer class ids in [0, K).
         shots: use only this many training examples per class (a k-shot
             subset drawn with `seed`), or None for all.
         l2_regularization: ridge strength.

@@ -1,7 +1,8 @@
 """Cut a Python process off the network: connecting anywhere but loopback raises.
 
 Put this folder first on PYTHONPATH of a subprocess (the notebook kernels of
-tests/test_tutorials.py) to prove that it needs no network.
+tests/test_tutorials.py) to prove that it needs no network; in-process, tests
+monkeypatch `socket.socket.connect` and `connect_ex` with the functions below.
 """
 
 import ipaddress
@@ -40,5 +41,6 @@ def connect_ex(self, address):
     return _connect_ex(self, address)
 
 
-socket.socket.connect = connect
-socket.socket.connect_ex = connect_ex
+if __name__ == "sitecustomize":  # imported at start-up, not by a test
+    socket.socket.connect = connect
+    socket.socket.connect_ex = connect_ex
