@@ -51,7 +51,8 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         approximate_gelu: tanh-approximate GELU as the official models compute
             it (True), or exact erf GELU (False).
         channels: input channels.
-        name: model name; defaults to the official variant name.
+        name: model name; defaults to the official variant name, with "+"
+            spelled "_" ("R50_ViT-B_16") as TensorFlow scopes require.
 
     Returns:
         A `keras.Model` mapping images `(batch, height, width, channels)` in
@@ -76,10 +77,15 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
 
     model = _build(variant, image_size, include_top, classes, pooling, classifier_activation,
                    representation_size, dropout, attention_dropout, approximate_gelu, channels,
-                   name or variant.name)
+                   name or _default_name(variant))
     if source is not None:
         checkpoints.load_weights(model, source.path())
     return model
+
+
+def _default_name(variant):
+    # TensorFlow scope names reject "+"; the AugReg file names spell it "_" too (R50_L_32).
+    return variant.name.replace("+", "_")
 
 
 def _image_size(image_size, source, variant):
