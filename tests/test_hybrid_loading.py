@@ -111,3 +111,16 @@ def test_position_embedding_resizes_to_the_hybrid_grid(checkpoint):
     posembed = model.get_layer("posembed_input")
     assert posembed.grid_size == (7, 7)
     assert tuple(posembed.pos_embedding.shape) == (1, 1 + 49, 64)
+
+
+def test_a_mismatch_report_recognises_the_hybrid_file():
+    from keras_vit.weight_mapping import describe_architecture  # noqa: PLC0415
+
+    def keys(stages_channels, depth=12):
+        arrays = {"embedding/kernel": np.zeros((1, 1, stages_channels, 768)), "cls": 0,
+                  "conv_root/kernel": 0}
+        arrays.update({f"Transformer/encoderblock_{i}/x": 0 for i in range(depth)})
+        return arrays
+
+    assert describe_architecture(keys(1024)).startswith("R50+ViT-B_16")
+    assert describe_architecture(keys(2048)).startswith("R26+ViT-B_32")
