@@ -2,6 +2,7 @@
 
 from keras_vit.checkpoints import (Checkpoint, WeightsUnavailableError, catalogue,
                                    pin_checksum)
+from keras_vit.layers import BottleneckUnit, ResNetStem, StdConv2D
 from keras_vit.layers import (AddPositionEmbedding, ClassToken, MlpBlock, MultiHeadSelfAttention,
                               PatchEncoder, TransformerBlock, resize_position_embedding)
 from keras_vit.models import (ViT, TokenPooling, ViT_B8, ViT_B16, ViT_B32, ViT_H14, ViT_L16,
@@ -22,6 +23,7 @@ __all__ = [
     # layers
     "PatchEncoder", "ClassToken", "AddPositionEmbedding", "resize_position_embedding",
     "MultiHeadSelfAttention", "MlpBlock", "TransformerBlock", "TokenPooling",
+    "StdConv2D", "BottleneckUnit", "ResNetStem",
     # variants and weights
     "VARIANTS", "Variant", "get_variant", "variant_names", "Checkpoint", "catalogue",
     "pin_checksum", "load_weights", "load_resnet_weights", "CheckpointError", "WeightsUnavailableError",
