@@ -2,12 +2,13 @@
 
 How the two StdConv epsilons stay apart by far less than the tolerance: the
 official StdConv divides by (std + 1e-5), timm by sqrt(var + 1e-8). With
-unit-variance kernel entries every output channel's std is 1 within a few per
+unit-variance kernel entries every output channel's std is 1 within about ten per
 cent, so the two scale each channel by factors differing by about 1e-5 / std;
 every StdConv is followed by a GroupNorm, which removes the part common to a
 group and leaves a relative difference of about 1e-5 * (spread of 1 / std in a
 group) ~ 1e-6 per layer. GroupNorm's epsilon is set to the official 1e-6 on the
-timm side. The measured differences are up to ~1e-5 against a 1e-4 tolerance.
+timm side. For R+Ti/16, R26+S/32 and R50+B/16 the measured differences are up
+to ~1e-5 against a 1e-4 tolerance (R50+L/32: see its test).
 Unit-variance kernels make the activations large, so these tests barely notice
 GroupNorm's epsilon (1e-3 instead of 1e-6 moves the logits by ~1e-4); the
 epsilon is checked directly in test_hybrid_models.py.
@@ -33,7 +34,7 @@ from tests.oracle import random_hybrid_npz, run_timm, timm_hybrid
 TOLERANCE = 1e-4
 
 
-def _compare(variant, size, tmp_path, classes=1000, gn_shape="4d", batch=1):
+def _compare(variant, size, tmp_path, classes=1000, gn_shape="4d", batch=1, tolerance=TOLERANCE):
     grid = token_grid(variant, (size, size))
     path = tmp_path / "hybrid.npz"
     random_hybrid_npz(path, variant, grid, classes=classes, gn_shape=gn_shape)
@@ -43,7 +44,7 @@ def _compare(variant, size, tmp_path, classes=1000, gn_shape="4d", batch=1):
     logits = ours(images).numpy()
     reference = run_timm(theirs, images)
     assert np.abs(reference).max() > 0.1  # a loaded head, not a zero one
-    np.testing.assert_allclose(logits, reference, atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(logits, reference, atol=tolerance, rtol=0)
     return ours, theirs, images
 
 
@@ -79,6 +80,16 @@ def test_r50_b16_full_size_matches_timm(size, tmp_path):
 
 
 @pytest.mark.slow
-def test_r26_b32_and_r50_l32_match_timm(tmp_path):
-    for name in ("R26+B/32", "R50+L/32"):
-        _compare(get_variant(name), 224, tmp_path)
+def test_r26_b32_matches_timm(tmp_path):
+    _compare(get_variant("R26+B/32"), 224, tmp_path)
+
+
+@pytest.mark.slow
+def test_r50_l32_matches_timm(tmp_path):
+    """A looser bound for the 24-block L transformer, which amplifies small differences.
+
+    Measured at 224 px (logits up to 3.7): keras_vit vs timm 1.6e-4; timm float32
+    vs timm float64 3.1e-5; keras_vit in float64 vs timm float64 7.4e-5, the
+    StdConv epsilon difference amplified by 24 random blocks. 3e-4 covers both.
+    """
+    _compare(get_variant("R50+L/32"), 224, tmp_path, tolerance=3e-4)
