@@ -22,6 +22,9 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True)
     info = commands.add_parser("info", help="list the architectures and their catalogued weights")
     info.set_defaults(run=_info)
+    from keras_vit.train_command import add_train_parser  # noqa: PLC0415
+
+    add_train_parser(commands)
     return parser
 
 
