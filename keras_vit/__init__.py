@@ -7,7 +7,9 @@ from keras_vit.layers import (AddPositionEmbedding, ClassToken, MlpBlock, MultiH
 from keras_vit.models import (ViT, TokenPooling, ViT_B8, ViT_B16, ViT_B32, ViT_H14, ViT_L16,
                               ViT_L32, ViT_R26_B32, ViT_R26_S32, ViT_R50_B16, ViT_R50_L32,
                               ViT_R_Ti16, ViT_S16, ViT_S32, ViT_Ti16)
+from keras_vit.datasets import load_dataset, make_pipeline
 from keras_vit.preprocessing import decode_predictions, imagenet_labels, preprocess_input
+from keras_vit.training import RECIPES, Recipe, get_recipe, train
 from keras_vit.variants import VARIANTS, Variant, get_variant, variant_names
 from keras_vit.weight_mapping import CheckpointError, load_weights
 
@@ -26,4 +28,6 @@ __all__ = [
     "pin_checksum", "load_weights", "CheckpointError", "WeightsUnavailableError",
     # pre- and post-processing
     "preprocess_input", "decode_predictions", "imagenet_labels",
+    # training
+    "train", "Recipe", "RECIPES", "get_recipe", "load_dataset", "make_pipeline",
 ]

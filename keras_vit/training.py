@@ -330,8 +330,7 @@ def _run(dataset, variant, weights, recipe, strategy, precision, output, data_di
         keras.callbacks.CSVLogger(log_path, append=True),
         # After the CSV row: a crash between the two repeats the epoch, and _EpochExtras
         # then drops the stale row, so log.csv never misses or repeats an epoch.
-        keras.callbacks.BackupAndRestore(os.path.join(output, "backup"),
-                                         delete_checkpoint=False),
+        _BackupAndRestore(os.path.join(output, "backup")),
         keras.callbacks.ModelCheckpoint(os.path.join(output, "best.keras"),
                                         monitor="val_accuracy", mode="max",
                                         save_best_only=True,
@@ -389,3 +388,25 @@ class _EpochExtras(keras.callbacks.Callback):
             optimizer = self.model.optimizer
             logs["learning_rate"] = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
             logs["seconds"] = time.perf_counter() - self._start
+
+
+class _BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """BackupAndRestore that survives a kill in the middle of writing its backup.
+
+    Keeps the previous epoch's backup too (Keras falls back to it when the newest
+    is torn); a torn first backup, with nothing older, restarts the run from scratch.
+    Kept after training, so re-running a finished command only re-evaluates.
+    """
+
+    def __init__(self, backup_dir):
+        super().__init__(backup_dir, delete_checkpoint=False, double_checkpoint=True)
+
+    def on_train_begin(self, logs=None):
+        try:
+            super().on_train_begin(logs)
+        except (OSError, ValueError) as error:
+            print(f"keras_vit: the backup in {self.backup_dir} is unreadable ({error}); "
+                  "starting again from the first epoch.")
+            import shutil  # noqa: PLC0415
+
+            shutil.rmtree(self.backup_dir, ignore_errors=True)

@@ -27,10 +27,16 @@ def test_mirrored_step_equals_single_device(tmp_path):
                      timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     result = result_of(run.stdout)
-    assert result["replicas"] == 2 and result["all_mirrored"]
-    assert result["max_abs_update"] > 1e-3  # the step moved the weights
-    # Tolerance: float32 sums reduced across 2 replicas in another order.
-    assert result["max_abs_diff"] < 1e-5, result
+    assert result["replicas"] == 2
+    plain, clipped = result["clip=None"], result["clip=1.0"]
+    assert plain["all_mirrored"] and clipped["all_mirrored"]
+    assert plain["max_abs_update"] > 1e-3  # the step moved the weights
+    # Tolerance 1e-5: float32 gradients summed over 2 replicas in another order (seen: ~2e-7).
+    assert plain["max_abs_diff"] < 1e-5, result
+    # Known Keras behaviour (docs/fine-tuning.md): global_clipnorm clips each replica's
+    # gradient before the all-reduce, so an update that clipping shrinks differs from the
+    # single-device one. If this starts failing, Keras clips after the reduce: update the docs.
+    assert clipped["max_abs_diff"] > 1e-4, result
     assert result["fit_strategy"] == "MirroredStrategy" and result["fit_replicas"] == 2
     assert os.path.exists(tmp_path / "run" / "report.json")
 
@@ -46,6 +52,10 @@ def free_ports(count):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "Keras 3.15 fit() under MultiWorkerMirroredStrategy fails in _maybe_symbolic_build "
+    "(strategy.reduce of the first PerReplica batch): keras-team/keras#20585, "
+    "tensorflow/tensorflow#72388. strict: this test starts failing once Keras fixes it."))
 def test_multiworker_two_processes_end_identical(tmp_path):
     ports = [str(p) for p in free_ports(2)]
     output = str(tmp_path / "run")

@@ -2,6 +2,7 @@
 
 import math
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -91,7 +92,7 @@ def test_new_head_starts_at_zero_and_trains():
     assert head.kernel.shape == (64, 7)
     assert not np.any(head.kernel.numpy()) and not np.any(head.bias.numpy())
     model.compile(optimizer=make_optimizer(get_recipe("finetune", warmup_steps=0), 10),
-                  loss="sparse_categorical_crossentropy")
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.train_on_batch(np.random.uniform(-1, 1, (4, 16, 16, 3)), np.arange(4))
     assert np.any(head.kernel.numpy())
 

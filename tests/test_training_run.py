@@ -97,8 +97,10 @@ def test_resume_after_sigkill(tmp_path):
     with open(os.path.join(output, "report.json")) as f:
         report = json.load(f)
     assert report["optimizer_iterations"] == 4 * 22  # the optimizer state was restored too
-    assert f"Epoch {killed_after + 1}/4" in rerun.stdout + rerun.stderr
-    assert "Epoch 1/4" not in rerun.stdout + rerun.stderr
+    # It resumed: only the missing epochs ran again (one more if the kill tore the newest
+    # backup, which then falls back to the one before).
+    rerun_epochs = sum(f"Epoch {k}/4" in rerun.stdout for k in range(1, 5))
+    assert rerun_epochs <= 4 - killed_after + 1, rerun.stdout[-2000:]
 
 
 def test_cli_tfds_offline_message(tmp_path):

@@ -28,11 +28,11 @@ initial = [w.numpy() for w in build_model(DEMO_VARIANT, None, 16, 10).weights]
 initial[-2] = rng.normal(0, 0.1, initial[-2].shape).astype(np.float32)
 
 
-def one_step(strategy):
+def one_step(strategy, clip):
     with strategy.scope():
         model = build_model(DEMO_VARIANT, None, 16, 10)
         model.set_weights(initial)
-        recipe = get_recipe("finetune", learning_rate=0.1, warmup_steps=0)
+        recipe = get_recipe("finetune", learning_rate=0.1, warmup_steps=0, clipnorm=clip)
         model.compile(optimizer=make_optimizer(recipe, total_updates=10),
                       loss=keras.losses.CategoricalCrossentropy(from_logits=True))
     data = tf.data.Dataset.from_tensor_slices((images, labels)).batch(8)  # the global batch
@@ -41,18 +41,19 @@ def one_step(strategy):
 
 
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-single = one_step(tf.distribute.get_strategy())
-distributed = one_step(mirrored)
-variables = [w.value for w in distributed.weights]
-result = {
-    "replicas": mirrored.num_replicas_in_sync,
-    "all_mirrored": all(type(v).__name__ == "MirroredVariable" and len(v.values) == 2
-                        for v in variables),
-    "max_abs_diff": max(float(np.max(np.abs(a.numpy() - b.numpy())))
-                        for a, b in zip(single.weights, distributed.weights)),
-    "max_abs_update": max(float(np.max(np.abs(a.numpy() - b)))
-                          for a, b in zip(single.weights, initial)),
-}
+result = {"replicas": mirrored.num_replicas_in_sync}
+for clip in (None, 1.0):
+    single = one_step(tf.distribute.get_strategy(), clip)
+    distributed = one_step(mirrored, clip)
+    variables = [w.value for w in distributed.weights]
+    result[f"clip={clip}"] = {
+        "all_mirrored": all(type(v).__name__ == "MirroredVariable" and len(v.values) == 2
+                            for v in variables),
+        "max_abs_diff": max(float(np.max(np.abs(a.numpy() - b.numpy())))
+                            for a, b in zip(single.weights, distributed.weights)),
+        "max_abs_update": max(float(np.max(np.abs(a.numpy() - b)))
+                              for a, b in zip(single.weights, initial)),
+    }
 if "--fit" in sys.argv:
     report = train("digits", epochs=1, strategy="mirrored", output=sys.argv[-1], verbose=0)
     result.update(fit_replicas=report["replicas"], fit_strategy=report["strategy"],
