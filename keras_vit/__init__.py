@@ -10,7 +10,9 @@ from keras_vit.models import (ViT, TokenPooling, ViT_B8, ViT_B16, ViT_B32, ViT_H
                               ViT_L32, ViT_R26_B32, ViT_R26_S32, ViT_R50_B16, ViT_R50_L32,
                               ViT_R_Ti16, ViT_S16, ViT_S32, ViT_Ti16)
 from keras_vit.resnet import ResNetV2, load_resnet_weights
+from keras_vit.datasets import load_dataset, make_pipeline
 from keras_vit.preprocessing import decode_predictions, imagenet_labels, preprocess_input
+from keras_vit.training import RECIPES, Recipe, get_recipe, train
 from keras_vit.variants import VARIANTS, Variant, get_variant, variant_names
 from keras_vit.weight_mapping import CheckpointError, load_weights
 
@@ -32,4 +34,6 @@ __all__ = [
     "preprocess_input", "decode_predictions", "imagenet_labels",
     # export
     "export_saved_model", "export_tflite",
+    # training
+    "train", "Recipe", "RECIPES", "get_recipe", "load_dataset", "make_pipeline",
 ]
