@@ -26,7 +26,11 @@ def build_parser():
     info.set_defaults(run=_info)
     cli_export.add_parser(commands)
     cli_predict.add_parser(commands)
+    # Imported here so that `keras-vit --help` stays fast.
     from keras_vit.analysis.command import add_parser as add_analyze  # noqa: PLC0415
+    from keras_vit.train_command import add_train_parser  # noqa: PLC0415
+
+    add_train_parser(commands)
     add_analyze(commands)
     return parser
 

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit import checkpoints
 from keras_vit.layers import AddPositionEmbedding, ClassToken, PatchEncoder, TransformerBlock
+from keras_vit.layers.resnet import ResNetStem, resnet_feature_size
 from keras_vit.layers.transformer import LAYER_NORM_EPSILON
 from keras_vit.variants import get_variant
 
@@ -28,7 +29,10 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
             "augreg-in21k-ft-in1k-224", "augreg-in21k-ft-in1k-384"), or the
             path of an official-layout `.npz` file.
         image_size: int or (height, width); both must be multiples of the
-            variant's stride. Defaults to the checkpoint's resolution, else 224.
+            variant's stride. Hybrids take any size whose ResNet feature map
+            (ceil(size / ResNet stride), SAME padding) their patch tiles: any
+            size for R50/R26 hybrids, ceil(size / 4) a multiple of 8 for
+            R+Ti/16. Defaults to the checkpoint's resolution, else 224.
             Position embeddings are resized when it differs from the checkpoint.
         include_top: whether to end with the classification head.
         classes: head size. Defaults to the checkpoint's class count, else
@@ -47,7 +51,8 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         approximate_gelu: tanh-approximate GELU as the official models compute
             it (True), or exact erf GELU (False).
         channels: input channels.
-        name: model name; defaults to the official variant name.
+        name: model name; defaults to the official variant name, with "+"
+            spelled "_" ("R50_ViT-B_16") as TensorFlow scopes require.
 
     Returns:
         A `keras.Model` mapping images `(batch, height, width, channels)` in
@@ -72,10 +77,15 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
 
     model = _build(variant, image_size, include_top, classes, pooling, classifier_activation,
                    representation_size, dropout, attention_dropout, approximate_gelu, channels,
-                   name or variant.name)
+                   name or _default_name(variant))
     if source is not None:
         checkpoints.load_weights(model, source.path())
     return model
+
+
+def _default_name(variant):
+    # TensorFlow scope names reject "+"; the AugReg file names spell it "_" too (R50_L_32).
+    return variant.name.replace("+", "_")
 
 
 def _image_size(image_size, source, variant):
@@ -84,14 +94,39 @@ def _image_size(image_size, source, variant):
     if isinstance(image_size, int):
         image_size = (image_size, image_size)
     image_size = tuple(image_size)
-    stride = variant.total_stride
     if len(image_size) != 2 or not all(isinstance(s, int) and s > 0 for s in image_size):
         raise ValueError(f"image_size must be a positive int or (height, width), got {image_size}.")
+    if variant.is_hybrid:
+        _check_hybrid_image_size(variant, image_size)
+        return image_size
+    stride = variant.total_stride
     if any(s % stride for s in image_size):
         raise ValueError(f"image_size {image_size[0]}x{image_size[1]} is not divisible by "
                          f"{variant.short_name}'s stride of {stride} pixels; use a multiple "
                          f"of {stride}, e.g. {stride * max(1, image_size[0] // stride)}.")
     return image_size
+
+
+def _check_hybrid_image_size(variant, image_size):
+    # The ResNet pads "SAME", so any size works and gives a ceil(size / stride) feature
+    # map, as in the official model; only the patch (8 for R+Ti/16) must tile that map.
+    feature = [resnet_feature_size(s, len(variant.resnet_stages)) for s in image_size]
+    if any(f % variant.patch_size for f in feature):
+        resnet_stride = variant.total_stride // variant.patch_size
+        raise ValueError(
+            f"image_size {image_size[0]}x{image_size[1]} gives {variant.short_name}'s ResNet a "
+            f"{feature[0]}x{feature[1]} feature map (ceil(size / {resnet_stride})), which its "
+            f"{variant.patch_size}x{variant.patch_size} patches do not tile; use a size whose "
+            f"ceil(size / {resnet_stride}) is a multiple of {variant.patch_size}, e.g. a "
+            f"multiple of {variant.total_stride}.")
+
+
+def token_grid(variant, image_size):
+    """(rows, columns) of patch tokens for an image of (height, width) pixels."""
+    if variant.is_hybrid:
+        return tuple(resnet_feature_size(s, len(variant.resnet_stages)) // variant.patch_size
+                     for s in image_size)
+    return tuple(s // variant.total_stride for s in image_size)
 
 
 def _check_head_arguments(variant, include_top, pooling, classifier_activation):
@@ -111,13 +146,12 @@ def _build(variant, image_size, include_top, classes, pooling, classifier_activa
     images = keras.Input((*image_size, channels), name="images")
     x = images
     if variant.is_hybrid:
-        from keras_vit.layers.resnet import ResNetStem  # noqa: PLC0415  (hybrids only)
         x = ResNetStem(variant.resnet_stages, variant.resnet_width, name="resnet")(x)
     x = PatchEncoder(variant.width, variant.patch_size, name="embedding")(x)
     has_cls = variant.classifier == "token"
     if has_cls:
         x = ClassToken(name="cls")(x)
-    grid = tuple(s // variant.total_stride for s in image_size)
+    grid = token_grid(variant, image_size)
     x = AddPositionEmbedding(grid, num_prefix_tokens=int(has_cls), name="posembed_input")(x)
     x = keras.layers.Dropout(dropout)(x)
     for i in range(variant.depth):

@@ -240,9 +240,16 @@ def describe_architecture(arrays):
     hybrid = "conv_root/kernel" in arrays
     for v in VARIANTS.values():
         if (v.width, v.depth, v.patch_size, v.is_hybrid) == (kernel.shape[3], depth, kernel.shape[0], hybrid) \
-                and (v.classifier == "token") == ("cls" in arrays):
+                and (v.classifier == "token") == ("cls" in arrays) \
+                and (not hybrid or kernel.shape[2] == _trunk_channels(v)):
             return f"{v.name} (width {v.width}, depth {depth}, patch {kernel.shape[0]})"
     return f"a ViT of width {kernel.shape[3]}, depth {depth}, patch {kernel.shape[0]}"
+
+
+def _trunk_channels(variant):
+    # What the ResNet hands the patch embedding: R26+B/32 (2048) vs R50+B/16 (1024).
+    stages = variant.resnet_stages
+    return 64 * variant.resnet_width * (4 * 2 ** (len(stages) - 1) if stages else 1)
 
 
 @dataclasses.dataclass

@@ -108,3 +108,97 @@ def run_timm(model, images_nhwc, features=False):
         if features:
             return model.forward_head(model.forward_features(x), pre_logits=True).numpy()
         return model(x).numpy()
+
+
+def random_hybrid_npz(path, variant, grid, classes=1000, seed=0, gn_shape="4d"):
+    """Writes random hybrid weights (ResNetV2 trunk + ViT) in the official layout.
+
+    The trunk keys are spelled out here from the official models_resnet.py
+    structure: conv_root (7, 7, 3, 64), gn_root, then block{s}/unit{u}/ with
+    conv1 (1, 1, Cin, F), conv2 (3, 3, F, F), conv3 (1, 1, F, 4F), their gn1..gn3,
+    and conv_proj (1, 1, Cin, 4F) + gn_proj on unit1. F = 64 * 2**(s - 1).
+
+    Conv kernels have unit-variance entries (standard normal), so that the
+    StdConv epsilons of the official code (1e-5 on the std) and timm (1e-8 on
+    the variance) both stay negligible. GroupNorm parameters are stored as
+    (1, 1, 1, C), as in released files, with gn_shape="4d", else as (C,).
+    Returns the arrays.
+    """
+    arrays = random_vit_npz(path, variant, grid, classes=classes, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    p, d = variant.patch_size, variant.width
+
+    def gn(prefix, channels):
+        shape = (1, 1, 1, channels) if gn_shape == "4d" else (channels,)
+        arrays[f"{prefix}/scale"] = (1 + 0.2 * rng.standard_normal(shape)).astype(np.float32)
+        arrays[f"{prefix}/bias"] = (0.2 * rng.standard_normal(shape)).astype(np.float32)
+
+    def conv(key, *shape):
+        arrays[key] = rng.standard_normal(shape).astype(np.float32)
+
+    conv("conv_root/kernel", 7, 7, 3, 64)
+    gn("gn_root", 64)
+    channels = 64
+    for s, units in enumerate(variant.resnet_stages, start=1):
+        f = 64 * 2 ** (s - 1)
+        for u in range(1, units + 1):
+            unit = f"block{s}/unit{u}"
+            conv(f"{unit}/conv1/kernel", 1, 1, channels, f)
+            gn(f"{unit}/gn1", f)
+            conv(f"{unit}/conv2/kernel", 3, 3, f, f)
+            gn(f"{unit}/gn2", f)
+            conv(f"{unit}/conv3/kernel", 1, 1, f, 4 * f)
+            gn(f"{unit}/gn3", 4 * f)
+            if u == 1:
+                conv(f"{unit}/conv_proj/kernel", 1, 1, channels, 4 * f)
+                gn(f"{unit}/gn_proj", 4 * f)
+            channels = 4 * f
+    # The patch embedding reads the trunk's output channels, not RGB.
+    arrays["embedding/kernel"] = (rng.standard_normal((p, p, channels, d))
+                                  / np.sqrt(p * p * channels)).astype(np.float32)
+    np.savez(path, **arrays)
+    return arrays
+
+
+def timm_hybrid(variant, image_size, classes, npz_path=None):
+    """A timm hybrid ViT matching `variant` (tanh GELU, GroupNorm epsilon 1e-6).
+
+    Built from timm's own ResNetV2 pieces (StdConv2dSame, GroupNormAct, SAME
+    max-pool) the way its registered vit_*_r*_ models build them, with the
+    transformer size and depth taken from `variant` so reduced-depth variants
+    can be compared too. timm's GroupNorm epsilon defaults to 1e-5; the
+    official one is 1e-6, so every GroupNorm gets eps=1e-6.
+    """
+    import_timm()
+    import functools  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    # One thread: on a shared 2-core machine torch's default pool, next to
+    # TensorFlow's, oversubscribes the cores and runs ~20x slower.
+    torch.set_num_threads(1)
+
+    from timm.layers import GroupNormAct, HybridEmbed, StdConv2dSame  # noqa: PLC0415
+    from timm.models.resnetv2 import ResNetV2, create_resnetv2_stem  # noqa: PLC0415
+    from timm.models.vision_transformer import VisionTransformer  # noqa: PLC0415
+
+    conv_layer = functools.partial(StdConv2dSame, eps=1e-8)
+    norm_layer = functools.partial(GroupNormAct, num_groups=32, eps=1e-6)
+    if variant.resnet_stages:
+        backbone = ResNetV2(layers=variant.resnet_stages, num_classes=0, global_pool="",
+                            preact=False, stem_type="same", conv_layer=conv_layer,
+                            norm_layer=norm_layer)
+    else:
+        backbone = create_resnetv2_stem(3, stem_type="same", preact=False,
+                                        conv_layer=conv_layer, norm_layer=norm_layer)
+    model = VisionTransformer(
+        img_size=image_size, patch_size=variant.patch_size, embed_dim=variant.width,
+        depth=variant.depth, num_heads=variant.heads, mlp_ratio=variant.mlp_dim / variant.width,
+        num_classes=classes, act_layer="gelu_tanh",
+        embed_layer=functools.partial(HybridEmbed, backbone=backbone))
+    eps = {m.eps for m in model.modules() if isinstance(m, GroupNormAct)}
+    assert eps == {1e-6}, f"timm GroupNorm epsilons {eps}, expected the official 1e-6"
+    if npz_path is not None:
+        model.load_pretrained(str(npz_path))
+    model.eval()
+    return model

@@ -16,6 +16,7 @@ from keras_vit.variants import VARIANTS  # noqa: E402
 from tests.test_variants import EXPECTED_PARAMS  # noqa: E402
 
 PAGE = os.path.join(os.path.dirname(__file__), "..", "models-and-weights.md")
+HYBRIDS = os.path.join(os.path.dirname(__file__), "hybrids_section.md")
 
 INTRO = """# Models and weights
 
@@ -103,6 +104,8 @@ def render():
         lines.append(f"| {c.variant} | `{c.tag}` | {c.classes:,} | {c.resolution} | "
                      f"{c.representation_size or '-'} | {size} | [{c.filename}]({c.url}) |\n")
     lines.append(OFFLINE)
+    with open(HYBRIDS) as f:  # hand-written prose on the hybrids, kept beside this script
+        lines.append("\n" + f.read())
     return "".join(lines)
 
 

@@ -1,0 +1,269 @@
+"""tf.data input pipelines: TFDS datasets, folders of class sub-folders, and digits.
+
+`load_dataset(source)` returns the raw examples (`(image uint8 (H, W, C),
+label int32)`) of a train and a held-out split; `make_pipeline` turns one split
+into batches of `(images float32 (batch, size, size, 3) in [-1, 1], labels
+int32 (batch,))` with the official preprocessing.
+"""
+
+import dataclasses
+import os
+import socket
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
+           "load_image_folder", "load_tfds", "make_pipeline", "inception_crop",
+           "IMAGE_EXTENSIONS", "HELD_OUT_FRACTION", "SPLIT_SEED"]
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+HELD_OUT_FRACTION = 0.2  # for sources without a test split (digits, folders, tf_flowers)
+SPLIT_SEED = 0  # fixed, so every run holds out the same examples
+CONNECT_TIMEOUT_S = 5.0
+
+
+class DatasetUnavailableError(RuntimeError):
+    """A dataset needs a download that cannot happen here; the message says what to do."""
+
+
+@dataclasses.dataclass
+class DatasetSplits:
+    """A train and a held-out split of `(image uint8 (H, W, C), label int32)` examples."""
+
+    train: tf.data.Dataset
+    test: tf.data.Dataset
+    class_names: list
+    num_train: int
+    num_test: int
+    skipped_files: list = dataclasses.field(default_factory=list)  # unreadable images
+    name: str = ""
+
+    @property
+    def num_classes(self):
+        return len(self.class_names)
+
+
+def load_dataset(source, data_dir=None):
+    """`"digits"`, a folder of class sub-folders, or a TFDS name ("tf_flowers")."""
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"dataset must be 'digits', a folder or a TFDS name, got {source!r}.")
+    if source == "digits":
+        return load_digits()
+    if os.path.isdir(source):
+        return load_image_folder(source)
+    if os.sep in source or source.startswith("."):
+        raise FileNotFoundError(f"Dataset folder {source!r} does not exist.")
+    return load_tfds(source, data_dir=data_dir)
+
+
+def _held_out_split(labels, fraction=HELD_OUT_FRACTION, seed=SPLIT_SEED):
+    """Stratified, seeded (train indices, test indices)."""
+    from sklearn.model_selection import train_test_split  # noqa: PLC0415
+
+    indices = np.arange(len(labels))
+    train, test = train_test_split(indices, test_size=fraction, random_state=seed,
+                                   stratify=labels)
+    return np.sort(train), np.sort(test)
+
+
+def load_digits():
+    """scikit-learn's 1,797 handwritten 8x8 digits as uint8 `(8, 8, 1)` images, 10 classes.
+
+    Real data shipped inside scikit-learn, so it works offline. The held-out
+    split is a fixed stratified 20% (360 images).
+    """
+    from sklearn.datasets import load_digits as sklearn_digits  # noqa: PLC0415
+
+    digits = sklearn_digits()
+    # Pixel values are 0..16; stretch them to the 0..255 of ordinary images.
+    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
+    labels = digits.target.astype(np.int32)
+    train, test = _held_out_split(labels)
+
+    def split(indices):
+        return tf.data.Dataset.from_tensor_slices((images[indices], labels[indices]))
+
+    return DatasetSplits(split(train), split(test), [str(i) for i in range(10)],
+                         len(train), len(test), name="digits")
+
+
+def load_image_folder(root):
+    """A folder with one sub-folder of JPEG/PNG/BMP/GIF images per class (flower_photos layout).
+
+    Every file is decoded once up front; files TensorFlow cannot decode are
+    left out and listed in `skipped_files` instead of stopping training.
+    """
+    class_names = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    if not class_names:
+        raise ValueError(f"{root!r} has no class sub-folders; expected root/<class>/<image>.")
+    paths, labels, skipped = [], [], []
+    for label, name in enumerate(class_names):
+        folder = os.path.join(root, name)
+        for file in sorted(os.listdir(folder)):
+            path = os.path.join(folder, file)
+            if not file.lower().endswith(IMAGE_EXTENSIONS) or not os.path.isfile(path):
+                continue
+            if _decodes(path):
+                paths.append(path)
+                labels.append(label)
+            else:
+                skipped.append(path)
+    labels = np.asarray(labels, np.int32)
+    missing = [c for i, c in enumerate(class_names) if not np.any(labels == i)]
+    if missing:
+        raise ValueError(f"No readable images for classes {missing} under {root!r}.")
+    train, test = _held_out_split(labels)
+    paths = np.asarray(paths)
+
+    def split(indices):
+        files = tf.data.Dataset.from_tensor_slices((paths[indices], labels[indices]))
+        return files.map(lambda p, y: (_decode(tf.io.read_file(p)), y),
+                         num_parallel_calls=tf.data.AUTOTUNE)
+
+    return DatasetSplits(split(train), split(test), class_names, len(train), len(test),
+                         skipped_files=skipped, name=os.path.basename(os.path.normpath(root)))
+
+
+def _decode(data):
+    # channels=3 turns grayscale and palette images into RGB; GIFs give their first frame.
+    return tf.io.decode_image(data, channels=3, expand_animations=False)
+
+
+def _decodes(path):
+    try:
+        _decode(tf.io.read_file(path))
+        return True
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError):
+        return False
+
+
+def load_tfds(name, data_dir=None):
+    """A TFDS dataset; downloads it only when its servers are reachable.
+
+    Uses the "test" split when there is one, else a fixed 20% of "train"
+    (tf_flowers). Raises `DatasetUnavailableError` within seconds when the data
+    is neither prepared in `data_dir` nor downloadable.
+    """
+    try:
+        import tensorflow_datasets as tfds  # noqa: PLC0415
+    except ImportError as error:
+        raise DatasetUnavailableError(f"Dataset {name!r} needs tensorflow-datasets: "
+                                      "pip install tensorflow-datasets") from error
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except Exception as error:  # tfds raises its own DatasetNotFoundError
+        raise ValueError(f"Unknown dataset {name!r}: not 'digits', not an existing folder, "
+                         f"and not a TFDS name ({error}).") from None
+    if not _is_prepared(builder):
+        _prepare(builder, name)
+    splits = builder.info.splits
+    if "test" in splits:
+        train_split, test_split = "train", "test"
+    else:
+        cut = round(100 * (1 - HELD_OUT_FRACTION))
+        train_split, test_split = f"train[:{cut}%]", f"train[{cut}%:]"
+    features = builder.info.features
+    class_names = list(features["label"].names)
+
+    def split(spec):
+        ds = builder.as_dataset(split=spec, as_supervised=True, shuffle_files=False)
+        return ds.map(lambda x, y: (_to_rgb(x), tf.cast(y, tf.int32)),
+                      num_parallel_calls=tf.data.AUTOTUNE)
+
+    return DatasetSplits(split(train_split), split(test_split), class_names,
+                         splits[train_split].num_examples, splits[test_split].num_examples,
+                         name=name)
+
+
+def _is_prepared(builder):
+    try:
+        return tf.io.gfile.exists(os.path.join(builder.data_dir, "dataset_info.json"))
+    except Exception:  # noqa: BLE001  (an unreadable data_dir is "not prepared")
+        return False
+
+
+def _prepare(builder, name):
+    import tensorflow_datasets as tfds  # noqa: PLC0415
+
+    manual_dir = os.path.join(builder.data_dir_root, "downloads", "manual")
+    has_manual = os.path.isdir(manual_dir) and os.listdir(manual_dir)
+    if not has_manual and not _internet_reachable():
+        raise DatasetUnavailableError(
+            f"Dataset {name!r} is not prepared under {builder.data_dir_root!r} and its download "
+            "servers cannot be reached. To use it offline, either (1) prepare it on a machine "
+            f"with internet (python -c \"import tensorflow_datasets as tfds; tfds.load('{name}')\") "
+            "and copy ~/tensorflow_datasets here (or pass --data-dir DIR / TFDS_DATA_DIR), "
+            f"(2) put its downloaded archives in {manual_dir} (TFDS manual_dir), or "
+            "(3) pass a local folder of class sub-folders: --dataset PATH.")
+    config = tfds.download.DownloadConfig(manual_dir=manual_dir if has_manual else None)
+    builder.download_and_prepare(download_config=config)
+
+
+def _internet_reachable(hosts=(("storage.googleapis.com", 443), ("www.tensorflow.org", 443)),
+                        timeout=CONNECT_TIMEOUT_S):
+    """A quick TCP check, so offline machines fail fast instead of retrying for minutes."""
+    for host, port in hosts:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _to_rgb(image):
+    image = tf.convert_to_tensor(image)
+    if image.shape[-1] == 1:
+        image = tf.image.grayscale_to_rgb(image)
+    return image
+
+
+def inception_crop(image, area_range=(0.05, 1.0), seed=None):
+    """A random crop covering `area_range` of the image, aspect 3/4..4/3, as Inception.
+
+    `(H, W, C) -> (h, w, C)`; resize afterwards.
+    """
+    begin, size, _ = tf.image.sample_distorted_bounding_box(
+        tf.shape(image), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        min_object_covered=0.0, aspect_ratio_range=(0.75, 1.33), area_range=area_range,
+        max_attempts=10, use_image_if_no_bounding_boxes=True, seed=seed)
+    return tf.slice(image, begin, size)
+
+
+def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.0), flip=True,
+                  shuffle_buffer=10_000, cache=False, repeat=None, seed=None):
+    """Batches of `(images float32 (batch, size, size, 3) in [-1, 1], labels int32 (batch,))`.
+
+    Training: shuffle, inception crop (`crop_area`, None to skip), resize,
+    random left-right flip (`flip`), [-1, 1]; repeated, whole batches only.
+    Eval: resize straight to `image_size` (no centre crop), [-1, 1], in order.
+    `batch_size` is the global batch: a tf.distribute strategy splits it
+    across replicas.
+    """
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    if cache:
+        dataset = dataset.cache()
+    repeat = training if repeat is None else repeat
+    if training:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+
+    def preprocess(image, label):
+        image = _to_rgb(image)
+        if training and crop_area is not None:
+            image = inception_crop(image, crop_area)
+        image = tf.image.resize(image, size, method="bilinear", antialias=False)
+        if training and flip:
+            image = tf.image.random_flip_left_right(image)
+        image = tf.clip_by_value(image, 0.0, 255.0) / 127.5 - 1.0
+        image = tf.ensure_shape(image, (*size, 3))
+        return image, label
+
+    dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.batch(batch_size, drop_remainder=training)
+    options = tf.data.Options()
+    # Examples are in memory or already decoded: shard by element, not by file.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)

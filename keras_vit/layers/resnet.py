@@ -1,0 +1,216 @@
+"""The BiT ResNetV2 trunk of the hybrid models, computed as the official code does.
+
+Pieces: `StdConv2D` (weight-standardised convolution, no bias), GroupNorm (32
+groups, epsilon 1e-6), TF "SAME" padding, a 7x7/2 root convolution and 3x3/2
+max-pool, then stages of post-activation bottleneck units with the stride on
+the 3x3 convolution. Sub-layers carry the checkpoint's names (`conv_root`,
+`gn_root`, `block{s}_unit{u}` > `conv1`..`conv3`, `gn1`..`gn3`, `conv_proj`,
+`gn_proj`), so `ResNetStem.checkpoint_rows()` is a table of names.
+"""
+
+import keras
+from keras import ops
+
+__all__ = ["StdConv2D", "BottleneckUnit", "ResNetStem", "GROUP_NORM_EPSILON",
+           "STD_CONV_EPSILON", "resnet_feature_size"]
+
+GROUP_NORM_EPSILON = 1e-6  # flax nn.GroupNorm's default; Keras' default 1e-3 breaks parity
+GROUP_NORM_GROUPS = 32
+STD_CONV_EPSILON = 1e-5  # added to the standard deviation, as the official StdConv does
+
+
+def resnet_feature_size(size, num_stages):
+    """Rows (or columns) of the trunk's output for an input of `size` pixels.
+
+    Every stride-2 step with SAME padding gives ceil(size / 2): the root
+    convolution, the max-pool, and the first unit of every stage after the first.
+    """
+    for _ in range(2 + max(num_stages - 1, 0)):
+        size = -(-size // 2)
+    return size
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class StdConv2D(keras.layers.Conv2D):
+    """A bias-free Conv2D whose kernel is standardised on every call.
+
+    `w = (w - mean(w)) / (std(w) + 1e-5)`, mean and population standard
+    deviation over (height, width, in_channels) for each output channel, as
+    the official `StdConv`. Input `(batch, H, W, Cin)`, output
+    `(batch, ceil(H / stride), ceil(W / stride), filters)` with TF "SAME" padding.
+    """
+
+    def __init__(self, filters, kernel_size, strides=1, epsilon=STD_CONV_EPSILON, **kwargs):
+        kwargs.setdefault("padding", "same")
+        kwargs["use_bias"] = False
+        super().__init__(filters, kernel_size, strides=strides, **kwargs)
+        self.epsilon = epsilon
+
+    def convolution_op(self, inputs, kernel):
+        # Standardise in float32 even under mixed precision: std of a fp16 kernel loses digits.
+        kernel = ops.cast(kernel, "float32")
+        mean = ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
+        centred = kernel - mean
+        std = ops.sqrt(ops.mean(ops.square(centred), axis=(0, 1, 2), keepdims=True))
+        kernel = ops.cast(centred / (std + self.epsilon), inputs.dtype)
+        return super().convolution_op(inputs, kernel)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("use_bias", None)
+        return {**config, "epsilon": self.epsilon}
+
+
+def _group_norm(name, dtype, gamma_initializer="ones"):
+    return keras.layers.GroupNormalization(groups=GROUP_NORM_GROUPS, epsilon=GROUP_NORM_EPSILON,
+                                           gamma_initializer=gamma_initializer, name=name,
+                                           dtype=dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class BottleneckUnit(keras.layers.Layer):
+    """The official post-activation bottleneck `ResidualUnit`.
+
+    `(batch, H, W, Cin) -> (batch, ceil(H / s), ceil(W / s), 4 * features)`:
+    conv1 1x1 -> gn1 -> ReLU -> conv2 3x3 stride s -> gn2 -> ReLU -> conv3 1x1
+    -> gn3 (scale starts at zero), added to the residual, then ReLU. The
+    residual is projected (conv_proj 1x1 stride s + gn_proj) when the channel
+    count or the resolution changes, i.e. in the first unit of every stage.
+    """
+
+    def __init__(self, features, strides=1, **kwargs):
+        super().__init__(**kwargs)
+        self.features = features
+        self.strides = strides
+        dtype = self.dtype_policy
+        self.conv1 = StdConv2D(features, 1, name="conv1", dtype=dtype)
+        self.gn1 = _group_norm("gn1", dtype)
+        self.conv2 = StdConv2D(features, 3, strides=strides, name="conv2", dtype=dtype)
+        self.gn2 = _group_norm("gn2", dtype)
+        self.conv3 = StdConv2D(4 * features, 1, name="conv3", dtype=dtype)
+        self.gn3 = _group_norm("gn3", dtype, gamma_initializer="zeros")
+        self.conv_proj = self.gn_proj = None
+
+    def build(self, input_shape):
+        out_channels = 4 * self.features
+        if input_shape[-1] != out_channels or self.strides != 1:
+            self.conv_proj = StdConv2D(out_channels, 1, strides=self.strides, name="conv_proj",
+                                       dtype=self.dtype_policy)
+            self.gn_proj = _group_norm("gn_proj", self.dtype_policy)
+            self.conv_proj.build(input_shape)
+            self.gn_proj.build(self.conv_proj.compute_output_shape(input_shape))
+        self.conv1.build(input_shape)
+        shape = self.conv1.compute_output_shape(input_shape)
+        self.gn1.build(shape)
+        self.conv2.build(shape)
+        shape = self.conv2.compute_output_shape(shape)
+        self.gn2.build(shape)
+        self.conv3.build(shape)
+        self.gn3.build(self.conv3.compute_output_shape(shape))
+
+    def call(self, x):
+        residual = x
+        if self.conv_proj is not None:
+            residual = self.gn_proj(self.conv_proj(x))
+        y = ops.relu(self.gn1(self.conv1(x)))
+        y = ops.relu(self.gn2(self.conv2(y)))
+        y = self.gn3(self.conv3(y))
+        return ops.relu(residual + y)
+
+    def compute_output_shape(self, input_shape):
+        return self.conv3.compute_output_shape(self.conv2.compute_output_shape(input_shape))
+
+    def checkpoint_rows(self, prefix):
+        """(npz key, variable) pairs under `prefix`, e.g. "block1/unit1"."""
+        pairs = []
+        for conv, norm in (("conv1", "gn1"), ("conv2", "gn2"), ("conv3", "gn3"),
+                           ("conv_proj", "gn_proj")):
+            if getattr(self, conv) is None:
+                continue
+            pairs.append((f"{prefix}/{conv}/kernel", getattr(self, conv).kernel))
+            pairs.append((f"{prefix}/{norm}/scale", getattr(self, norm).gamma))
+            pairs.append((f"{prefix}/{norm}/bias", getattr(self, norm).beta))
+        return pairs
+
+    def get_config(self):
+        return {**super().get_config(), "features": self.features, "strides": self.strides}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ResNetStem(keras.layers.Layer):
+    """The hybrid models' ResNetV2 trunk: root block, then bottleneck stages.
+
+    `stages` gives the units per stage, e.g. (3, 4, 9) for R50+ViT-B/16; ()
+    is the root block alone (R+ViT-Ti/16). Stage s has 64 * width * 2**(s-1)
+    bottleneck features (4x that many output channels); stage 1 keeps the
+    resolution, every later stage halves it.
+
+    Input `(batch, H, W, C)`. Output `(batch, h, w, channels)` with
+    `h = resnet_feature_size(H, len(stages))` (ceil(H / stride), stride 4,
+    8, 16 or 32), or with `return_stages=True` a dict of every stage's output:
+    "stem" (after the max-pool, /4) and "block1".."blockN".
+    """
+
+    def __init__(self, stages=(3, 4, 9), width=1, **kwargs):
+        super().__init__(**kwargs)
+        self.stages = tuple(int(n) for n in stages)
+        if any(n < 1 for n in self.stages):
+            raise ValueError(f"Every ResNet stage needs at least one unit, got {self.stages}.")
+        self.width = width
+        root = 64 * width
+        dtype = self.dtype_policy
+        self.conv_root = StdConv2D(root, 7, strides=2, name="conv_root", dtype=dtype)
+        self.gn_root = _group_norm("gn_root", dtype)
+        self.pool = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool",
+                                              dtype=dtype)
+        self.units = []  # [(block index, unit index, layer)]
+        for s, count in enumerate(self.stages, start=1):
+            for u in range(1, count + 1):
+                stride = 2 if s > 1 and u == 1 else 1
+                self.units.append((s, u, BottleneckUnit(root * 2 ** (s - 1), stride,
+                                                        name=f"block{s}_unit{u}", dtype=dtype)))
+
+    @property
+    def stride(self):
+        """Pixels per output position along each axis."""
+        return 4 * 2 ** max(len(self.stages) - 1, 0)
+
+    @property
+    def output_channels(self):
+        return 64 * self.width * (4 * 2 ** (len(self.stages) - 1) if self.stages else 1)
+
+    def build(self, input_shape):
+        self.conv_root.build(input_shape)
+        shape = self.conv_root.compute_output_shape(input_shape)
+        self.gn_root.build(shape)
+        shape = self.pool.compute_output_shape(shape)
+        for _, _, unit in self.units:
+            unit.build(shape)
+            shape = unit.compute_output_shape(shape)
+
+    def call(self, images, return_stages=False):
+        x = ops.relu(self.gn_root(self.conv_root(images)))
+        x = self.pool(x)
+        outputs = {"stem": x}
+        for s, _, unit in self.units:
+            x = unit(x)
+            outputs[f"block{s}"] = x
+        return outputs if return_stages else x
+
+    def checkpoint_rows(self):
+        """The official hybrid npz keys, one `Row` per variable.
+
+        conv_root/kernel, gn_root/{scale,bias}, then for every unit
+        block{s}/unit{u}/{conv1,conv2,conv3,conv_proj}/kernel and
+        gn{1,2,3,_proj}/{scale,bias}.
+        """
+        from keras_vit.weight_mapping import Row  # noqa: PLC0415  (weight_mapping imports layers)
+
+        pairs = [("conv_root/kernel", self.conv_root.kernel),
+                 ("gn_root/scale", self.gn_root.gamma), ("gn_root/bias", self.gn_root.beta)]
+        for s, u, unit in self.units:
+            pairs += unit.checkpoint_rows(f"block{s}/unit{u}")
+        return [Row((key,), variable) for key, variable in pairs]
+
+    def get_config(self):
+        return {**super().get_config(), "stages": list(self.stages), "width": self.width}

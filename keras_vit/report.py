@@ -1,0 +1,99 @@
+"""The evaluation report of a training run: report.json, curves.png and confusion.png."""
+
+import csv
+import json
+import os
+
+import numpy as np
+
+__all__ = ["classification_summary", "write_report", "plot_curves", "plot_confusion"]
+
+
+def classification_summary(labels, predictions, class_names):
+    """Accuracy, per-class precision/recall/F1/support and the confusion matrix.
+
+    `labels`, `predictions`: int arrays `(n,)`. The confusion matrix is
+    `(classes, classes)`, rows true classes, columns predicted ones.
+    """
+    from sklearn.metrics import (accuracy_score, confusion_matrix,  # noqa: PLC0415
+                                 precision_recall_fscore_support)
+
+    classes = np.arange(len(class_names))
+    precision, recall, f1, support = precision_recall_fscore_support(
+        labels, predictions, labels=classes, zero_division=0)
+    per_class = {name: {"precision": float(p), "recall": float(r), "f1": float(f),
+                        "support": int(s)}
+                 for name, p, r, f, s in zip(class_names, precision, recall, f1, support)}
+    macro = precision_recall_fscore_support(labels, predictions, labels=classes,
+                                            average="macro", zero_division=0)
+    return {
+        "accuracy": float(accuracy_score(labels, predictions)),
+        "per_class": per_class,
+        "macro_avg": {"precision": float(macro[0]), "recall": float(macro[1]),
+                      "f1": float(macro[2])},
+        "class_names": list(class_names),
+        "confusion_matrix": confusion_matrix(labels, predictions, labels=classes).tolist(),
+    }
+
+
+def write_report(output, labels, predictions, class_names, run_info, skipped_files=()):
+    """Writes report.json, curves.png (from log.csv) and confusion.png; returns the report."""
+    report = {**run_info, **classification_summary(labels, predictions, class_names)}
+    report["skipped_files"] = {"count": len(skipped_files), "files": list(skipped_files)}
+    log = _read_log(os.path.join(output, "log.csv"))
+    report["epochs_logged"] = len(log)
+    report["train_seconds"] = float(sum(float(r.get("seconds") or 0) for r in log))
+    with open(os.path.join(output, "report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    plot_curves(log, os.path.join(output, "curves.png"))
+    plot_confusion(np.asarray(report["confusion_matrix"]), class_names,
+                   os.path.join(output, "confusion.png"))
+    return report
+
+
+def _read_log(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _figure(**kwargs):
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt, plt.subplots(**kwargs)
+
+
+def plot_curves(log_rows, path):
+    """Loss and accuracy per epoch, train and held-out, from log.csv rows."""
+    plt, (fig, axes) = _figure(ncols=2, figsize=(10, 4))
+    epochs = [int(r["epoch"]) + 1 for r in log_rows]
+    for ax, metric in zip(axes, ("loss", "accuracy")):
+        for key, label in ((metric, "train"), (f"val_{metric}", "held-out")):
+            values = [float(r[key]) for r in log_rows if r.get(key)]
+            if values:
+                ax.plot(epochs[:len(values)], values, marker="o", label=label)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_confusion(matrix, class_names, path):
+    """The confusion matrix as an image (rows true, columns predicted)."""
+    from sklearn.metrics import ConfusionMatrixDisplay  # noqa: PLC0415
+
+    size = max(4, 0.5 * len(class_names) + 2)
+    plt, (fig, ax) = _figure(figsize=(size, size))
+    display = ConfusionMatrixDisplay(matrix, display_labels=class_names)
+    display.plot(ax=ax, colorbar=False, xticks_rotation=45 if len(class_names) > 10 else 0,
+                 include_values=len(class_names) <= 30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
