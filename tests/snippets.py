@@ -103,3 +103,16 @@ def make_smoke_vit(real_vit):
                         classes=classes, **kwargs)
 
     return smoke_vit
+
+
+def make_smoke_resnet(real_resnet):
+    """A `keras_vit.ResNetV2` that builds one unit per stage where the real one loads weights."""
+
+    def smoke_resnet(variant="R50+ViT-B_16", weights=None, image_size=None, **kwargs):
+        variant = variants.get_variant(variant)
+        if weights is not None:
+            checkpoints.find_checkpoint(variant, weights)  # an unknown tag fails as for the user
+        return real_resnet(tiny_variant(variant, (224, 224)), weights=None,
+                           image_size=image_size, **kwargs)
+
+    return smoke_resnet

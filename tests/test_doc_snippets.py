@@ -4,7 +4,8 @@ The blocks of one page run in order in one namespace, in a fresh folder, as a
 user following the page would. Smoke form: `keras_vit.ViT` (and with it every
 named constructor and the CLI) builds the same kind of model shrunk to two
 narrow blocks, with random weights but the checkpoint's class count and
-resolution, so nothing is downloaded; the connection to any other machine is
+resolution, and `keras_vit.ResNetV2` a trunk with one unit per stage, so
+nothing is downloaded; the digits demo trains one epoch; the connection to any other machine is
 refused. Loading real weights is covered by tests/test_loading.py and the
 parity tests.
 
@@ -17,6 +18,7 @@ part of this file and checked to match a block.
 """
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 import socket
@@ -43,6 +45,12 @@ SKIPPED = {
         "installs the package and runs the full training job; .ci/run runs it as written",
     ("README.md", 'pip install -e ".[dev,oracle]"'):
         "installs packages and runs this test suite; .ci/run runs it as written",
+    ("docs/fine-tuning.md", "--dataset tf_flowers --model B/16 --weights imagenet21k --output"):
+        "downloads tf_flowers",
+    ("docs/fine-tuning.md", "--strategy mirrored"): "downloads tf_flowers; several GPUs",
+    ("docs/fine-tuning.md", "export TF_CONFIG"): "needs a cluster of machines",
+    ("docs/fine-tuning.md", 'os.environ["KERAS_BACKEND"] = "jax"'):
+        "needs the JAX backend in a fresh process (JAX is not a dependency)",
     ("docs/serving.md", "saved_model_cli show"):
         "tests/test_export.py runs saved_model_cli show --all and run on an export",
     ("docs/serving.md", "docker run"): "starts TF Serving in Docker",
@@ -73,6 +81,9 @@ write_photo("a.jpg", 0); write_photo("b.jpg", 1)
 os.makedirs("photos"); write_photo("photos/one.jpg", 0); write_photo("photos/two.png", 1)
 keras_vit.ViT("B/16", classes=10, image_size=224).save("my_finetuned.keras")
 """,
+    "docs/models-and-weights.md": """
+images = np.random.uniform(-1, 1, (1, 224, 224, 3)).astype("float32")
+""",
     "docs/serving.md": """
 write_photo("cat.jpg", 0); write_photo("dog.png", 1); write_photo("flower.jpg", 1)
 keras_vit.ViT("B/16", classes=5, image_size=224).save("flowers.keras")
@@ -101,19 +112,24 @@ def _table_reason(block):
 
 
 def _pages_with_code():
-    return sorted({b.page for b in _all_blocks() if b.language in RUNNABLE})
+    return sorted({b.page for b in _all_blocks() if b.language in RUNNABLE
+                   and not b.skip_reason and not _table_reason(b)})
 
 
 @pytest.fixture
 def smoke(monkeypatch, tmp_path):
     """Tiny models instead of downloads, no network, a fresh working folder."""
-    real_vit = keras_vit.models.ViT
-    smoke_vit = snippets.make_smoke_vit(real_vit)
+    stand_ins = {"ViT": (keras_vit.models.ViT, snippets.make_smoke_vit(keras_vit.models.ViT)),
+                 "ResNetV2": (keras_vit.ResNetV2, snippets.make_smoke_resnet(keras_vit.ResNetV2))}
     for name, module in list(sys.modules.items()):
-        if name.startswith("keras_vit") and getattr(module, "ViT", None) is real_vit:
-            monkeypatch.setattr(module, "ViT", smoke_vit)
+        for attribute, (real, smoke_version) in stand_ins.items():
+            if name.startswith("keras_vit") and getattr(module, attribute, None) is real:
+                monkeypatch.setattr(module, attribute, smoke_version)
     monkeypatch.setattr(socket.socket, "connect", offline.connect)
     monkeypatch.setattr(socket.socket, "connect_ex", offline.connect_ex)
+    # The digits demo trains one epoch instead of 80.
+    monkeypatch.setattr(keras_vit.training, "DIGITS_RECIPE",
+                        dataclasses.replace(keras_vit.training.DIGITS_RECIPE, epochs=1))
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
     monkeypatch.chdir(tmp_path)
     yield tmp_path
