@@ -254,8 +254,12 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
             the fine-tuning recipe, None for training from scratch.
         recipe: "finetune" (default with weights) or "scratch" (default
             without), or a `Recipe`.
-        image_size, batch_size, steps, epochs, lr: override the recipe.
-            `steps` counts weight updates; when given it wins over `epochs`.
+        image_size: overrides the recipe's resolution.
+        batch_size: overrides the recipe's per-step (global) batch size.
+        steps: overrides the recipe's length in weight updates; when given it
+            wins over `epochs`.
+        epochs: overrides the recipe's length in epochs.
+        lr: overrides the recipe's peak learning rate.
         strategy: "auto", "mirrored", "multiworker", "tpu" or "none".
         precision: "float32", "mixed_bfloat16" or "mixed_float16".
         output: the run's folder. Re-running with the same folder resumes.
