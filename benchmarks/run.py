@@ -38,6 +38,7 @@ def parse_args(argv=None):
     parser.add_argument("--modes", default="graph,xla", help="Keras execution modes: graph, xla")
     parser.add_argument("--bf16", action="store_true", help="also time keras_vit under mixed_bfloat16")
     parser.add_argument("--no-loading", action="store_true", help="skip the checkpoint-loading part")
+    parser.add_argument("--load-repeats", type=int, default=3, help="fresh processes per loading measurement")
     parser.add_argument("--load-variants", default=None, help="variants for loading, e.g. B/16,L/16")
     return parser.parse_args(argv)
 
@@ -193,7 +194,7 @@ def main(argv=None):
     if not args.no_loading:
         with tempfile.TemporaryDirectory() as folder:
             report["loading"] = loading_benchmark(load_variants, arch.image_size if quick else 224,
-                                                  max(1, min(repeats, 3)), folder)
+                                                  1 if quick else args.load_repeats, folder)
     report["machine"]["load_average_end"] = os.getloadavg()
     report["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     os.makedirs(args.out, exist_ok=True)
