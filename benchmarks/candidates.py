@@ -76,6 +76,9 @@ def keras_hub_candidates(arch, modes=("graph", "xla")):
 
 def _keras_candidate(name, model, arch, mode):
     import keras  # noqa: PLC0415
+
+    if keras.backend.backend() == "jax":
+        return _jax_candidate(name.replace(f"({mode}", "(jax"), model, arch)
     import tensorflow as tf  # noqa: PLC0415
 
     jit = mode == "xla"
@@ -107,6 +110,49 @@ def _keras_candidate(name, model, arch, mode):
     return Candidate(name, "tensorflow",
                      infer=lambda batch: forward(batch_inputs(batch)[0]).numpy(),
                      train=lambda batch: train_step(*batch_inputs(batch)).numpy())
+
+
+def _jax_candidate(name, model, arch):
+    """A Keras model on the JAX backend: `jax.jit` of its stateless call, and a plain SGD step."""
+    import jax  # noqa: PLC0415
+    import keras  # noqa: PLC0415
+
+    state = {"trainable": [v.value for v in model.trainable_variables],
+             "non_trainable": [v.value for v in model.non_trainable_variables]}
+
+    @jax.jit
+    def forward(trainable, non_trainable, images):
+        return model.stateless_call(trainable, non_trainable, images, training=False)[0]
+
+    def loss_fn(trainable, non_trainable, images, labels):
+        logits, non_trainable = model.stateless_call(trainable, non_trainable, images, training=True)
+        loss = keras.ops.mean(keras.losses.sparse_categorical_crossentropy(
+            labels, keras.ops.cast(logits, "float32"), from_logits=True))
+        return loss, non_trainable
+
+    @jax.jit
+    def train_step(trainable, non_trainable, images, labels):
+        (loss, non_trainable), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            trainable, non_trainable, images, labels)
+        trainable = [v - 1e-3 * g.astype(v.dtype) for v, g in zip(trainable, grads)]  # SGD
+        return loss, trainable, non_trainable
+
+    inputs = {}
+
+    def batch_inputs(batch):
+        if batch not in inputs:
+            inputs[batch] = tuple(jax.numpy.asarray(a) for a in _random_batch(arch, batch))
+        return inputs[batch]
+
+    def infer(batch):
+        return forward(state["trainable"], state["non_trainable"], batch_inputs(batch)[0]).block_until_ready()
+
+    def train(batch):
+        loss, state["trainable"], state["non_trainable"] = train_step(
+            state["trainable"], state["non_trainable"], *batch_inputs(batch))
+        return loss.block_until_ready()
+
+    return Candidate(name, "jax", infer, train)
 
 
 def timm_candidates(arch):

@@ -73,7 +73,10 @@ def machine():
 
 
 def build_candidates(arch, args, notes):
-    modes = tuple(args.modes.split(","))
+    import keras  # noqa: PLC0415
+
+    # On the JAX backend every Keras model runs jax.jit-compiled, one mode.
+    modes = ("jax",) if keras.backend.backend() == "jax" else tuple(args.modes.split(","))
     only = set(args.only.split(","))
     builders = []
     if "keras_vit" in only:
@@ -165,7 +168,8 @@ def main(argv=None):
     import torch  # noqa: PLC0415
     torch.set_num_threads(os.cpu_count())  # TensorFlow's default pools use every core too
 
-    report = {"arch": vars(arch), "quick": quick, "repeats": repeats, "machine": machine(),
+    import keras  # noqa: PLC0415
+    report = {"arch": vars(arch), "quick": quick, "keras_backend": keras.backend.backend(), "repeats": repeats, "machine": machine(),
               "threads": {"torch": torch.get_num_threads(), "tensorflow": "default (all cores)"},
               "notes": []}
     forward_flops = flops.vit_forward_flops(arch.width, arch.depth, arch.mlp_dim, arch.patch_size,
@@ -210,7 +214,7 @@ def main(argv=None):
 def to_markdown(report):
     """The report as Markdown tables: throughput, ratios against the best peer, loading."""
     m = report["machine"]
-    lines = [f"Machine: {m['cpu']}, {m['cores']} cores ({', '.join(m['simd'])}); load average "
+    lines = [f"Keras backend: {report['keras_backend']}. Machine: {m['cpu']}, {m['cores']} cores ({', '.join(m['simd'])}); load average "
              f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
              f"{_arch_name(report)}, {report['forward_gflop_per_image']:.1f} GFLOP per image forward; "
              f"{report['repeats']} round-robin repeats, median (min-max).", "",
