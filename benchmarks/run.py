@@ -151,6 +151,12 @@ def loading_benchmark(variant_names, image_size, repeats, folder):
     return results
 
 
+def _ints(text, default):
+    """ "8,32" -> [8, 32]; an empty string (e.g. --train-batch-sizes "") -> []."""
+    text = default if text is None else text
+    return [int(b) for b in text.split(",") if b.strip()]
+
+
 def _pythonpath():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
@@ -161,8 +167,8 @@ def main(argv=None):
     quick = args.quick
     arch = cands.TINY if quick else cands.VIT_B16
     repeats = args.repeats or (1 if quick else 7)
-    batches = [int(b) for b in (args.batch_sizes or ("2" if quick else "8,32")).split(",")]
-    train_batches = [int(b) for b in (args.train_batch_sizes or ("2" if quick else "8,32")).split(",")]
+    batches = _ints(args.batch_sizes, "2" if quick else "8,32")
+    train_batches = _ints(args.train_batch_sizes, "2" if quick else "8,32")
     load_variants = (args.load_variants or ("Ti/16" if quick else "B/16,L/16")).split(",")
 
     import torch  # noqa: PLC0415
