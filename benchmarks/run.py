@@ -227,6 +227,8 @@ def to_markdown(report):
              f"fp32 GEMM peak: TensorFlow {report['gemm_gflops']['tensorflow']['best']:.1f} GFLOP/s, "
              f"torch {report['gemm_gflops']['torch']['best']:.1f} GFLOP/s (best of all runs).", ""]
     for section, title in (("inference", "Inference"), ("training", "Training (forward, backward, SGD step)")):
+        if not report[section]:
+            continue
         lines += [f"### {title}", "", "| batch | model | images/s | images per CPU-s | of TF GEMM peak |",
                   "| ---: | --- | ---: | ---: | ---: |"]
         for batch, rows in report[section].items():
