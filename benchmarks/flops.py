@@ -54,6 +54,29 @@ def torch_gemm_peak(sizes=((2048, 2048, 2048), (1576, 768, 3072)), repeats=5, mi
     return {"best": max(max(r) for r in runs.values()), "runs": runs}
 
 
+def tf_gemm_timer(size=(1576, 768, 3072), min_seconds=0.5):
+    """A function that times an fp32 `tf.linalg.matmul` of `size` (m, k, n) for
+    `min_seconds` and returns (GFLOP/s, GFLOP per CPU-second)."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    m, k, n = size
+    a = tf.constant(np.random.default_rng(0).standard_normal((m, k), dtype=np.float32))
+    b = tf.constant(np.random.default_rng(1).standard_normal((k, n), dtype=np.float32))
+    matmul = tf.function(tf.linalg.matmul)
+    matmul(a, b).numpy()
+
+    def timer():
+        cpu = time.process_time()
+        wall_rate = _rate(lambda: matmul(a, b).numpy(), 2 * m * k * n, min_seconds)
+        # _rate ran for wall time w doing wall_rate * w GFLOP; CPU rate is that over CPU time.
+        return wall_rate, wall_rate * _last_elapsed[0] / (time.process_time() - cpu)
+
+    return timer
+
+
+_last_elapsed = [0.0]
+
+
 def _rate(call, flops, min_seconds):
     count, start = 0, time.perf_counter()
     while True:
@@ -61,4 +84,5 @@ def _rate(call, flops, min_seconds):
         count += 1
         elapsed = time.perf_counter() - start
         if elapsed >= min_seconds:
+            _last_elapsed[0] = elapsed
             return count * flops / elapsed / 1e9
