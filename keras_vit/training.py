@@ -24,7 +24,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import datasets
+from keras_vit import datasets, optimizers
+from keras_vit.multiworker_fixes import multi_worker_fit
 from keras_vit.report import _read_log
 from keras_vit.models import ViT
 from keras_vit.variants import Variant, get_variant
@@ -132,9 +133,9 @@ def make_optimizer(recipe, total_updates, accumulation=1):
     if recipe.optimizer == "sgd":
         if recipe.weight_decay:
             common["weight_decay"] = recipe.weight_decay
-        return keras.optimizers.SGD(momentum=recipe.momentum, **common)
+        return optimizers.SGD(momentum=recipe.momentum, **common)
     if recipe.optimizer == "adamw":
-        return keras.optimizers.AdamW(weight_decay=recipe.weight_decay, beta_1=recipe.beta_1,
+        return optimizers.AdamW(weight_decay=recipe.weight_decay, beta_1=recipe.beta_1,
                                       beta_2=recipe.beta_2, **common)
     raise ValueError(f'Recipe optimizer must be "sgd" or "adamw", got {recipe.optimizer!r}.')
 
@@ -340,8 +341,10 @@ def _run(dataset, variant, weights, recipe, strategy, precision, output, data_di
                                         save_best_only=True,
                                         initial_value_threshold=best_so_far),
     ]
-    model.fit(train_data, epochs=epochs, steps_per_epoch=per_epoch, validation_data=eval_data,
-              callbacks=callbacks, verbose=verbose, shuffle=False)  # the pipeline shuffles
+    with multi_worker_fit(model, strategy, train_data.element_spec):
+        model.fit(train_data, epochs=epochs, steps_per_epoch=per_epoch,
+                  validation_data=eval_data, callbacks=callbacks, verbose=verbose,
+                  shuffle=False)  # the pipeline shuffles
     model.save(os.path.join(output, "model.keras"))
 
     from keras_vit import report  # noqa: PLC0415  (matplotlib only when reporting)

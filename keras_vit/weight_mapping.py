@@ -190,7 +190,9 @@ def load_weights(model, checkpoint):
     if new_head:
         values += [(row.variable, np.zeros(row.variable.shape)) for row in head_rows]
     for variable, value in values:  # only now, with every value in hand, touch the model
-        variable.assign(value.astype(variable.dtype))
+        # copy=False: float32 arrays go to the variable as they are, without a
+        # second host copy of the weights.
+        variable.assign(value.astype(variable.dtype, copy=False))
     return model
 
 

@@ -11,7 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_python
+import keras_vit  # noqa: F401  (registers the layers that load_model needs)
+from tests.conftest import ROOT, run_python
 
 ENV = {"PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
@@ -32,10 +33,10 @@ def test_mirrored_step_equals_single_device():
     assert plain["max_abs_update"] > 1e-3  # the step moved the weights
     # Tolerance 1e-5: float32 gradients summed over 2 replicas in another order (seen: ~2e-7).
     assert plain["max_abs_diff"] < 1e-5, result
-    # Known Keras behaviour (docs/fine-tuning.md): global_clipnorm clips each replica's
-    # gradient before the all-reduce, so an update that clipping shrinks differs from the
-    # single-device one. If this starts failing, Keras clips after the reduce: update the docs.
-    assert clipped["max_abs_diff"] > 1e-4, result
+    # keras_vit's optimizers clip the summed gradient, so the clipped update is the
+    # one-device update too (Keras' own clip each replica's share: seen 6.6e-3 apart).
+    assert clipped["max_abs_update"] > 1e-3
+    assert clipped["max_abs_diff"] < 1e-5, result
 
 
 @pytest.mark.slow
@@ -60,10 +61,6 @@ def free_ports(count):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "Keras 3.15 fit() under MultiWorkerMirroredStrategy fails in _maybe_symbolic_build "
-    "(strategy.reduce of the first PerReplica batch): keras-team/keras#20585, "
-    "tensorflow/tensorflow#72388. strict: this test starts failing once Keras fixes it."))
 def test_multiworker_two_processes_end_identical(tmp_path):
     ports = [str(p) for p in free_ports(2)]
     output = str(tmp_path / "run")
@@ -79,7 +76,9 @@ def test_multiworker_two_processes_end_identical(tmp_path):
     for w, (out, err) in zip(workers, outs):
         assert w.returncode == 0, err[-3000:]
         result = result_of(out)
-        assert result["strategy"] == "MultiWorkerMirroredStrategy" and result["replicas"] == 2
+        # TensorFlow names the multi-worker strategy class CollectiveAllReduceStrategy.
+        assert result["strategy"] in ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy")
+        assert result["replicas"] == 2
     chief = keras.saving.load_model(os.path.join(output, "model.keras"))
     other = keras.saving.load_model(os.path.join(output, "worker-1", "model.keras"))
     for a, b in zip(chief.weights, other.weights):

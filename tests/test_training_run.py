@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from tests.conftest import ROOT
 from keras_vit import datasets
 from keras_vit.training import train
 from test_data import write_folder

@@ -1,0 +1,217 @@
+"""The models under test, each as an inference call and a training step on fixed inputs.
+
+Every candidate builds the same architecture with random weights and a
+1000-class (or `classes`) head: keras_vit's `ViT`, keras-hub's `ViTBackbone`
+plus a class-token head, and timm's `VisionTransformer`. Keras models run
+under `tf.function`, once as a graph and once XLA-compiled (`jit_compile`).
+"""
+
+import dataclasses
+import sys
+import types
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Arch:
+    """A plain ViT: transformer sizes, patch, image size, head."""
+
+    width: int
+    depth: int
+    mlp_dim: int
+    heads: int
+    patch_size: int
+    image_size: int
+    classes: int = 1000
+
+
+VIT_B16 = Arch(768, 12, 3072, 12, 16, 224)
+TINY = Arch(64, 2, 128, 2, 8, 32, classes=10)
+
+
+@dataclasses.dataclass
+class Candidate:
+    """A named model: `infer(batch)` and `train(batch)` run one step on fixed inputs."""
+
+    name: str
+    framework: str
+    infer: object
+    train: object
+
+
+def keras_vit_candidates(arch, modes=("graph", "xla"), dtype_policy=None):
+    import keras  # noqa: PLC0415
+
+    import keras_vit  # noqa: PLC0415
+
+    if dtype_policy:
+        keras.mixed_precision.set_dtype_policy(dtype_policy)
+    try:
+        variant = keras_vit.Variant("bench", arch.width, arch.depth, arch.mlp_dim, arch.heads,
+                                    arch.patch_size)
+        model = keras_vit.ViT(variant, image_size=arch.image_size, classes=arch.classes)
+    finally:
+        if dtype_policy:
+            keras.mixed_precision.set_dtype_policy("float32")
+    suffix = f", {dtype_policy}" if dtype_policy else ""
+    return [_keras_candidate(f"keras_vit ({mode}{suffix})", model, arch, mode) for mode in modes]
+
+
+def keras_hub_candidates(arch, modes=("graph", "xla")):
+    import keras  # noqa: PLC0415
+    from keras_hub.models import ViTBackbone  # noqa: PLC0415
+
+    backbone = ViTBackbone(image_shape=(arch.image_size, arch.image_size, 3),
+                           patch_size=arch.patch_size, num_layers=arch.depth,
+                           num_heads=arch.heads, hidden_dim=arch.width, mlp_dim=arch.mlp_dim,
+                           layer_norm_epsilon=1e-6)
+    images = keras.Input((arch.image_size, arch.image_size, 3))
+    tokens = backbone(images)
+    logits = keras.layers.Dense(arch.classes)(tokens[:, 0])
+    model = keras.Model(images, logits)
+    return [_keras_candidate(f"keras-hub ViTBackbone ({mode})", model, arch, mode)
+            for mode in modes]
+
+
+def _keras_candidate(name, model, arch, mode):
+    import keras  # noqa: PLC0415
+
+    if keras.backend.backend() == "jax":
+        return _jax_candidate(name.replace(f"({mode}", "(jax"), model, arch)
+    import tensorflow as tf  # noqa: PLC0415
+
+    jit = mode == "xla"
+    optimizer = keras.optimizers.SGD(learning_rate=1e-3)
+    optimizer.build(model.trainable_variables)
+
+    @tf.function(jit_compile=jit)
+    def forward(images):
+        return model(images, training=False)
+
+    @tf.function(jit_compile=jit)
+    def train_step(images, labels):
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+                labels, tf.cast(logits, "float32"), from_logits=True))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply(gradients, model.trainable_variables)
+        return loss
+
+    inputs = {}
+
+    def batch_inputs(batch):
+        if batch not in inputs:
+            images, labels = _random_batch(arch, batch)
+            inputs[batch] = (tf.constant(images), tf.constant(labels))
+        return inputs[batch]
+
+    return Candidate(name, "tensorflow",
+                     infer=lambda batch: forward(batch_inputs(batch)[0]).numpy(),
+                     train=lambda batch: train_step(*batch_inputs(batch)).numpy())
+
+
+def _jax_candidate(name, model, arch):
+    """A Keras model on the JAX backend: `jax.jit` of its stateless call, and a plain SGD step."""
+    import jax  # noqa: PLC0415
+    import keras  # noqa: PLC0415
+
+    state = {"trainable": [v.value for v in model.trainable_variables],
+             "non_trainable": [v.value for v in model.non_trainable_variables]}
+
+    @jax.jit
+    def forward(trainable, non_trainable, images):
+        return model.stateless_call(trainable, non_trainable, images, training=False)[0]
+
+    def loss_fn(trainable, non_trainable, images, labels):
+        logits, non_trainable = model.stateless_call(trainable, non_trainable, images, training=True)
+        loss = keras.ops.mean(keras.losses.sparse_categorical_crossentropy(
+            labels, keras.ops.cast(logits, "float32"), from_logits=True))
+        return loss, non_trainable
+
+    @jax.jit
+    def train_step(trainable, non_trainable, images, labels):
+        (loss, non_trainable), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            trainable, non_trainable, images, labels)
+        trainable = [v - 1e-3 * g.astype(v.dtype) for v, g in zip(trainable, grads)]  # SGD
+        return loss, trainable, non_trainable
+
+    inputs = {}
+
+    def batch_inputs(batch):
+        if batch not in inputs:
+            inputs[batch] = tuple(jax.numpy.asarray(a) for a in _random_batch(arch, batch))
+        return inputs[batch]
+
+    def infer(batch):
+        return forward(state["trainable"], state["non_trainable"], batch_inputs(batch)[0]).block_until_ready()
+
+    def train(batch):
+        loss, state["trainable"], state["non_trainable"] = train_step(
+            state["trainable"], state["non_trainable"], *batch_inputs(batch))
+        return loss.block_until_ready()
+
+    return Candidate(name, "jax", infer, train)
+
+
+def timm_candidates(arch):
+    import torch  # noqa: PLC0415
+
+    VisionTransformer = import_timm().models.vision_transformer.VisionTransformer
+    model = VisionTransformer(img_size=arch.image_size, patch_size=arch.patch_size,
+                              embed_dim=arch.width, depth=arch.depth, num_heads=arch.heads,
+                              mlp_ratio=arch.mlp_dim / arch.width, num_classes=arch.classes)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    inputs = {}
+
+    def batch_inputs(batch):
+        if batch not in inputs:
+            images, labels = _random_batch(arch, batch)
+            inputs[batch] = (torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(),
+                             torch.from_numpy(labels).long())
+        return inputs[batch]
+
+    def infer(batch):
+        model.eval()
+        images = batch_inputs(batch)[0]  # made outside inference mode: training reuses it
+        with torch.inference_mode():
+            return model(images).numpy()
+
+    def train(batch):
+        model.train()
+        images, labels = batch_inputs(batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return [Candidate("timm VisionTransformer", "torch", infer, train)]
+
+
+def import_timm():
+    """Imports timm next to a CPU torch.
+
+    The registry's torchvision wheels are CUDA builds whose C ops fail to
+    register against CPU torch, and timm imports torchvision eagerly; an empty
+    `torchvision._meta_registrations` lets the import through (timm's ViT uses
+    no torchvision op).
+    """
+    try:
+        import timm  # noqa: PLC0415
+        return timm
+    except (ImportError, RuntimeError):
+        pass
+    for name in [n for n in sys.modules if n == "torchvision" or n.startswith(("torchvision.", "timm"))]:
+        del sys.modules[name]
+    sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
+    import timm  # noqa: PLC0415
+    return timm
+
+
+def _random_batch(arch, batch):
+    rng = np.random.default_rng(batch)
+    images = rng.uniform(-1, 1, (batch, arch.image_size, arch.image_size, 3)).astype(np.float32)
+    labels = rng.integers(0, arch.classes, batch).astype(np.int32)
+    return images, labels

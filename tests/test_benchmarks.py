@@ -1,0 +1,80 @@
+"""The benchmark machinery: FLOP counts, the official-layout files it writes, and a quick run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import keras_vit
+from benchmarks import flops, loading
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = keras_vit.Variant("tiny", width=32, depth=2, mlp_dim=64, heads=2, patch_size=8)
+
+
+def test_vit_b16_forward_flops_match_the_published_count():
+    # ViT-B/16 at 224 is 17.56 GMACs per image (fvcore count, as quoted by timm).
+    gflop = flops.vit_forward_flops(768, 12, 3072, 16, 224) / 1e9
+    assert gflop == pytest.approx(2 * 17.56, rel=0.005)
+
+
+def test_forward_flops_match_the_model_kernels():
+    # Independent count from the built model: every kernel is applied once per
+    # token (once per patch for the embedding, once per image for the head),
+    # plus the two token-by-token attention products of each block.
+    image_size, classes = 32, 10
+    model = keras_vit.ViT(TINY, image_size=image_size, classes=classes)
+    patches = (image_size // TINY.patch_size) ** 2
+    tokens = patches + 1
+    macs = patches * int(np.prod(model.get_layer("embedding").kernel.shape))
+    for i in range(TINY.depth):
+        block = model.get_layer(f"encoderblock_{i}")
+        kernels = [block.attention.qkv_kernel, block.attention.out_kernel,
+                   block.mlp.dense_0.kernel, block.mlp.dense_1.kernel]
+        macs += tokens * sum(int(np.prod(k.shape)) for k in kernels) + 2 * tokens * tokens * TINY.width
+    macs += int(np.prod(model.get_layer("head").kernel.shape))
+    assert flops.vit_forward_flops(TINY.width, TINY.depth, TINY.mlp_dim, TINY.patch_size,
+                                   image_size, classes) == 2 * macs
+
+
+def test_benchmark_checkpoint_has_the_official_layout():
+    # load_weights is strict: any missing, extra or misshapen key would raise.
+    arrays = loading.official_arrays(TINY, image_size=32)
+    model = keras_vit.ViT(TINY, image_size=32)
+    keras_vit.load_weights(model, arrays)
+    attention = model.get_layer("encoderblock_1").attention
+    prefix = "Transformer/encoderblock_1/MultiHeadDotProductAttention_1"
+    expected = np.concatenate([arrays[f"{prefix}/{n}/kernel"].reshape(32, 32)
+                               for n in ("query", "key", "value")], axis=1)
+    np.testing.assert_array_equal(attention.qkv_kernel.numpy(), expected)
+
+
+def test_load_weights_still_converts_other_dtypes():
+    # assign without a copy for float32 must not skip the cast of float64 files.
+    arrays = {k: v.astype(np.float64) for k, v in loading.official_arrays(TINY, 32).items()}
+    model = keras_vit.ViT(TINY, image_size=32)
+    keras_vit.load_weights(model, arrays)
+    assert model.get_layer("head").kernel.dtype == "float32"
+    np.testing.assert_allclose(model.get_layer("head").kernel.numpy(), arrays["head/kernel"], rtol=1e-6)
+
+
+def test_quick_run_writes_json_and_markdown(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--modes", "graph",
+                          "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "results.json").read_text())
+    for section in ("inference", "training"):
+        rows = report[section]["2"]
+        assert rows["keras_vit (graph)"]["images_per_s"]["median"] > 0
+        assert all(r["fraction_of_tf_gemm_peak"] > 0 for n, r in rows.items() if not n.startswith("_"))
+    names = {n for n in report["inference"]["2"] if not n.startswith("_")} | {n.split(" unavailable")[0] for n in report["notes"]}
+    assert {"keras_vit (graph)"} <= names and len(names) >= 3  # each peer timed or reported missing
+    assert report["gemm_gflops"]["tensorflow"]["best"] > 0
+    load = report["loading"]["Ti/16"]
+    assert load["file_bytes"] > load["weights_bytes"] * 0.9 and load["keras_vit_seconds"]["median"] > 0
+    markdown = (tmp_path / "results.md").read_text()
+    assert "| batch | model | images/s |" in markdown and "Ti/16" in markdown
