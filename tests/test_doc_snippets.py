@@ -52,6 +52,11 @@ SKIPPED = {
     ("docs/fine-tuning.md", "export TF_CONFIG"): "needs a cluster of machines",
     ("docs/fine-tuning.md", 'os.environ["KERAS_BACKEND"] = "jax"'):
         "needs the JAX backend in a fresh process (JAX is not a dependency)",
+    ("docs/performance.md", "python -m benchmarks.run --quick"):
+        "installs the peers and runs the hour-long benchmark; tests/test_benchmarks.py runs "
+        "the --quick mode",
+    ("docs/performance.md", "python -m venv --system-site-packages .venv-bench"):
+        "creates a virtual environment and installs packages",
     ("docs/serving.md", "saved_model_cli show"):
         "tests/test_export.py runs saved_model_cli show --all and run on an export",
     ("docs/serving.md", "docker run"): "starts TF Serving in Docker",
