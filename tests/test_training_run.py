@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ROOT
 from keras_vit import datasets
 from keras_vit.training import train
-from test_data import write_folder
+from tests.test_data import write_folder
 
 OUTPUTS = ("backup", "best.keras", "log.csv", "report.json", "curves.png", "confusion.png",
            "model.keras")
