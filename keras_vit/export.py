@@ -182,6 +182,9 @@ def _archive(model, labels, top_k, image_size, with_bytes):
     if with_bytes:
         archive.add_endpoint("serve_bytes", serve_bytes,
                              [tf.TensorSpec((None,), tf.string, name="image_bytes")])
+        # A signature has one input dtype: gRPC clients holding uint8 pixels use this one.
+        archive.add_endpoint("serve_uint8", serve_images,
+                             [tf.TensorSpec((None, *image_size, 3), tf.uint8, name="images")])
     return archive
 
 

@@ -141,6 +141,9 @@ TF_ONLY_CLIENT = textwrap.dedent("""
     results = {}
     for key, value in run(signatures["serving_default"], images=tf.constant(np.load(pixels_file))).items():
         results["pixels/" + key] = value
+    uint8_pixels = tf.constant(np.load(pixels_file).astype(np.uint8))
+    for key, value in run(signatures["serve_uint8"], images=uint8_pixels).items():
+        results["uint8/" + key] = value
     body = json.loads(open(body_file).read())
     signature = signatures[body["signature_name"]]
     image_bytes = [rest_instance_to_value(i) for i in body["instances"]]
@@ -171,7 +174,8 @@ def test_tensorflow_alone_serves_both_signatures_like_keras(exported, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     out = np.load(tmp_path / "out.npz")
 
-    for prefix, logits in (("pixels", np.asarray(model(keras_vit.preprocess_input(pixels)))),
+    pixel_logits = np.asarray(model(keras_vit.preprocess_input(pixels)))
+    for prefix, logits in (("pixels", pixel_logits), ("uint8", pixel_logits),
                            ("bytes", keras_reference(model, encoded))):
         np.testing.assert_allclose(out[f"{prefix}/logits"], logits, atol=1e-5, rtol=0)
         np.testing.assert_allclose(out[f"{prefix}/probabilities"], softmax(logits), atol=1e-5, rtol=0)
