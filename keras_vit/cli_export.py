@@ -6,10 +6,12 @@
 TensorFlow and Keras are imported when the command runs, so `--help` stays fast.
 """
 
+import functools
 import os
 import sys
 
-__all__ = ["add_parser", "add_model_options", "load_model", "CommandError", "user_errors"]
+__all__ = ["add_parser", "add_model_options", "load_model", "CommandError", "user_errors",
+           "one_line_errors"]
 
 FORMATS = ("saved_model", "tflite", "keras")
 
@@ -76,13 +78,23 @@ def user_errors():
     return (CommandError, ValueError, OSError, WeightsUnavailableError)
 
 
+def one_line_errors(command):
+    """Decorates a command's `run`: bad input ends it with one line on stderr and exit code 2."""
+    def decorate(run):
+        @functools.wraps(run)
+        def guarded(args):
+            try:
+                return run(args)
+            except user_errors() as error:
+                print(f"keras-vit {command}: error: {error}", file=sys.stderr)
+                return 2
+        return guarded
+    return decorate
+
+
+@one_line_errors("export")
 def run(args):
-    try:
-        message = _export(args)
-    except user_errors() as error:
-        print(f"keras-vit export: error: {error}", file=sys.stderr)
-        return 2
-    print(message)
+    print(_export(args))
     return 0
 
 

@@ -10,11 +10,10 @@ the label (ImageNet names for 1000- and 21843-class heads, the names of
 
 import os
 import re
-import sys
 
 import numpy as np
 
-from keras_vit.cli_export import CommandError, add_model_options, load_model, user_errors
+from keras_vit.cli_export import CommandError, add_model_options, load_model, one_line_errors
 
 __all__ = ["add_parser", "predict"]
 
@@ -37,13 +36,9 @@ def add_parser(commands):
     return parser
 
 
+@one_line_errors("predict")
 def run(args):
-    try:
-        results = predict(args)
-    except user_errors() as error:
-        print(f"keras-vit predict: error: {error}", file=sys.stderr)
-        return 2
-    for path, rows in results:
+    for path, rows in predict(args):
         print(path)
         for probability, label in rows:
             print(f"  {probability:.4f}  {label}")
