@@ -9,6 +9,7 @@ as it was.
 
 import dataclasses
 import math
+import os
 import re
 import zipfile
 
@@ -151,8 +152,9 @@ def load_weights(model, checkpoint):
     model's, or the checkpoint has none; `pre_logits` is dropped when the model
     has none; the position embedding is resized when the grids differ.
     """
-    source = checkpoint if isinstance(checkpoint, str) else "the checkpoint"
-    arrays = read_npz(checkpoint) if isinstance(checkpoint, str) else dict(checkpoint)
+    is_path = isinstance(checkpoint, (str, os.PathLike))
+    source = os.fspath(checkpoint) if is_path else "the checkpoint"
+    arrays = read_npz(source) if is_path else dict(checkpoint)
     arrays = normalize_keys(arrays)
     rows = layout(model)
     head_rows = [r for r in rows if r.keys[0].startswith("head/")]
