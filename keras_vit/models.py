@@ -40,7 +40,10 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
             zero, as official fine-tuning does.
         pooling: "token" (the class token), "gap" (mean of the patch tokens),
             or None (the whole normalised token sequence; `include_top=False`
-            only). Defaults to the variant's own classifier.
+            only). Defaults to the variant's own classifier. With "token" the
+            last encoder block computes the class token alone (the pooled
+            output is the same, for less work), so to read every token's
+            final features build with `pooling=None`.
         classifier_activation: activation of the head, e.g. "softmax"; None
             returns logits.
         representation_size: width of the tanh `pre_logits` layer before the
@@ -155,9 +158,13 @@ def _build(variant, image_size, include_top, classes, pooling, classifier_activa
     x = AddPositionEmbedding(grid, num_prefix_tokens=int(has_cls), name="posembed_input")(x)
     x = keras.layers.Dropout(dropout)(x)
     for i in range(variant.depth):
-        x = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
-                             attention_dropout=attention_dropout,
-                             approximate_gelu=approximate_gelu, name=f"encoderblock_{i}")(x)
+        block = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
+                                 attention_dropout=attention_dropout,
+                                 approximate_gelu=approximate_gelu, name=f"encoderblock_{i}")
+        # Class-token pooling reads one token of the last block; computing only that one
+        # gives the same output for ~7% less work (ViT-B/16). pooling=None keeps them all.
+        last = i == variant.depth - 1
+        x = block(x, first_token_only=last and pooling == "token")
     x = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="encoder_norm")(x)
     if pooling is not None:
         x = TokenPooling(pooling, num_prefix_tokens=int(has_cls), name=f"{pooling}_pool")(x)

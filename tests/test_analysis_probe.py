@@ -12,6 +12,10 @@ from keras_vit.models import TokenPooling
 TINY = keras_vit.Variant("ViT-tiny_8", width=32, depth=2, mlp_dim=64, heads=4, patch_size=8)
 TINY_GAP = keras_vit.Variant("ViT-tiny_8-gap", width=32, depth=2, mlp_dim=64, heads=4,
                              patch_size=8, classifier="gap")
+# A class-token model computes only the class token in its last block; the probe
+# computes every token there (it needs the whole attention map), so their logits
+# agree to float32 rounding, not bit for bit. Batch sizes also change the last bits.
+CLASS_TOKEN_TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}
 
 
 def _randomise_head(model, seed=0):
@@ -34,11 +38,9 @@ def non_square():
 
 def test_logits_equal_the_model_and_attention_is_well_formed(non_square):
     images = _images((3, 32, 48, 3))
-    # Same batching on both sides: the model itself differs from its own
-    # predict by ~2e-6 between batch sizes (float32 kernels), the probe does not.
     expected = non_square.predict(images, batch_size=2, verbose=0)
     out = AttentionProbe(non_square)(images, batch_size=2)
-    np.testing.assert_allclose(out.outputs, expected, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(out.outputs, expected, **CLASS_TOKEN_TOLERANCE)
     tokens = 1 + 4 * 6
     assert out.attention.shape == (2, 3, 4, tokens, tokens)
     assert out.tokens.shape == (2, 3, tokens, 32)
@@ -149,7 +151,7 @@ def test_hybrid_model():
     assert probe.stride == (hybrid.total_stride,) * 2
     out = probe(images)
     np.testing.assert_allclose(out.outputs, model.predict(images, verbose=0),
-                               atol=1e-6)
+                               **CLASS_TOKEN_TOLERANCE)
     assert probe.attention_rollout(images).upsampled.shape == (2, 32, 48)
     assert probe.mean_attention_distance(images).shape == (2, 4)
 

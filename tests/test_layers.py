@@ -78,6 +78,8 @@ def test_keras_file_round_trip(tmp_path):
     loaded = keras.saving.load_model(path)  # safe_mode stays on: no Lambda layers
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
     assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
+    # The class-token fast path is a call argument of the last block; it must survive saving.
+    assert loaded.get_layer("encoderblock_1").output.shape == (None, 1, TINY.width)
 
 
 def test_mixed_bfloat16_forward_is_finite_with_a_float32_head():

@@ -24,7 +24,10 @@ class ProbeOutputs:
 
     attention: `(layers, batch, heads, tokens, tokens)`, rows sum to 1.
     tokens: `(layers, batch, tokens, D)`, each block's output sequence.
-    outputs: the model's own output for the batch, e.g. logits `(batch, classes)`.
+    outputs: the model's output for the batch, e.g. logits `(batch, classes)`.
+        For a class-token model it matches `model.predict` to float32
+        rounding: the model's last block computes the class token alone, the
+        probe computes every token (its attention map needs them all).
     """
 
     attention: np.ndarray
