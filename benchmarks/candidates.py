@@ -12,6 +12,8 @@ import types
 
 import numpy as np
 
+from benchmarks import flops
+
 
 @dataclasses.dataclass(frozen=True)
 class Arch:
@@ -38,6 +40,7 @@ class Candidate:
     framework: str
     infer: object
     train: object
+    forward_flops: float = 0.0  # per image, as executed; 0: the architecture's full count
 
 
 def keras_vit_candidates(arch, modes=("graph", "xla"), dtype_policy=None):
@@ -55,7 +58,11 @@ def keras_vit_candidates(arch, modes=("graph", "xla"), dtype_policy=None):
         if dtype_policy:
             keras.mixed_precision.set_dtype_policy("float32")
     suffix = f", {dtype_policy}" if dtype_policy else ""
-    return [_keras_candidate(f"keras_vit ({mode}{suffix})", model, arch, mode) for mode in modes]
+    # The class-token model's last block computes the class token alone.
+    executed = flops.vit_forward_flops(arch.width, arch.depth, arch.mlp_dim, arch.patch_size,
+                                       arch.image_size, arch.classes, class_token_last_block=True)
+    return [dataclasses.replace(_keras_candidate(f"keras_vit ({mode}{suffix})", model, arch, mode),
+                                forward_flops=executed) for mode in modes]
 
 
 def keras_hub_candidates(arch, modes=("graph", "xla")):

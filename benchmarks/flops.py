@@ -5,21 +5,30 @@ import time
 import numpy as np
 
 
-def vit_forward_flops(width, depth, mlp_dim, patch_size, image_size, classes=1000, channels=3):
+def vit_forward_flops(width, depth, mlp_dim, patch_size, image_size, classes=1000, channels=3,
+                      class_token_last_block=False):
     """Floating-point operations (2 per multiply-add) of one image's forward pass.
 
     Counts the matrix multiplies (patch projection, q/k/v, attention scores,
     attention-weighted values, output projection, MLP, head); norms, softmax
     and GELU are a fraction of a percent and left out. ViT-B/16 at 224 gives
-    ~35.1 GFLOP (17.56 GMACs).
+    ~35.1 GFLOP (17.56 GMACs). `class_token_last_block=True` counts what a
+    class-token keras_vit model executes: its last block projects keys and
+    values for every token but computes the query, attention, output
+    projection and MLP for the class token alone (~32.7 GFLOP for B/16).
     """
     patches = (image_size // patch_size) ** 2
     tokens = patches + 1
+
+    def block(queries):
+        return (2 * tokens * width * width  # keys and values
+                + 2 * queries * width * width  # queries and output projection
+                + 2 * queries * tokens * width  # scores and weighted values
+                + 2 * queries * width * mlp_dim)  # the two MLP layers
+
     macs = patches * patch_size * patch_size * channels * width
-    per_block = (4 * tokens * width * width  # q, k, v and output projections
-                 + 2 * tokens * tokens * width  # scores and weighted values
-                 + 2 * tokens * width * mlp_dim)  # the two MLP layers
-    macs += depth * per_block + width * classes
+    macs += (depth - 1) * block(tokens) + block(1 if class_token_last_block else tokens)
+    macs += width * classes
     return 2 * macs
 
 

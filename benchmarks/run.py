@@ -122,6 +122,16 @@ def time_round_robin(candidates, kind, batch, repeats, gemm):
     return timings, peak
 
 
+def _throughput(timing, round_peak, step_flops):
+    """Images/s and, per round, the achieved FLOP/s over the GEMM rate measured right after it."""
+    return {"images_per_s": summarize(timing["wall"]), "images_per_cpu_s": summarize(timing["cpu"]),
+            "gflop_per_image": step_flops / 1e9,
+            "fraction_of_tf_gemm_peak": statistics.median(
+                r * step_flops / 1e9 / g for r, g in zip(timing["wall"], round_peak["wall"])),
+            "fraction_of_tf_gemm_peak_cpu": statistics.median(
+                r * step_flops / 1e9 / g for r, g in zip(timing["cpu"], round_peak["cpu"]))}
+
+
 def summarize(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
@@ -204,13 +214,9 @@ def main(argv=None):
         for batch in sizes:
             timings, round_peak = time_round_robin(candidates, kind, batch, repeats, gemm)
             report[section][str(batch)] = {
-                name: {"images_per_s": summarize(t["wall"]), "images_per_cpu_s": summarize(t["cpu"]),
-                       # per round: achieved FLOP/s over the GEMM rate measured right after it
-                       "fraction_of_tf_gemm_peak": statistics.median(
-                           r * step_flops / 1e9 / g for r, g in zip(t["wall"], round_peak["wall"])),
-                       "fraction_of_tf_gemm_peak_cpu": statistics.median(
-                           r * step_flops / 1e9 / g for r, g in zip(t["cpu"], round_peak["cpu"]))}
-                for name, t in timings.items()}
+                c.name: _throughput(timings[c.name], round_peak,
+                                    step_flops * (c.forward_flops or forward_flops) / forward_flops)
+                for c in candidates}
             report[section][str(batch)]["_tf_gemm_each_round"] = {k: summarize(v) for k, v in round_peak.items()}
             print(f"{section} batch {batch}: " + ", ".join(
                 f"{n} {statistics.median(t['wall']):.2f}" for n, t in timings.items()), flush=True)
@@ -237,24 +243,27 @@ def to_markdown(report):
     m = report["machine"]
     lines = [f"Keras backend: {report['keras_backend']}. Machine: {m['cpu']}, {m['cores']} cores ({', '.join(m['simd'])}); load average "
              f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
-             f"{_arch_name(report)}, {report['forward_gflop_per_image']:.1f} GFLOP per image forward; "
+             f"{_arch_name(report)}, {report['forward_gflop_per_image']:.1f} GFLOP per image forward for every token "
+             "(the GFLOP column: what each model executes per image and step); "
              f"{report['repeats']} round-robin repeats, median (min-max).", "",
              f"fp32 GEMM peak: TensorFlow {report['gemm_gflops']['tensorflow']['best']:.1f} GFLOP/s, "
              f"torch {report['gemm_gflops']['torch']['best']:.1f} GFLOP/s (best of all runs).", ""]
     for section, title in (("inference", "Inference"), ("training", "Training (forward, backward, SGD step)")):
         if not report[section]:
             continue
-        lines += [f"### {title}", "", "| batch | model | images/s | images per CPU-s | of TF GEMM peak "
-                  "(wall) | of TF GEMM peak (CPU) |", "| ---: | --- | ---: | ---: | ---: | ---: |"]
+        lines += [f"### {title}", "", "| batch | model | images/s | images per CPU-s | GFLOP per image | "
+                  "of TF GEMM peak (wall) | of TF GEMM peak (CPU) |",
+                  "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
         for batch, rows in report[section].items():
             for name, r in _model_rows(rows):
                 s = r["images_per_s"]
                 lines.append(f"| {batch} | {name} | {s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f}) | "
-                             f"{r['images_per_cpu_s']['median']:.2f} | {100 * r['fraction_of_tf_gemm_peak']:.0f}% | "
+                             f"{r['images_per_cpu_s']['median']:.2f} | {r['gflop_per_image']:.1f} | "
+                             f"{100 * r['fraction_of_tf_gemm_peak']:.0f}% | "
                              f"{100 * r['fraction_of_tf_gemm_peak_cpu']:.0f}% |")
             g = rows["_tf_gemm_each_round"]
             lines.append(f"| {batch} | TF fp32 GEMM, same rounds | {g['wall']['median']:.1f} GFLOP/s | "
-                         f"{g['cpu']['median']:.1f} GFLOP per CPU-s | | |")
+                         f"{g['cpu']['median']:.1f} GFLOP per CPU-s | | | |")
         lines += ["", *_ratio_lines(report[section]), ""]
     if "loading" in report:
         lines += ["### Checkpoint loading (fresh process each, from the page cache)", "",

@@ -21,10 +21,13 @@ def test_vit_b16_forward_flops_match_the_published_count():
     assert gflop == pytest.approx(2 * 17.56, rel=0.005)
 
 
-def test_forward_flops_match_the_model_kernels():
+@pytest.mark.parametrize("class_token_last_block", [False, True])
+def test_forward_flops_match_the_model_kernels(class_token_last_block):
     # Independent count from the built model: every kernel is applied once per
     # token (once per patch for the embedding, once per image for the head),
-    # plus the two token-by-token attention products of each block.
+    # plus the two token-by-token attention products of each block. In the
+    # class-token model's last block only the key and value columns of the
+    # qkv kernel see every token; the rest sees the class token alone.
     image_size, classes = 32, 10
     model = keras_vit.ViT(TINY, image_size=image_size, classes=classes)
     patches = (image_size // TINY.patch_size) ** 2
@@ -32,12 +35,20 @@ def test_forward_flops_match_the_model_kernels():
     macs = patches * int(np.prod(model.get_layer("embedding").kernel.shape))
     for i in range(TINY.depth):
         block = model.get_layer(f"encoderblock_{i}")
+        queries = block.output.shape[1] if class_token_last_block else tokens
         kernels = [block.attention.qkv_kernel, block.attention.out_kernel,
                    block.mlp.dense_0.kernel, block.mlp.dense_1.kernel]
-        macs += tokens * sum(int(np.prod(k.shape)) for k in kernels) + 2 * tokens * tokens * TINY.width
+        macs += queries * sum(int(np.prod(k.shape)) for k in kernels) + 2 * queries * tokens * TINY.width
+        macs += (tokens - queries) * 2 * TINY.width * TINY.width  # keys and values of every token
     macs += int(np.prod(model.get_layer("head").kernel.shape))
     assert flops.vit_forward_flops(TINY.width, TINY.depth, TINY.mlp_dim, TINY.patch_size,
-                                   image_size, classes) == 2 * macs
+                                   image_size, classes, class_token_last_block=class_token_last_block) == 2 * macs
+
+
+def test_class_token_last_block_saves_seven_percent_of_vit_b16():
+    full = flops.vit_forward_flops(768, 12, 3072, 16, 224)
+    fast = flops.vit_forward_flops(768, 12, 3072, 16, 224, class_token_last_block=True)
+    assert fast / 1e9 == pytest.approx(32.7, abs=0.05) and 0.06 < 1 - fast / full < 0.08
 
 
 def test_benchmark_checkpoint_has_the_official_layout():
