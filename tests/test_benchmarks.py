@@ -89,3 +89,32 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     assert load["file_bytes"] > load["weights_bytes"] * 0.9 and load["keras_vit_seconds"]["median"] > 0
     markdown = (tmp_path / "results.md").read_text()
     assert "| batch | model | images/s |" in markdown and "Ti/16" in markdown
+
+
+def test_fast_paths_ablation_agrees_numerically_and_runs():
+    # main() raises if any formulation's logits differ from keras_vit's.
+    from benchmarks import fast_paths  # noqa: PLC0415
+
+    results = fast_paths.main(["--quick", "--batch", "2"])
+    for kind in ("infer", "train"):
+        assert set(results[kind]) == {"plain", "fused projections", "keras_vit"}
+        assert all(rate > 0 for rate in results[kind].values())
+
+
+def test_plain_block_matches_keras_vit_block():
+    from benchmarks import fast_paths  # noqa: PLC0415
+
+    block = keras_vit.TransformerBlock(num_heads=2, mlp_dim=16)
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype("float32")
+    block(x)
+    for w in block.weights:  # biases start at ~0; random ones make the check cover them
+        w.assign(np.random.default_rng(1).standard_normal(w.shape).astype("float32") * 0.3)
+    np.testing.assert_allclose(fast_paths.plain_block_call(block, x), block(x), atol=1e-5)
+
+
+def test_attention_formulations_agree_with_the_layer(capsys):
+    from benchmarks import attention  # noqa: PLC0415
+
+    attention.main(["--batch", "1", "--tokens", "5", "--width", "16", "--heads", "2", "--repeats", "1"])
+    printed = capsys.readouterr().out
+    assert "keras_vit layer" in printed and "split_projections (xla)" in printed
