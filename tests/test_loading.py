@@ -30,6 +30,16 @@ def _assert_unchanged(model, before):
         np.testing.assert_array_equal(a, b)
 
 
+def _assert_load_refused(path, match):
+    """Loading `path` into a fresh model raises `match` and changes no weight; returns the error."""
+    model = keras_vit.ViT(TINY, classes=10)
+    before = _weights(model)
+    with pytest.raises(CheckpointError, match=match) as error:
+        keras_vit.load_weights(model, str(path))
+    _assert_unchanged(model, before)
+    return error.value
+
+
 # --- the position-embedding resize --------------------------------------------------------
 
 @pytest.mark.parametrize("old,new", [((14, 14), (24, 24)), ((14, 14), (7, 7)),
@@ -133,12 +143,8 @@ BLOCK = "Transformer/encoderblock_1/MlpBlock_3/Dense_0"
 ])
 def test_bad_checkpoint_raises_and_leaves_model_unchanged(edit, message, tmp_path):
     path = _corrupt(tmp_path, edit)
-    model = keras_vit.ViT(TINY, classes=10)
-    before = _weights(model)
-    with pytest.raises(CheckpointError, match=message) as error:
-        keras_vit.load_weights(model, str(path))
-    assert "No weights were changed" in str(error.value)
-    _assert_unchanged(model, before)
+    error = _assert_load_refused(path, message)
+    assert "No weights were changed" in str(error)
 
 
 def test_truncated_file(tmp_path):
@@ -147,11 +153,7 @@ def test_truncated_file(tmp_path):
     data = good.read_bytes()
     bad = tmp_path / "truncated.npz"
     bad.write_bytes(data[: len(data) // 2])
-    model = keras_vit.ViT(TINY, classes=10)
-    before = _weights(model)
-    with pytest.raises(CheckpointError, match="truncated.npz is not a readable .npz"):
-        keras_vit.load_weights(model, str(bad))
-    _assert_unchanged(model, before)
+    _assert_load_refused(bad, "truncated.npz is not a readable .npz")
     with pytest.raises(CheckpointError, match="not a readable"):
         keras_vit.ViT(TINY, weights=str(bad))
 
@@ -161,32 +163,20 @@ def test_object_array_needing_pickle(tmp_path):
     arrays = random_vit_npz(tmp_path / "good.npz", TINY, (4, 4), classes=10)
     arrays["cls"] = np.array([{"evil": 1}], dtype=object)
     np.savez(path, **arrays)
-    model = keras_vit.ViT(TINY, classes=10)
-    before = _weights(model)
-    with pytest.raises(CheckpointError, match="object arrays, which need pickle"):
-        keras_vit.load_weights(model, str(path))
-    _assert_unchanged(model, before)
+    _assert_load_refused(path, "object arrays, which need pickle")
 
 
 def test_another_variants_file_is_named(tmp_path):
     other = dataclasses.replace(get_variant("S/16"), depth=2, name="small")
     path = tmp_path / "s16.npz"
     random_vit_npz(path, other, (4, 4), classes=10)
-    model = keras_vit.ViT(TINY, classes=10)
-    before = _weights(model)
-    with pytest.raises(CheckpointError, match=r"(?s)shape mismatches.*width 384, depth 2, patch 16"):
-        keras_vit.load_weights(model, str(path))
-    _assert_unchanged(model, before)
+    _assert_load_refused(path, r"(?s)shape mismatches.*width 384, depth 2, patch 16")
 
 
 def test_a_failure_late_in_the_file_leaves_early_variables_untouched(tmp_path):
     """The last key is wrong; the first variables must not have been assigned."""
     path = _corrupt(tmp_path, lambda a: a.update({"Transformer/encoder_norm/scale": np.zeros(7)}))
-    model = keras_vit.ViT(TINY, classes=10)
-    before = _weights(model)
-    with pytest.raises(CheckpointError, match="encoder_norm/scale"):
-        keras_vit.load_weights(model, str(path))
-    _assert_unchanged(model, before)
+    _assert_load_refused(path, "encoder_norm/scale")
 
 
 def test_non_zip_file(tmp_path):
