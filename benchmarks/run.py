@@ -209,13 +209,13 @@ def main(argv=None):
 
     candidates = build_candidates(arch, args, report["notes"])
     report["inference"], report["training"] = {}, {}
-    for kind, section, sizes, step_flops in (("infer", "inference", batches, forward_flops),
-                                             ("train", "training", train_batches, 3 * forward_flops)):
+    # A training step is counted as three forward passes (forward, two backward products).
+    for kind, section, sizes, passes in (("infer", "inference", batches, 1),
+                                         ("train", "training", train_batches, 3)):
         for batch in sizes:
             timings, round_peak = time_round_robin(candidates, kind, batch, repeats, gemm)
             report[section][str(batch)] = {
-                c.name: _throughput(timings[c.name], round_peak,
-                                    step_flops * (c.forward_flops or forward_flops) / forward_flops)
+                c.name: _throughput(timings[c.name], round_peak, passes * (c.forward_flops or forward_flops))
                 for c in candidates}
             report[section][str(batch)]["_tf_gemm_each_round"] = {k: summarize(v) for k, v in round_peak.items()}
             print(f"{section} batch {batch}: " + ", ".join(
