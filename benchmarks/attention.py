@@ -17,12 +17,12 @@ import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def formulations(qkv_kernel, qkv_bias, out_kernel, out_bias, heads):
     """name -> function of x `(batch, tokens, D)` returning the attention output."""
-    from keras import ops  # noqa: PLC0415
+    from keras import ops
 
     width = out_kernel.shape[0]
     head_dim = width // heads
@@ -75,9 +75,9 @@ def main(argv=None):
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--tokens", type=int, default=197)
     args = parser.parse_args(argv)
-    import tensorflow as tf  # noqa: PLC0415
+    import tensorflow as tf
 
-    from keras_vit.layers import MultiHeadSelfAttention  # noqa: PLC0415
+    from keras_vit.layers import MultiHeadSelfAttention
 
     rng = np.random.default_rng(0)
     x = tf.constant(rng.standard_normal((args.batch, args.tokens, args.width), dtype=np.float32))

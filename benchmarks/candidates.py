@@ -44,9 +44,9 @@ class Candidate:
 
 
 def keras_vit_candidates(arch, modes=("graph", "xla"), dtype_policy=None):
-    import keras  # noqa: PLC0415
+    import keras
 
-    import keras_vit  # noqa: PLC0415
+    import keras_vit
 
     if dtype_policy:
         keras.mixed_precision.set_dtype_policy(dtype_policy)
@@ -66,8 +66,8 @@ def keras_vit_candidates(arch, modes=("graph", "xla"), dtype_policy=None):
 
 
 def keras_hub_candidates(arch, modes=("graph", "xla")):
-    import keras  # noqa: PLC0415
-    from keras_hub.models import ViTBackbone  # noqa: PLC0415
+    import keras
+    from keras_hub.models import ViTBackbone
 
     backbone = ViTBackbone(image_shape=(arch.image_size, arch.image_size, 3),
                            patch_size=arch.patch_size, num_layers=arch.depth,
@@ -82,11 +82,11 @@ def keras_hub_candidates(arch, modes=("graph", "xla")):
 
 
 def _keras_candidate(name, model, arch, mode):
-    import keras  # noqa: PLC0415
+    import keras
 
     if keras.backend.backend() == "jax":
         return _jax_candidate(name.replace(f"({mode}", "(jax"), model, arch)
-    import tensorflow as tf  # noqa: PLC0415
+    import tensorflow as tf
 
     jit = mode == "xla"
     optimizer = keras.optimizers.SGD(learning_rate=1e-3)
@@ -121,8 +121,8 @@ def _keras_candidate(name, model, arch, mode):
 
 def _jax_candidate(name, model, arch):
     """A Keras model on the JAX backend: `jax.jit` of its stateless call, and a plain SGD step."""
-    import jax  # noqa: PLC0415
-    import keras  # noqa: PLC0415
+    import jax
+    import keras
 
     state = {"trainable": [v.value for v in model.trainable_variables],
              "non_trainable": [v.value for v in model.non_trainable_variables]}
@@ -163,7 +163,7 @@ def _jax_candidate(name, model, arch):
 
 
 def timm_candidates(arch):
-    import torch  # noqa: PLC0415
+    import torch
 
     VisionTransformer = import_timm().models.vision_transformer.VisionTransformer
     model = VisionTransformer(img_size=arch.image_size, patch_size=arch.patch_size,
@@ -206,14 +206,14 @@ def import_timm():
     no torchvision op).
     """
     try:
-        import timm  # noqa: PLC0415
+        import timm
         return timm
     except (ImportError, RuntimeError):
         pass
     for name in [n for n in sys.modules if n == "torchvision" or n.startswith(("torchvision.", "timm"))]:
         del sys.modules[name]
     sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
-    import timm  # noqa: PLC0415
+    import timm
     return timm
 
 

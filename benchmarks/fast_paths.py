@@ -26,14 +26,14 @@ import time
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from benchmarks import candidates as cands  # noqa: E402
+from benchmarks import candidates as cands
 
 
 def plain_block_call(block, x):
     """The baseline block: 3-D projections with `+ bias`, qkv split by indexing."""
-    from keras import ops  # noqa: PLC0415
+    from keras import ops
 
     attention, mlp = block.attention, block.mlp
     batch, tokens, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
@@ -51,7 +51,7 @@ def plain_block_call(block, x):
 
 def forward_through(model, block_call):
     """`images -> logits` through `model`'s own layers, each block computed by `block_call`."""
-    import keras_vit  # noqa: PLC0415
+    import keras_vit
 
     def forward(images, training=False):
         x = images
@@ -74,7 +74,7 @@ class _AsModel:
 
 def variants(arch):
     """name -> model-like object; all three share one keras_vit model's weights."""
-    import keras_vit  # noqa: PLC0415
+    import keras_vit
 
     variant = keras_vit.Variant("bench", arch.width, arch.depth, arch.mlp_dim, arch.heads,
                                 arch.patch_size)

@@ -37,7 +37,7 @@ def tf_gemm_peak(sizes=((2048, 2048, 2048), (1576, 768, 3072)), repeats=5, min_s
 
     Returns `{"best": float, "runs": {"MxKxN": [GFLOP/s, ...]}}`.
     """
-    import tensorflow as tf  # noqa: PLC0415
+    import tensorflow as tf
 
     runs = {}
     for m, k, n in sizes:
@@ -45,28 +45,28 @@ def tf_gemm_peak(sizes=((2048, 2048, 2048), (1576, 768, 3072)), repeats=5, min_s
         b = tf.constant(np.random.default_rng(1).standard_normal((k, n), dtype=np.float32))
         matmul = tf.function(tf.linalg.matmul)
         matmul(a, b).numpy()
-        runs[f"{m}x{k}x{n}"] = [_rate(lambda: matmul(a, b).numpy(), 2 * m * k * n, min_seconds)
-                                for _ in range(repeats)]
+        runs[f"{m}x{k}x{n}"] = [_rate(lambda f=matmul, a=a, b=b: f(a, b).numpy(), 2 * m * k * n,
+                                      min_seconds) for _ in range(repeats)]
     return {"best": max(max(r) for r in runs.values()), "runs": runs}
 
 
 def torch_gemm_peak(sizes=((2048, 2048, 2048), (1576, 768, 3072)), repeats=5, min_seconds=0.5):
     """Best fp32 GFLOP/s of `torch.matmul` over `sizes`, for reference."""
-    import torch  # noqa: PLC0415
+    import torch
 
     runs = {}
     for m, k, n in sizes:
         a, b = torch.randn(m, k), torch.randn(k, n)
         torch.matmul(a, b)
-        runs[f"{m}x{k}x{n}"] = [_rate(lambda: torch.matmul(a, b), 2 * m * k * n, min_seconds)
-                                for _ in range(repeats)]
+        runs[f"{m}x{k}x{n}"] = [_rate(lambda a=a, b=b: torch.matmul(a, b), 2 * m * k * n,
+                                      min_seconds) for _ in range(repeats)]
     return {"best": max(max(r) for r in runs.values()), "runs": runs}
 
 
 def tf_gemm_timer(size=(1576, 768, 3072), min_seconds=0.5):
     """A function that times an fp32 `tf.linalg.matmul` of `size` (m, k, n) for
     `min_seconds` and returns (GFLOP/s, GFLOP per CPU-second)."""
-    import tensorflow as tf  # noqa: PLC0415
+    import tensorflow as tf
 
     m, k, n = size
     a = tf.constant(np.random.default_rng(0).standard_normal((m, k), dtype=np.float32))

@@ -69,7 +69,7 @@ def measure(mode, variant_name, path, image_size):
     result = {"mode": mode, "variant": variant_name, "file_bytes": os.path.getsize(path)}
     if mode == "keras_vit":
         os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-        import keras_vit  # noqa: PLC0415
+        import keras_vit
 
         start = time.perf_counter()
         model = keras_vit.ViT(variant_name, image_size=image_size)

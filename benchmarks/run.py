@@ -23,15 +23,16 @@ import time
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks import candidates as cands  # noqa: E402
-from benchmarks import flops, loading  # noqa: E402
+from benchmarks import candidates as cands
+from benchmarks import flops, loading
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny model, one repeat: checks it works")
     parser.add_argument("--out", default="benchmarks/results", help="folder for results.json and results.md")
-    parser.add_argument("--repeats", type=int, default=None, help="timed calls per candidate (default 7, quick 1)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed calls per candidate (default 7, quick 1)")
     parser.add_argument("--batch-sizes", default=None, help="inference batches, e.g. 8,32")
     parser.add_argument("--train-batch-sizes", default=None, help="training batches, e.g. 8,32")
     parser.add_argument("--only", default="keras_vit,keras_hub,timm", help="candidates to run")
@@ -54,9 +55,9 @@ def machine():
         pass
     with open("/proc/cpuinfo") as f:
         flags = set(next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), []))
-    import keras  # noqa: PLC0415
-    import numpy  # noqa: PLC0415
-    import tensorflow as tf  # noqa: PLC0415
+    import keras
+    import numpy
+    import tensorflow as tf
     versions = {"python": platform.python_version(), "tensorflow": tf.__version__,
                 "keras": keras.__version__, "numpy": numpy.__version__}
     for name in ("torch", "keras_hub"):
@@ -68,12 +69,13 @@ def machine():
         versions["timm"] = cands.import_timm().__version__
     except (ImportError, RuntimeError):
         versions["timm"] = None
-    return {"cpu": model, "cores": os.cpu_count(), "simd": sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}),
+    simd = sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"})
+    return {"cpu": model, "cores": os.cpu_count(), "simd": simd,
             "load_average_start": os.getloadavg(), "versions": versions}
 
 
 def build_candidates(arch, args, notes):
-    import keras  # noqa: PLC0415
+    import keras
 
     # On the JAX backend every Keras model runs jax.jit-compiled, one mode.
     modes = ("jax",) if keras.backend.backend() == "jax" else tuple(args.modes.split(","))
@@ -137,8 +139,8 @@ def summarize(values):
 
 
 def loading_benchmark(variant_names, image_size, repeats, folder):
-    """Per variant: medians of `np.load` and keras_vit load time and extra RSS, each run in a fresh process."""
-    import keras_vit  # noqa: PLC0415
+    """Per variant: medians of `np.load` and keras_vit load time and extra RSS, each in a fresh process."""
+    import keras_vit
 
     results = {}
     for name in variant_names:
@@ -191,11 +193,12 @@ def main(argv=None):
     train_batches = _ints(args.train_batch_sizes, "2" if quick else "8,32")
     load_variants = (args.load_variants or ("Ti/16" if quick else "B/16,L/16")).split(",")
 
-    import torch  # noqa: PLC0415
+    import torch
     torch.set_num_threads(os.cpu_count())  # TensorFlow's default pools use every core too
 
-    import keras  # noqa: PLC0415
-    report = {"arch": vars(arch), "quick": quick, "keras_backend": keras.backend.backend(), "repeats": repeats, "machine": machine(),
+    import keras
+    report = {"arch": vars(arch), "quick": quick, "keras_backend": keras.backend.backend(),
+              "repeats": repeats, "machine": machine(),
               "threads": {"torch": torch.get_num_threads(), "tensorflow": "default (all cores)"},
               "notes": []}
     forward_flops = flops.vit_forward_flops(arch.width, arch.depth, arch.mlp_dim, arch.patch_size,
@@ -217,7 +220,8 @@ def main(argv=None):
             report[section][str(batch)] = {
                 c.name: _throughput(timings[c.name], round_peak, passes * (c.forward_flops or forward_flops))
                 for c in candidates}
-            report[section][str(batch)]["_tf_gemm_each_round"] = {k: summarize(v) for k, v in round_peak.items()}
+            report[section][str(batch)]["_tf_gemm_each_round"] = {
+                k: summarize(v) for k, v in round_peak.items()}
             print(f"{section} batch {batch}: " + ", ".join(
                 f"{n} {statistics.median(t['wall']):.2f}" for n, t in timings.items()), flush=True)
     del candidates
@@ -241,14 +245,17 @@ def main(argv=None):
 def to_markdown(report):
     """The report as Markdown tables: throughput, ratios against the best peer, loading."""
     m = report["machine"]
-    lines = [f"Keras backend: {report['keras_backend']}. Machine: {m['cpu']}, {m['cores']} cores ({', '.join(m['simd'])}); load average "
+    lines = [f"Keras backend: {report['keras_backend']}. Machine: {m['cpu']}, {m['cores']} cores "
+             f"({', '.join(m['simd'])}); load average "
              f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
-             f"{_arch_name(report)}, {report['forward_gflop_per_image']:.1f} GFLOP per image forward for every token "
+             f"{_arch_name(report)}, {report['forward_gflop_per_image']:.1f} GFLOP per image forward "
+             "for every token "
              "(the GFLOP column: what each model executes per image and step); "
              f"{report['repeats']} round-robin repeats, median (min-max).", "",
              f"fp32 GEMM peak: TensorFlow {report['gemm_gflops']['tensorflow']['best']:.1f} GFLOP/s, "
              f"torch {report['gemm_gflops']['torch']['best']:.1f} GFLOP/s (best of all runs).", ""]
-    for section, title in (("inference", "Inference"), ("training", "Training (forward, backward, SGD step)")):
+    titles = (("inference", "Inference"), ("training", "Training (forward, backward, SGD step)"))
+    for section, title in titles:
         if not report[section]:
             continue
         lines += [f"### {title}", "", "| batch | model | images/s | images per CPU-s | GFLOP per image | "
@@ -268,13 +275,16 @@ def to_markdown(report):
     if "loading" in report:
         lines += ["### Checkpoint loading (fresh process each, from the page cache)", "",
                   "| variant | file | np.load | keras_vit load_weights | time ratio | np.load extra RSS | "
-                  "keras_vit extra RSS | extra RSS / file |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "keras_vit extra RSS | extra RSS / file |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for name, r in report["loading"].items():
             mb = 1 / 2**20
-            lines.append(f"| {name} | {r['file_bytes'] * mb:.0f} MiB | {r['np_load_seconds']['median']:.2f} s | "
+            lines.append(f"| {name} | {r['file_bytes'] * mb:.0f} MiB | "
+                         f"{r['np_load_seconds']['median']:.2f} s | "
                          f"{r['keras_vit_seconds']['median']:.2f} s | {r['time_vs_np_load']:.2f}x | "
                          f"{r['np_load_extra_rss']['median'] * mb:.0f} MiB | "
-                         f"{r['keras_vit_extra_rss']['median'] * mb:.0f} MiB | {r['extra_rss_vs_file']:.2f}x |")
+                         f"{r['keras_vit_extra_rss']['median'] * mb:.0f} MiB | "
+                         f"{r['extra_rss_vs_file']:.2f}x |")
         lines.append("")
     lines += [f"Note: {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"

@@ -1,22 +1,73 @@
-"""keras_vit: the Vision Transformer for Keras 3, exact to the official checkpoints."""
+"""keras_vit: the Vision Transformer for Keras 3, exact to the official checkpoints.
 
-from keras_vit.checkpoints import (Checkpoint, WeightsUnavailableError, catalogue,
-                                   pin_checksum)
-from keras_vit.export import export_saved_model, export_tflite
-from keras_vit.layers import (AddPositionEmbedding, BottleneckUnit, ClassToken, MlpBlock,
-                              MultiHeadSelfAttention, PatchEncoder, ResNetStem, StdConv2D,
-                              TransformerBlock, resize_position_embedding)
-from keras_vit.models import (ViT, TokenPooling, ViT_B8, ViT_B16, ViT_B32, ViT_H14, ViT_L16,
-                              ViT_L32, ViT_R26_B32, ViT_R26_S32, ViT_R50_B16, ViT_R50_L32,
-                              ViT_R_Ti16, ViT_S16, ViT_S32, ViT_Ti16)
-from keras_vit.resnet import ResNetV2, load_resnet_weights
-from keras_vit.datasets import load_dataset, make_pipeline
-from keras_vit.preprocessing import decode_predictions, imagenet_labels, preprocess_input
-from keras_vit.training import RECIPES, Recipe, get_recipe, train
+Importing it loads the core: variants, layers, models, checkpoints, image
+preprocessing and labels. Training, datasets and export are loaded on first
+use of one of their names (`keras_vit.train`, `keras_vit.load_dataset`,
+`keras_vit.export_saved_model`, ...), so importing keras_vit pulls in no
+training code, tf.distribute work-around or plotting library.
+"""
+
+import importlib
+
+from keras_vit import _renamed
+from keras_vit.checkpoints import (
+    Checkpoint,
+    CheckpointError,
+    WeightsUnavailableError,
+    catalogue,
+    load_resnet_weights,
+    load_weights,
+    pin_checksum,
+)
+from keras_vit.labels import decode_predictions, imagenet_labels
+from keras_vit.layers import (
+    AddPositionEmbedding,
+    BottleneckUnit,
+    ClassToken,
+    MlpBlock,
+    MultiHeadSelfAttention,
+    PatchEncoder,
+    ResNetStem,
+    StdConv2D,
+    TokenPooling,
+    TransformerBlock,
+    resize_position_embedding,
+)
+from keras_vit.models import (
+    ResNetV2,
+    ViT,
+    ViT_B8,
+    ViT_B16,
+    ViT_B32,
+    ViT_H14,
+    ViT_L16,
+    ViT_L32,
+    ViT_R26_B32,
+    ViT_R26_S32,
+    ViT_R50_B16,
+    ViT_R50_L32,
+    ViT_R_Ti16,
+    ViT_S16,
+    ViT_S32,
+    ViT_Ti16,
+)
+from keras_vit.preprocessing import preprocess_input
 from keras_vit.variants import VARIANTS, Variant, get_variant, variant_names
-from keras_vit.weight_mapping import CheckpointError, load_weights
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
+
+# Public names whose modules load on first use: name -> module.
+_LAZY = {
+    "export_saved_model": "keras_vit.export",
+    "export_tflite": "keras_vit.export",
+    "train": "keras_vit.training",
+    "Recipe": "keras_vit.training",
+    "RECIPES": "keras_vit.training",
+    "get_recipe": "keras_vit.training",
+    "load_dataset": "keras_vit.data",
+    "make_pipeline": "keras_vit.data",
+}
+_SUBPACKAGES = ("analysis", "cli", "data", "export", "training")
 
 __all__ = [
     # models
@@ -37,3 +88,20 @@ __all__ = [
     # training
     "train", "Recipe", "RECIPES", "get_recipe", "load_dataset", "make_pipeline",
 ]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"keras_vit.{name}")
+    raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBPACKAGES))
+
+
+_renamed.install()

@@ -7,8 +7,9 @@ preprocessing inside the graph, so a client needs no keras_vit code:
 - `serving_default(images)`: float32 `(batch, height, width, 3)`, pixel values
   in [0, 255] at the model's size (JSON numbers and uint8 data fit as they are;
   TF Serving converts JSON numbers to the signature's dtype).
-- `serve_bytes(image_bytes)`: string `(batch,)` of JPEG, PNG, GIF or BMP files
-  of any size, decoded to RGB, resized (bilinear) to the model's size.
+- `serve_bytes(image_bytes)`: string `(batch,)` of JPEG, PNG, GIF, BMP or WebP
+  files of any size, decoded to RGB and resized (bilinear) to the model's size
+  by `keras_vit.preprocessing.decode_images`, the path every image takes.
 
 Both return `logits` `(batch, classes)`, `probabilities` `(batch, classes)`,
 `class_ids` `(batch, k)` (int32, best first) and, when labels are given,
@@ -23,10 +24,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.preprocessing import imagenet_labels, preprocess_input
+from keras_vit.labels import imagenet_label_names, read_labels
+from keras_vit.preprocessing import decode_images, preprocess_input
 
-__all__ = ["export_saved_model", "export_tflite", "decode_images", "read_labels",
-           "imagenet_label_names", "next_version", "has_softmax_head"]
+__all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head"]
 
 # A TFLite file is one FlatBuffer, which cannot exceed 2 GiB.
 TFLITE_MAX_BYTES = 2 ** 31
@@ -104,41 +105,6 @@ def export_tflite(model, path, top_k=5):
                              f"(Flex ops are not available on phones): {error}") from error
     _write_atomically(path, content)
     return path
-
-
-def decode_images(image_bytes, image_size):
-    """Encoded images -> float32 `(batch, height, width, 3)` pixels in [0, 255].
-
-    `image_bytes`: string tensor `(batch,)` of JPEG, PNG, GIF (first frame) or
-    BMP files of any size. Grey and RGBA images become RGB. Each image is
-    resized to `image_size` `(height, width)` with bilinear interpolation,
-    without antialiasing, as the official ViT input pipeline does. Raises
-    `tf.errors.InvalidArgumentError` for bytes that are not such an image.
-    """
-    image_size = tuple(image_size)
-
-    def decode(data):
-        image = tf.io.decode_image(data, channels=3, expand_animations=False)
-        return tf.image.resize(image, image_size, method="bilinear")
-
-    return tf.map_fn(decode, image_bytes,
-                     fn_output_signature=tf.TensorSpec((*image_size, 3), tf.float32))
-
-
-def read_labels(path):
-    """Class names from a text file, one per line (blank lines at the end ignored)."""
-    with open(path, encoding="utf-8") as f:
-        names = f.read().rstrip("\n").split("\n")
-    if not names or names == [""]:
-        raise ValueError(f"{path} holds no labels; write one class name per line.")
-    return [name.rstrip("\r") for name in names]
-
-
-def imagenet_label_names(classes):
-    """The ImageNet class names of a 1000- or 21843-class head, else None."""
-    if classes not in (1000, 21843):
-        return None
-    return [name for _, name in imagenet_labels(classes)]
 
 
 def next_version(export_dir):

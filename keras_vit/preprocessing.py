@@ -1,57 +1,119 @@
-"""Input scaling and ImageNet label decoding."""
+"""The one image path: decode, bilinear resize, [-1, 1] scaling.
 
-import functools
-from importlib import resources
+Every way into a model goes through these functions: `keras-vit predict` and
+`analyze` (`load_image`), the SavedModel's `serve_bytes` signature
+(`decode_images`), and the image-folder dataset (`decode_image`, then
+`resize_image` in its pipeline). So one file gives one array wherever it
+enters. TensorFlow (for its image decoders) is imported when an image is
+decoded, not with this module.
+"""
+
+import os
+import re
 
 import numpy as np
 from keras import ops
 
-__all__ = ["preprocess_input", "decode_predictions", "imagenet_labels"]
+__all__ = ["preprocess_input", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "decode_image",
+           "resize_image", "decode_images", "load_image", "image_paths", "not_an_image"]
+
+# What tf.io.decode_image reads; GIFs give their first frame.
+IMAGE_FORMATS = "JPEG, PNG, GIF, BMP or WebP"
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 
 def preprocess_input(images):
     """Maps pixel values in [0, 255] to [-1, 1], as the official models expect.
 
     Accepts NumPy arrays or tensors of any shape (channels last); returns
-    float32 (a NumPy array for NumPy input).
+    float32 (a NumPy array for NumPy input). TensorFlow tensors stay TensorFlow
+    tensors whatever the Keras backend, so this works inside a `tf.data` map.
     """
     if isinstance(images, (np.ndarray, list, tuple, int, float)):
         return np.asarray(images, dtype=np.float32) / 127.5 - 1.0
+    if type(images).__module__.startswith("tensorflow"):
+        import tensorflow as tf
+
+        return tf.cast(images, tf.float32) / 127.5 - 1.0
     return ops.cast(images, "float32") / 127.5 - 1.0
 
 
-@functools.cache
-def imagenet_labels(classes=1000):
-    """(synset id, label) pairs in the order of the official checkpoints' heads.
+def decode_image(data, channels=3):
+    """Encoded image bytes (a scalar string tensor) -> uint8 `(H, W, channels)`.
 
-    `classes=1000` is ImageNet-1k (ILSVRC-2012); `classes=21843` the
-    ImageNet-21k ordering the official "imagenet21k" checkpoints use.
+    Grey, palette and RGBA images become `channels` channels (3: RGB, 1: grey).
+    Raises `tf.errors.InvalidArgumentError` for bytes that are not such an image.
     """
-    files = {1000: "imagenet1k_labels.tsv", 21843: "imagenet21k_labels.tsv"}
-    if classes not in files:
-        raise ValueError(f"ImageNet labels exist for 1000 or 21843 classes, not {classes}.")
-    text = resources.files("keras_vit").joinpath(f"data/{files[classes]}").read_text("utf-8")
-    return tuple(tuple(line.split("\t", 1)) for line in text.splitlines())
+    import tensorflow as tf
+
+    return tf.io.decode_image(data, channels=channels, expand_animations=False)
 
 
-def decode_predictions(predictions, top=5):
-    """Top-`top` ImageNet labels per row of `predictions` (logits or probabilities).
+def resize_image(image, size):
+    """`(H, W, C)` or `(batch, H, W, C)` pixels -> float32 at `size` (height, width).
 
-    Returns, per image, a list of `(synset_id, label, probability)` sorted by
-    probability; logits are turned into probabilities with a softmax, so the
-    values are probabilities either way.
+    Bilinear, without antialiasing, as the official ViT input pipeline does.
     """
-    predictions = np.asarray(ops.convert_to_numpy(predictions), dtype=np.float64)
-    if predictions.ndim != 2:
-        raise ValueError(f"predictions must be (batch, classes), got shape {predictions.shape}.")
-    labels = imagenet_labels(predictions.shape[1])
-    is_probability = np.all(predictions >= 0) and np.allclose(predictions.sum(axis=1), 1.0, atol=1e-3)
-    if not is_probability:
-        shifted = np.exp(predictions - predictions.max(axis=1, keepdims=True))
-        predictions = shifted / shifted.sum(axis=1, keepdims=True)
-    top = min(top, predictions.shape[1])
-    result = []
-    for row in predictions:
-        best = np.argsort(-row, kind="stable")[:top]
-        result.append([(labels[i][0], labels[i][1], float(row[i])) for i in best])
-    return result
+    import tensorflow as tf
+
+    return tf.image.resize(image, tuple(size), method="bilinear", antialias=False)
+
+
+def decode_images(image_bytes, image_size, channels=3):
+    """A string tensor `(batch,)` of encoded images -> float32 `(batch, H, W, channels)` pixels
+    in [0, 255] at `image_size`; images of any size."""
+    import tensorflow as tf
+
+    image_size = tuple(image_size)
+    return tf.map_fn(lambda data: resize_image(decode_image(data, channels), image_size),
+                     image_bytes,
+                     fn_output_signature=tf.TensorSpec((*image_size, channels), tf.float32))
+
+
+def load_image(path, image_size, channels=3):
+    """An image file -> float32 `(H, W, channels)` NumPy pixels in [0, 255] at `image_size`.
+
+    Raises `ValueError` naming the file when it is missing or not an image.
+    """
+    import tensorflow as tf
+
+    if not os.path.isfile(path):
+        raise ValueError(f"No image file at {path}.")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        image = decode_image(tf.constant(data), channels)
+    except tf.errors.InvalidArgumentError as error:
+        raise not_an_image(path, error) from None
+    return resize_image(image, image_size).numpy()
+
+
+def not_an_image(path, error):
+    """The `ValueError` for a file TensorFlow failed to decode, with its one useful line."""
+    return ValueError(f"{path} is not a {IMAGE_FORMATS} image ({_reason(error.message)}).")
+
+
+def image_paths(entries):
+    """Image files named by `entries`: files as given, folders by their image files, sorted."""
+    paths = []
+    for entry in entries:
+        if os.path.isdir(entry):
+            paths += sorted(os.path.join(entry, name) for name in os.listdir(entry)
+                            if name.lower().endswith(IMAGE_EXTENSIONS))
+        elif os.path.isfile(entry):
+            paths.append(entry)
+        else:
+            raise ValueError(f"No such image file or folder: {entry}")
+    if not paths:
+        raise ValueError(f"No {IMAGE_FORMATS} images found in {', '.join(entries)}.")
+    return paths
+
+
+def _reason(message):
+    """TensorFlow's one useful line, without the graph-execution context around it."""
+    for line in reversed(message.splitlines()):
+        line = re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:.*", "", line).strip()
+        if line and not line.startswith(("Graph execution", "Detected at", "<stack", "in user code",
+                                         "File ")):
+            return line.removeprefix("InvalidArgumentError:").strip()
+    return message.strip()

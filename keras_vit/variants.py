@@ -31,12 +31,46 @@ class Variant:
         return self.resnet_stages is not None
 
     @property
-    def total_stride(self):
-        """Pixels per token along each axis (patch size times the ResNet's stride)."""
+    def resnet_stride(self):
+        """Pixels per ResNet output position along each axis (1 without a ResNet).
+
+        Stem: a stride-2 convolution and a stride-2 max-pool; every stage after
+        the first halves the resolution again.
+        """
         if not self.is_hybrid:
-            return self.patch_size
-        # Stem: stride-2 conv + stride-2 max-pool; every stage after the first halves again.
-        return 4 * 2 ** max(len(self.resnet_stages) - 1, 0) * self.patch_size
+            return 1
+        return 4 * 2 ** max(len(self.resnet_stages) - 1, 0)
+
+    @property
+    def total_stride(self):
+        """Pixels per token along each axis: the patch size times the ResNet's stride."""
+        return self.resnet_stride * self.patch_size
+
+    @property
+    def trunk_channels(self):
+        """Channels the ResNet hands the patch embedding (None without a ResNet).
+
+        The root block gives 64 * width; stage s gives 4 * 64 * width * 2**(s-1).
+        """
+        if not self.is_hybrid:
+            return None
+        stages = self.resnet_stages
+        return 64 * self.resnet_width * (4 * 2 ** (len(stages) - 1) if stages else 1)
+
+    def feature_size(self, size):
+        """Rows (or columns) the patch embedding sees for an input of `size` pixels.
+
+        The ResNet pads "SAME": every stride-2 step gives ceil(size / 2), as in
+        the official model. Without a ResNet this is `size` itself.
+        """
+        steps = self.resnet_stride.bit_length() - 1  # the stride is a power of two
+        for _ in range(steps):
+            size = -(-size // 2)
+        return size
+
+    def token_grid(self, image_size):
+        """(rows, columns) of patch tokens for an image of (height, width) pixels."""
+        return tuple(self.feature_size(s) // self.patch_size for s in image_size)
 
     @property
     def short_name(self):

@@ -74,6 +74,7 @@ def test_analyze_command(tmp_path, capsys):
     assert np.array(report["mean_attention_distance_pixels"]).shape == (2, 4)
 
 
-def test_analyze_command_errors(tmp_path):
-    with pytest.raises(SystemExit, match="No such image"):
-        main(["analyze", str(tmp_path / "missing.png"), "--model", "Ti/16"])
+def test_analyze_command_errors(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path / "missing.png"), "--model", "Ti/16"]) == 2
+    assert capsys.readouterr().err == (f"keras-vit analyze: error: No such image file or folder: "
+                                       f"{tmp_path / 'missing.png'}\n")

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import datasets
+from keras_vit import data
 
 
 def test_digits_split_is_fixed_and_stratified():
-    first, second = datasets.load_digits(), datasets.load_digits()
+    first, second = data.load_digits(), data.load_digits()
     assert (first.num_train, first.num_test, first.num_classes) == (1437, 360, 10)
     labels = [y for _, y in first.test.as_numpy_iterator()]
     again = [y for _, y in second.test.as_numpy_iterator()]
@@ -25,7 +25,7 @@ def test_digits_split_is_fixed_and_stratified():
 def test_eval_pipeline_resizes_only():
     images = np.random.default_rng(0).integers(0, 256, (3, 8, 8, 1), dtype=np.uint8)
     ds = tf.data.Dataset.from_tensor_slices((images, np.arange(3, dtype=np.int32)))
-    batch, labels = next(iter(datasets.make_pipeline(ds, 16, 8, training=False)))
+    batch, labels = next(iter(data.make_pipeline(ds, 16, 8, training=False)))
     assert batch.shape == (3, 16, 16, 3) and list(labels.numpy()) == [0, 1, 2]
     # Independent check: nearest-in-spirit reference, a 2x bilinear upsample keeps the mean.
     expected = images[..., 0].astype(np.float32) / 127.5 - 1.0
@@ -40,7 +40,7 @@ def test_inception_crop_area_and_aspect():
     image = tf.zeros((200, 200, 3), tf.uint8)
     areas, aspects = [], []
     for _ in range(200):
-        crop = datasets.inception_crop(image, (0.05, 1.0))
+        crop = data.inception_crop(image, (0.05, 1.0))
         h, w = int(crop.shape[0]), int(crop.shape[1])
         areas.append(h * w / 200 ** 2)
         aspects.append(w / h)
@@ -50,8 +50,8 @@ def test_inception_crop_area_and_aspect():
 
 
 def test_training_pipeline_batches_and_range():
-    splits = datasets.load_digits()
-    ds = datasets.make_pipeline(splits.train, 32, 16, training=True, seed=1)
+    splits = data.load_digits()
+    ds = data.make_pipeline(splits.train, 32, 16, training=True, seed=1)
     images, labels = next(iter(ds))
     assert images.shape == (16, 32, 32, 3) and labels.shape == (16,)
     assert float(tf.reduce_min(images)) >= -1.0 and float(tf.reduce_max(images)) <= 1.0
@@ -84,27 +84,27 @@ def write_folder(root, corrupt=True):
 
 def test_folder_skips_and_counts_corrupt_files(tmp_path):
     write_folder(str(tmp_path))
-    splits = datasets.load_image_folder(str(tmp_path))
+    splits = data.load_image_folder(str(tmp_path))
     assert splits.class_names == ["cats", "dogs"]
     assert splits.num_train + splits.num_test == 20
     assert [os.path.basename(p) for p in splits.skipped_files] == ["broken.jpg"]
-    batch, _ = next(iter(datasets.make_pipeline(splits.test, 16, 4, training=False)))
+    batch, _ = next(iter(data.make_pipeline(splits.test, 16, 4, training=False)))
     assert batch.shape == (4, 16, 16, 3)
 
 
 def test_folder_errors_are_clear(tmp_path):
     with pytest.raises(ValueError, match="no class sub-folders"):
-        datasets.load_image_folder(str(tmp_path))
+        data.load_image_folder(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        datasets.load_dataset(str(tmp_path / "missing" / "folder"))
+        data.load_dataset(str(tmp_path / "missing" / "folder"))
 
 
 def test_tfds_offline_fails_fast_with_advice(tmp_path):
-    if datasets._internet_reachable():
+    if data.datasets._internet_reachable():
         pytest.skip("this machine is online; the offline path cannot be exercised")
     start = time.perf_counter()
-    with pytest.raises(datasets.DatasetUnavailableError) as error:
-        datasets.load_tfds("tf_flowers", data_dir=str(tmp_path))
+    with pytest.raises(data.DatasetUnavailableError) as error:
+        data.load_tfds("tf_flowers", data_dir=str(tmp_path))
     elapsed = time.perf_counter() - start
     assert elapsed < 30, f"took {elapsed:.1f} s"
     message = str(error.value)
@@ -114,4 +114,4 @@ def test_tfds_offline_fails_fast_with_advice(tmp_path):
 
 def test_unknown_tfds_name_is_named():
     with pytest.raises(ValueError, match="no_such_dataset_xyz"):
-        datasets.load_dataset("no_such_dataset_xyz")
+        data.load_dataset("no_such_dataset_xyz")

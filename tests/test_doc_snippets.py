@@ -125,6 +125,8 @@ def _pages_with_code():
 @pytest.fixture
 def smoke(monkeypatch, tmp_path):
     """Tiny models instead of downloads, no network, a fresh working folder."""
+    import keras_vit.training  # noqa: F401  (loaded now, so that its ViT is stood in for too)
+
     stand_ins = {"ViT": (keras_vit.models.ViT, snippets.make_smoke_vit(keras_vit.models.ViT)),
                  "ResNetV2": (keras_vit.ResNetV2, snippets.make_smoke_resnet(keras_vit.ResNetV2))}
     for name, module in list(sys.modules.items()):
@@ -134,8 +136,10 @@ def smoke(monkeypatch, tmp_path):
     monkeypatch.setattr(socket.socket, "connect", offline.connect)
     monkeypatch.setattr(socket.socket, "connect_ex", offline.connect_ex)
     # The digits demo trains one epoch instead of 80.
-    monkeypatch.setattr(keras_vit.training, "DIGITS_RECIPE",
-                        dataclasses.replace(keras_vit.training.DIGITS_RECIPE, epochs=1))
+    digits = keras_vit.data.PRESETS["digits"]
+    one_epoch = {"scratch": {**digits.overrides("scratch"), "epochs": 1}}
+    monkeypatch.setitem(keras_vit.data.PRESETS, "digits",
+                        dataclasses.replace(digits, recipe_overrides=one_epoch))
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
     monkeypatch.chdir(tmp_path)
     yield tmp_path

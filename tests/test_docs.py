@@ -7,7 +7,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -16,4 +16,4 @@ def _load_script(name):
 def test_models_page_is_generated_from_the_tables():
     render = _load_script("make_models_page").render
     page = (ROOT / "docs" / "models-and-weights.md").read_text()
-    assert page == render(), "run: python docs/scripts/make_models_page.py"
+    assert page == render(), "run: python tools/make_models_page.py"

@@ -5,7 +5,6 @@ import pytest
 
 import keras
 import keras_vit
-from keras_vit.models import token_grid
 from tests.oracle import random_hybrid_npz
 
 
@@ -22,7 +21,7 @@ def _weights(model):
 def checkpoint(tmp_path):
     variant = _small()
     path = tmp_path / "hybrid.npz"
-    arrays = random_hybrid_npz(path, variant, token_grid(variant, (32, 32)), classes=5)
+    arrays = random_hybrid_npz(path, variant, variant.token_grid((32, 32)), classes=5)
     return variant, path, arrays
 
 
@@ -114,7 +113,7 @@ def test_position_embedding_resizes_to_the_hybrid_grid(checkpoint):
 
 
 def test_a_mismatch_report_recognises_the_hybrid_file():
-    from keras_vit.weight_mapping import describe_architecture  # noqa: PLC0415
+    from keras_vit.checkpoints import describe_architecture  # noqa: PLC0415
 
     def keys(stages_channels, depth=12):
         arrays = {"embedding/kernel": np.zeros((1, 1, stages_channels, 768)), "cls": 0,

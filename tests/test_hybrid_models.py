@@ -8,7 +8,6 @@ import pytest
 
 import keras_vit
 from keras_vit.layers.resnet import StdConv2D
-from keras_vit.models import token_grid
 from keras_vit.variants import get_variant
 from tests.oracle import import_timm
 
@@ -56,8 +55,8 @@ def _small(stages=(1, 1), patch_size=1, depth=1):
 def test_any_size_works_for_patch_1_hybrids_with_ceil_grids():
     # SAME padding: every stride-2 step gives ceil(size / 2), as in the official model.
     variant = get_variant("R50+B/16")
-    assert token_grid(variant, (200, 200)) == (13, 13)  # 200 -> 100 -> 50 -> 25 -> 13
-    assert token_grid(variant, (224, 97)) == (14, 7)
+    assert variant.token_grid((200, 200)) == (13, 13)  # 200 -> 100 -> 50 -> 25 -> 13
+    assert variant.token_grid((224, 97)) == (14, 7)
     model = keras_vit.ViT(_small(), image_size=(70, 33), include_top=False, pooling=None)
     assert model.output_shape == (None, 1 + 9 * 5, 64)  # ceil(70/8) x ceil(33/8) + cls
     assert model.get_layer("posembed_input").grid_size == (9, 5)

@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.models import token_grid
 from keras_vit.variants import get_variant
 from tests.oracle import random_hybrid_npz, run_timm, timm_hybrid
 
@@ -35,7 +34,7 @@ TOLERANCE = 1e-4
 
 
 def _compare(variant, size, tmp_path, classes=1000, gn_shape="4d", batch=1, tolerance=TOLERANCE):
-    grid = token_grid(variant, (size, size))
+    grid = variant.token_grid((size, size))
     path = tmp_path / "hybrid.npz"
     random_hybrid_npz(path, variant, grid, classes=classes, gn_shape=gn_shape)
     images = np.random.default_rng(1).uniform(-1, 1, (batch, size, size, 3)).astype(np.float32)

@@ -188,7 +188,7 @@ def test_non_zip_file(tmp_path):
 
 
 def test_a_full_official_file_is_recognised_by_name():
-    from keras_vit.weight_mapping import describe_architecture  # noqa: PLC0415
+    from keras_vit.checkpoints import describe_architecture  # noqa: PLC0415
 
     arrays = {"embedding/kernel": np.zeros((32, 32, 3, 384)), "cls": np.zeros((1, 1, 384))}
     arrays.update({f"Transformer/encoderblock_{i}/LayerNorm_0/scale": np.zeros(1) for i in range(12)})

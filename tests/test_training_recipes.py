@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from keras_vit import training
+from keras_vit.training import distribute
 from keras_vit.training import (DEMO_VARIANT, accumulation_steps, build_model, get_recipe,
                                 learning_rate_schedule, make_optimizer, strategy_name)
 
@@ -100,13 +101,13 @@ def test_new_head_starts_at_zero_and_trains():
 def test_strategy_resolution(monkeypatch):
     for var in ("TF_CONFIG", "TPU_NAME", "COLAB_TPU_ADDR"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(training, "_tpu_configured", lambda: False)
+    monkeypatch.setattr(distribute, "_tpu_configured", lambda: False)
     assert strategy_name("auto") == "none"  # this machine: one CPU, no GPU
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1", "b:2"]}, '
                                     '"task": {"type": "worker", "index": 0}}')
     assert strategy_name("auto") == "multiworker"
     monkeypatch.undo()
-    monkeypatch.setattr(training, "_tpu_configured", lambda: True)
+    monkeypatch.setattr(distribute, "_tpu_configured", lambda: True)
     assert strategy_name("auto") == "tpu"
     with pytest.raises(ValueError, match="strategy must be one of"):
         strategy_name("horovod")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from keras_vit import datasets
+from keras_vit import data
 from keras_vit.training import train
 from tests.test_data import write_folder
 
@@ -47,8 +47,8 @@ def test_short_digits_run_writes_every_output(tmp_path):
     assert saved["optimizer_iterations"] == 2 * 22  # 1437 // 64 steps per epoch
     # Independent check of the reported accuracy: reload the final model and score it.
     model = keras.saving.load_model(os.path.join(output, "model.keras"))
-    splits = datasets.load_digits()
-    eval_data = datasets.make_pipeline(splits.test, 16, 128, training=False)
+    splits = data.load_digits()
+    eval_data = data.make_pipeline(splits.test, 16, 128, training=False)
     predictions = np.argmax(model.predict(eval_data, verbose=0), axis=-1)
     labels = np.array([y for _, y in splits.test.as_numpy_iterator()])
     assert np.mean(predictions == labels) == pytest.approx(report["accuracy"], abs=1e-9)
@@ -104,7 +104,7 @@ def test_resume_after_sigkill(tmp_path):
 
 
 def test_cli_tfds_offline_message(tmp_path):
-    if datasets._internet_reachable():
+    if data.datasets._internet_reachable():
         pytest.skip("this machine is online; the offline path cannot be exercised")
     start = time.perf_counter()
     result = subprocess.run(
@@ -114,6 +114,8 @@ def test_cli_tfds_offline_message(tmp_path):
         capture_output=True, text=True, timeout=120)
     elapsed = time.perf_counter() - start
     assert result.returncode == 2
-    assert "tf_flowers" in result.stdout and "--dataset PATH" in result.stdout
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("keras-vit train: error: ") and result.stderr.count("keras-vit train: error") == 1
+    assert "tf_flowers" in error and "--dataset PATH" in error
     # Most of the time is importing TensorFlow; the dataset check itself takes seconds.
     assert elapsed < 60, f"took {elapsed:.1f} s"

@@ -12,12 +12,18 @@ Everything works on any keras_vit model, plain or hybrid, square or not:
 """
 
 from keras_vit.analysis.distance import mean_attention_distance, patch_distances
-from keras_vit.analysis.embeddings import (PatchComponents, patch_embedding_components,
-                                           position_embedding_similarity)
+from keras_vit.analysis.embeddings import (
+                                           PatchComponents,
+                                           patch_embedding_components,
+                                           position_embedding_similarity,
+)
 from keras_vit.analysis.few_shot import few_shot_indices, few_shot_linear_eval
-from keras_vit.analysis.plots import (plot_attention_rollout, plot_mean_attention_distance,
-                                      plot_patch_embedding_components,
-                                      plot_position_embedding_similarity)
+from keras_vit.analysis.plots import (
+                                           plot_attention_rollout,
+                                           plot_mean_attention_distance,
+                                           plot_patch_embedding_components,
+                                           plot_position_embedding_similarity,
+)
 from keras_vit.analysis.probe import AttentionProbe, ProbeOutputs, pooled_features
 from keras_vit.analysis.rollout import RolloutResult, attention_rollout, overlay, rollout
 

@@ -180,7 +180,7 @@ def _layer_chain(model):
 def _compile(function):
     """A traced graph function on TensorFlow (fast repeated calls); eager elsewhere."""
     if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415  (only on the TensorFlow backend)
+        import tensorflow as tf  # only on the TensorFlow backend
 
         return tf.function(function, reduce_retracing=True)
     return function

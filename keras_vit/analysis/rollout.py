@@ -104,7 +104,7 @@ def overlay(images, upsampled, alpha=0.6, colormap="inferno"):
     Returns:
         `(batch, height, width, 3)` float RGB in [0, 1].
     """
-    import matplotlib  # noqa: PLC0415  (plotting stays optional at import time)
+    import matplotlib  # plotting stays optional at import time
 
     images = _to_unit_rgb(images)
     upsampled = np.asarray(upsampled)

@@ -1,6 +1,7 @@
 """keras_vit's Keras layers: one concept per file, all `keras.ops`, all serializable."""
 
 from keras_vit.layers.patching import PatchEncoder
+from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStem, StdConv2D
 from keras_vit.layers.tokens import AddPositionEmbedding, ClassToken, resize_position_embedding
 from keras_vit.layers.transformer import MlpBlock, MultiHeadSelfAttention, TransformerBlock
@@ -13,6 +14,7 @@ __all__ = [
     "MultiHeadSelfAttention",
     "MlpBlock",
     "TransformerBlock",
+    "TokenPooling",
     "StdConv2D",
     "BottleneckUnit",
     "ResNetStem",

@@ -41,10 +41,6 @@ class PatchEncoder(keras.layers.Layer):
         shape = ops.shape(x)
         return ops.reshape(x, (shape[0], shape[1] * shape[2], self.hidden_size))
 
-    def grid_size(self, image_size):
-        """(rows, columns) of the patch grid for an image of (height, width)."""
-        return tuple(s // self.patch_size for s in image_size)
-
     def compute_output_shape(self, input_shape):
         h, w = input_shape[1], input_shape[2]
         tokens = None if h is None or w is None else (h // self.patch_size) * (w // self.patch_size)

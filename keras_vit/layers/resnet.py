@@ -5,29 +5,19 @@ groups, epsilon 1e-6), TF "SAME" padding, a 7x7/2 root convolution and 3x3/2
 max-pool, then stages of post-activation bottleneck units with the stride on
 the 3x3 convolution. Sub-layers carry the checkpoint's names (`conv_root`,
 `gn_root`, `block{s}_unit{u}` > `conv1`..`conv3`, `gn1`..`gn3`, `conv_proj`,
-`gn_proj`), so `ResNetStem.checkpoint_rows()` is a table of names.
+`gn_proj`), so the checkpoint layout (`keras_vit.checkpoints.layout`) is a
+table of names.
 """
 
 import keras
 from keras import ops
 
 __all__ = ["StdConv2D", "BottleneckUnit", "ResNetStem", "GROUP_NORM_EPSILON",
-           "STD_CONV_EPSILON", "resnet_feature_size"]
+           "STD_CONV_EPSILON"]
 
 GROUP_NORM_EPSILON = 1e-6  # flax nn.GroupNorm's default; Keras' default 1e-3 breaks parity
 GROUP_NORM_GROUPS = 32
 STD_CONV_EPSILON = 1e-5  # added to the standard deviation, as the official StdConv does
-
-
-def resnet_feature_size(size, num_stages):
-    """Rows (or columns) of the trunk's output for an input of `size` pixels.
-
-    Every stride-2 step with SAME padding gives ceil(size / 2): the root
-    convolution, the max-pool, and the first unit of every stage after the first.
-    """
-    for _ in range(2 + max(num_stages - 1, 0)):
-        size = -(-size // 2)
-    return size
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -120,18 +110,6 @@ class BottleneckUnit(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return self.conv3.compute_output_shape(self.conv2.compute_output_shape(input_shape))
 
-    def checkpoint_rows(self, prefix):
-        """(npz key, variable) pairs under `prefix`, e.g. "block1/unit1"."""
-        pairs = []
-        for conv, norm in (("conv1", "gn1"), ("conv2", "gn2"), ("conv3", "gn3"),
-                           ("conv_proj", "gn_proj")):
-            if getattr(self, conv) is None:
-                continue
-            pairs.append((f"{prefix}/{conv}/kernel", getattr(self, conv).kernel))
-            pairs.append((f"{prefix}/{norm}/scale", getattr(self, norm).gamma))
-            pairs.append((f"{prefix}/{norm}/bias", getattr(self, norm).beta))
-        return pairs
-
     def get_config(self):
         return {**super().get_config(), "features": self.features, "strides": self.strides}
 
@@ -146,9 +124,9 @@ class ResNetStem(keras.layers.Layer):
     resolution, every later stage halves it.
 
     Input `(batch, H, W, C)`. Output `(batch, h, w, channels)` with
-    `h = resnet_feature_size(H, len(stages))` (ceil(H / stride), stride 4,
-    8, 16 or 32), or with `return_stages=True` a dict of every stage's output:
-    "stem" (after the max-pool, /4) and "block1".."blockN".
+    `h = Variant.feature_size(H)` (ceil(H / stride), stride 4, 8, 16 or 32),
+    or with `return_stages=True` a dict of every stage's output: "stem"
+    (after the max-pool, /4) and "block1".."blockN".
     """
 
     def __init__(self, stages=(3, 4, 9), width=1, **kwargs):
@@ -170,15 +148,6 @@ class ResNetStem(keras.layers.Layer):
                 self.units.append((s, u, BottleneckUnit(root * 2 ** (s - 1), stride,
                                                         name=f"block{s}_unit{u}", dtype=dtype)))
 
-    @property
-    def stride(self):
-        """Pixels per output position along each axis."""
-        return 4 * 2 ** max(len(self.stages) - 1, 0)
-
-    @property
-    def output_channels(self):
-        return 64 * self.width * (4 * 2 ** (len(self.stages) - 1) if self.stages else 1)
-
     def build(self, input_shape):
         self.conv_root.build(input_shape)
         shape = self.conv_root.compute_output_shape(input_shape)
@@ -196,21 +165,6 @@ class ResNetStem(keras.layers.Layer):
             x = unit(x)
             outputs[f"block{s}"] = x
         return outputs if return_stages else x
-
-    def checkpoint_rows(self):
-        """The official hybrid npz keys, one `Row` per variable.
-
-        conv_root/kernel, gn_root/{scale,bias}, then for every unit
-        block{s}/unit{u}/{conv1,conv2,conv3,conv_proj}/kernel and
-        gn{1,2,3,_proj}/{scale,bias}.
-        """
-        from keras_vit.weight_mapping import Row  # noqa: PLC0415  (weight_mapping imports layers)
-
-        pairs = [("conv_root/kernel", self.conv_root.kernel),
-                 ("gn_root/scale", self.gn_root.gamma), ("gn_root/bias", self.gn_root.beta)]
-        for s, u, unit in self.units:
-            pairs += unit.checkpoint_rows(f"block{s}/unit{u}")
-        return [Row((key,), variable) for key, variable in pairs]
 
     def get_config(self):
         return {**super().get_config(), "stages": list(self.stages), "width": self.width}

@@ -11,9 +11,9 @@ models with 1 or 3 input channels) and analysis.json (the numbers).
 import json
 import os
 
-__all__ = ["add_parser"]
+from keras_vit.cli.common import add_model_options, load_model
 
-_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
+__all__ = ["add_parser", "run"]
 
 
 def add_parser(commands):
@@ -21,12 +21,7 @@ def add_parser(commands):
     parser = commands.add_parser(
         "analyze", help="attention rollout, attention distance and embedding figures for images")
     parser.add_argument("images", nargs="+", help="image files or folders of images")
-    parser.add_argument("--model", required=True,
-                        help='a variant name ("B/16", "ViT-B_16") or a saved .keras model file')
-    parser.add_argument("--weights", default=None,
-                        help="catalogue tag or .npz path for a variant name (default: random)")
-    parser.add_argument("--image-size", type=int, nargs="+", default=None, metavar="PIXELS",
-                        help="height [width] for a variant name (default: the weights')")
+    add_model_options(parser)
     parser.add_argument("--output-dir", default="analysis", help="where the PNGs go")
     parser.add_argument("--max-images", type=int, default=128,
                         help="images used for the attention distance (the paper uses 128)")
@@ -38,31 +33,16 @@ def add_parser(commands):
 
 
 def run(args):
-    import keras  # noqa: PLC0415  (keep `keras-vit --help` fast)
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
-    from keras_vit import analysis  # noqa: PLC0415
-    from keras_vit.models import ViT  # noqa: PLC0415
-    from keras_vit.preprocessing import preprocess_input  # noqa: PLC0415
+    from keras_vit import analysis
+    from keras_vit.preprocessing import image_paths, load_image, preprocess_input
 
-    paths = _image_paths(args.images)[:args.max_images]
-    if args.model.endswith(".keras"):
-        if args.weights or args.image_size:
-            raise SystemExit("--weights and --image-size apply to a variant name, not a "
-                             ".keras file.")
-        model = keras.saving.load_model(args.model)
-    else:
-        size = args.image_size
-        if size is not None and len(size) not in (1, 2):
-            raise SystemExit("--image-size takes one or two numbers: height [width].")
-        size = None if size is None else (size[0] if len(size) == 1 else tuple(size))
-        model = ViT(args.model, weights=args.weights, image_size=size)
+    paths = image_paths(args.images)[:args.max_images]
+    model = load_model(args)
     probe = analysis.AttentionProbe(model)
-    channels = model.input_shape[-1]
-    pixels = np.stack([
-        keras.utils.img_to_array(keras.utils.load_img(
-            path, target_size=probe.image_size,
-            color_mode="grayscale" if channels == 1 else "rgb")) for path in paths])
+    pixels = np.stack([load_image(path, probe.image_size, channels=model.input_shape[-1])
+                       for path in paths])
     images = preprocess_input(pixels)
 
     os.makedirs(args.output_dir, exist_ok=True)
@@ -100,18 +80,3 @@ def run(args):
     for path in written:
         print(path)
     return 0
-
-
-def _image_paths(entries):
-    paths = []
-    for entry in entries:
-        if os.path.isdir(entry):
-            paths += sorted(os.path.join(entry, name) for name in os.listdir(entry)
-                            if name.lower().endswith(_IMAGE_SUFFIXES))
-        elif os.path.isfile(entry):
-            paths.append(entry)
-        else:
-            raise SystemExit(f"No such image file or folder: {entry}")
-    if not paths:
-        raise SystemExit(f"No images found in {', '.join(entries)}.")
-    return paths

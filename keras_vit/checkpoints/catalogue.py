@@ -1,8 +1,8 @@
 """The catalogue of official checkpoints: look-up, download into a cache, checksums.
 
-The catalogue itself is data (`keras_vit/data/catalogue.json`). Files are cached
-the `keras.utils.get_file` way, under `$KERAS_HOME/keras_vit/` (default
-`~/.keras/keras_vit/`).
+The catalogue itself is data (`catalogue.json` beside this file). Files are
+cached under `$KERAS_HOME/keras_vit/` (default `~/.keras/keras_vit/`), as
+Keras caches its own downloads.
 """
 
 import dataclasses
@@ -10,22 +10,18 @@ import functools
 import hashlib
 import json
 import os
-import socket
+import shutil
+import urllib.request
 from importlib import resources
 
-import keras
-
-from keras_vit.weight_mapping import inspect_npz, load_weights
+from keras_vit.checkpoints.errors import WeightsUnavailableError
+from keras_vit.checkpoints.formats.npz import inspect_npz
 
 __all__ = ["Checkpoint", "catalogue", "find_checkpoint", "resolve_weights", "pin_checksum",
-           "cache_dir", "WeightsUnavailableError", "load_weights"]
+           "cache_dir"]
 
 # How long one network step may stall before the download gives up.
 DOWNLOAD_TIMEOUT_S = 10
-
-
-class WeightsUnavailableError(RuntimeError):
-    """A checkpoint is not in the cache and could not be downloaded."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +57,7 @@ class Checkpoint:
 @functools.cache
 def catalogue():
     """Every catalogued checkpoint, as `Checkpoint` records."""
-    text = resources.files("keras_vit").joinpath("data/catalogue.json").read_text()
+    text = resources.files("keras_vit.checkpoints").joinpath("catalogue.json").read_text()
     return tuple(Checkpoint(**entry) for entry in json.loads(text)["checkpoints"])
 
 
@@ -133,24 +129,36 @@ def pin_checksum(filename, sha256):
 
 
 def _download(checkpoint):
+    """The cached file of `checkpoint`, fetched first when absent or not the pinned file."""
     expected = checkpoint.sha256 or _pins().get(checkpoint.filename)
-    previous_timeout = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
-    try:
-        path = keras.utils.get_file(checkpoint.filename, checkpoint.url, file_hash=expected,
-                                    hash_algorithm="sha256", cache_dir=_keras_home(),
-                                    cache_subdir="keras_vit")
-    except Exception as error:  # get_file raises bare Exceptions for network failures
-        raise WeightsUnavailableError(_offline_message(checkpoint, error)) from error
-    finally:
-        socket.setdefaulttimeout(previous_timeout)
+    path = checkpoint.cached_path
+    if not (os.path.exists(path) and (not expected or _sha256(path) == expected)):
+        try:
+            _fetch(checkpoint.url, path)
+        except OSError as error:  # URLError, timeouts and refused connections are OSErrors
+            raise WeightsUnavailableError(_offline_message(checkpoint, error)) from error
+        if expected and _sha256(path) != expected:
+            raise WeightsUnavailableError(
+                f"{path} does not have the sha256 recorded for it ({expected}); the download "
+                "is damaged or the file changed. Delete the file and call again.")
     if not expected:  # trust on first use: later damage to the cached file is caught
         pin_checksum(checkpoint.filename, _sha256(path))
     return path
 
 
-def _keras_home():
-    return os.path.dirname(cache_dir())
+def _fetch(url, path):
+    """Downloads `url` to `path` through a temporary file, renamed into place when whole."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = f"{path}.part-{os.getpid()}"
+    try:
+        # The timeout bounds each network step of this request alone; no global setting.
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, \
+                open(partial, "wb") as f:
+            shutil.copyfileobj(response, f, 1 << 20)
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
 
 
 def _sha256(path):

@@ -1,7 +1,7 @@
-"""Writes keras_vit/data/imagenet{1k,21k}_labels.tsv from the WordNet lemma lists timm ships.
+"""Writes keras_vit/labels/imagenet{1k,21k}_labels.tsv from the WordNet lemma lists timm ships.
 
 Run once when the label files need regenerating (needs `pip install timm`):
-    python weights/make_label_files.py
+    python tools/make_label_files.py
 The 1k order is the sorted ILSVRC-2012 synsets; the 21k order is the one the
 official ImageNet-21k checkpoints were trained with (21,843 synsets).
 """
@@ -12,7 +12,7 @@ import pathlib
 
 # Located without importing timm (its import needs torchvision).
 INFO = pathlib.Path(importlib.util.find_spec("timm").submodule_search_locations[0]) / "data" / "_info"
-OUT = os.path.join(os.path.dirname(__file__), "..", "keras_vit", "data")
+OUT = os.path.join(os.path.dirname(__file__), "..", "keras_vit", "labels")
 
 
 def _lines(name):

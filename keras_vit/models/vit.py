@@ -1,11 +1,19 @@
 """Build a ViT from the variant table, and the per-variant constructors."""
 
-import keras
-from keras import ops
+import dataclasses
+import inspect
 
-from keras_vit import checkpoints
-from keras_vit.layers import AddPositionEmbedding, ClassToken, PatchEncoder, TransformerBlock
-from keras_vit.layers.resnet import ResNetStem, resnet_feature_size
+import keras
+
+from keras_vit.checkpoints import load_weights, resolve_weights
+from keras_vit.layers import (
+    AddPositionEmbedding,
+    ClassToken,
+    PatchEncoder,
+    ResNetStem,
+    TokenPooling,
+    TransformerBlock,
+)
 from keras_vit.layers.transformer import LAYER_NORM_EPSILON
 from keras_vit.variants import get_variant
 
@@ -63,7 +71,7 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         classes)`, pooled features `(batch, D)` or tokens `(batch, n, D)`.
     """
     variant = get_variant(variant)
-    source = checkpoints.resolve_weights(variant, weights, image_size)
+    source = resolve_weights(variant, weights, image_size)
     image_size = _image_size(image_size, source, variant)
     pooling = variant.classifier if pooling == "default" else pooling
     _check_head_arguments(variant, include_top, pooling, classifier_activation)
@@ -78,11 +86,11 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"{rate_name} must be in [0, 1), got {rate}.")
 
-    model = _build(variant, image_size, include_top, classes, pooling, classifier_activation,
-                   representation_size, dropout, attention_dropout, approximate_gelu, channels,
-                   name or _default_name(variant))
+    head = _Head(include_top, classes, pooling, classifier_activation, representation_size)
+    model = _build(variant, image_size, channels, head, dropout, attention_dropout,
+                   approximate_gelu, name or _default_name(variant))
     if source is not None:
-        checkpoints.load_weights(model, source.path())
+        load_weights(model, source.path())
     return model
 
 
@@ -113,23 +121,15 @@ def _image_size(image_size, source, variant):
 def _check_hybrid_image_size(variant, image_size):
     # The ResNet pads "SAME", so any size works and gives a ceil(size / stride) feature
     # map, as in the official model; only the patch (8 for R+Ti/16) must tile that map.
-    feature = [resnet_feature_size(s, len(variant.resnet_stages)) for s in image_size]
+    feature = [variant.feature_size(s) for s in image_size]
     if any(f % variant.patch_size for f in feature):
-        resnet_stride = variant.total_stride // variant.patch_size
+        stride = variant.resnet_stride
         raise ValueError(
             f"image_size {image_size[0]}x{image_size[1]} gives {variant.short_name}'s ResNet a "
-            f"{feature[0]}x{feature[1]} feature map (ceil(size / {resnet_stride})), which its "
+            f"{feature[0]}x{feature[1]} feature map (ceil(size / {stride})), which its "
             f"{variant.patch_size}x{variant.patch_size} patches do not tile; use a size whose "
-            f"ceil(size / {resnet_stride}) is a multiple of {variant.patch_size}, e.g. a "
+            f"ceil(size / {stride}) is a multiple of {variant.patch_size}, e.g. a "
             f"multiple of {variant.total_stride}.")
-
-
-def token_grid(variant, image_size):
-    """(rows, columns) of patch tokens for an image of (height, width) pixels."""
-    if variant.is_hybrid:
-        return tuple(resnet_feature_size(s, len(variant.resnet_stages)) // variant.patch_size
-                     for s in image_size)
-    return tuple(s // variant.total_stride for s in image_size)
 
 
 def _check_head_arguments(variant, include_top, pooling, classifier_activation):
@@ -144,8 +144,19 @@ def _check_head_arguments(variant, include_top, pooling, classifier_activation):
         raise ValueError("classifier_activation applies to the head; it needs include_top=True.")
 
 
-def _build(variant, image_size, include_top, classes, pooling, classifier_activation,
-           representation_size, dropout, attention_dropout, approximate_gelu, channels, name):
+@dataclasses.dataclass(frozen=True)
+class _Head:
+    """What follows the encoder: pooling, and the optional pre_logits and head layers."""
+
+    include_top: bool
+    classes: int
+    pooling: str | None
+    activation: object
+    representation_size: int | None
+
+
+def _build(variant, image_size, channels, head, dropout, attention_dropout, approximate_gelu,
+           name):
     images = keras.Input((*image_size, channels), name="images")
     x = images
     if variant.is_hybrid:
@@ -154,8 +165,8 @@ def _build(variant, image_size, include_top, classes, pooling, classifier_activa
     has_cls = variant.classifier == "token"
     if has_cls:
         x = ClassToken(name="cls")(x)
-    grid = token_grid(variant, image_size)
-    x = AddPositionEmbedding(grid, num_prefix_tokens=int(has_cls), name="posembed_input")(x)
+    x = AddPositionEmbedding(variant.token_grid(image_size), num_prefix_tokens=int(has_cls),
+                             name="posembed_input")(x)
     x = keras.layers.Dropout(dropout)(x)
     for i in range(variant.depth):
         block = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
@@ -164,58 +175,32 @@ def _build(variant, image_size, include_top, classes, pooling, classifier_activa
         # Class-token pooling reads one token of the last block; computing only that one
         # gives the same output for ~7% less work (ViT-B/16). pooling=None keeps them all.
         last = i == variant.depth - 1
-        x = block(x, first_token_only=last and pooling == "token")
+        x = block(x, first_token_only=last and head.pooling == "token")
     x = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="encoder_norm")(x)
-    if pooling is not None:
-        x = TokenPooling(pooling, num_prefix_tokens=int(has_cls), name=f"{pooling}_pool")(x)
-    if include_top:
-        if representation_size:
-            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
+    if head.pooling is not None:
+        x = TokenPooling(head.pooling, num_prefix_tokens=int(has_cls),
+                         name=f"{head.pooling}_pool")(x)
+    if head.include_top:
+        if head.representation_size:
+            x = keras.layers.Dense(head.representation_size, activation="tanh",
+                                   name="pre_logits")(x)
         # Zero-initialised and float32 under mixed precision, as the official head.
-        x = keras.layers.Dense(classes, kernel_initializer="zeros", activation=classifier_activation,
-                               dtype="float32", name="head")(x)
+        x = keras.layers.Dense(head.classes, kernel_initializer="zeros",
+                               activation=head.activation, dtype="float32", name="head")(x)
     return keras.Model(images, x, name=name)
 
 
-@keras.saving.register_keras_serializable(package="keras_vit")
-class TokenPooling(keras.layers.Layer):
-    """`(batch, n, D) -> (batch, D)`: the class token, or the mean of the patch tokens."""
-
-    def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
-        super().__init__(**kwargs)
-        if mode not in ("token", "gap"):
-            raise ValueError(f'mode must be "token" or "gap", got {mode!r}.')
-        if mode == "token" and num_prefix_tokens < 1:
-            raise ValueError('mode="token" needs a class token (num_prefix_tokens >= 1).')
-        self.mode = mode
-        self.num_prefix_tokens = num_prefix_tokens
-
-    def call(self, tokens):
-        if self.mode == "token":
-            return tokens[:, 0]
-        return ops.mean(tokens[:, self.num_prefix_tokens:], axis=1)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[2])
-
-    def get_config(self):
-        return {**super().get_config(), "mode": self.mode,
-                "num_prefix_tokens": self.num_prefix_tokens}
-
-
-def _constructor(variant_name):
+def _named(function_name, variant_name):
+    """`ViT` with the variant fixed, under its own name, showing ViT's full signature."""
     def constructor(weights=None, **kwargs):
         return ViT(variant_name, weights=weights, **kwargs)
 
     short = get_variant(variant_name).short_name
+    constructor.__name__ = constructor.__qualname__ = function_name
     constructor.__doc__ = (f"Builds {variant_name} ({short}). Arguments as in `keras_vit.ViT`, "
                            f"e.g. `weights=\"imagenet21k\"`, `image_size=384`, `classes=5`.")
-    return constructor
-
-
-def _named(function_name, variant_name):
-    constructor = _constructor(variant_name)
-    constructor.__name__ = constructor.__qualname__ = function_name
+    parameters = list(inspect.signature(ViT).parameters.values())[1:]  # all but `variant`
+    constructor.__signature__ = inspect.Signature(parameters)
     return constructor
 
 

@@ -9,34 +9,33 @@ the label (ImageNet names for 1000- and 21843-class heads, the names of
 """
 
 import os
-import re
 
 import numpy as np
 
-from keras_vit.cli_export import CommandError, add_model_options, load_model, one_line_errors
+from keras_vit.cli.common import CommandError, add_model_options, given_model_options, load_model
+from keras_vit.preprocessing import IMAGE_FORMATS
 
-__all__ = ["add_parser", "predict"]
+__all__ = ["add_parser", "run", "predict"]
 
 
 def add_parser(commands):
     """Registers `predict` on an argparse sub-parsers object."""
     parser = commands.add_parser(
         "predict", help="print the top classes of image files",
-        description="Print the most probable classes of JPEG, PNG, GIF, BMP or WebP images.")
+        description=f"Print the most probable classes of {IMAGE_FORMATS} images.")
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help='an architecture ("B/16", ...) or a saved .keras file')
     source.add_argument("--saved-model", metavar="DIR",
                         help="an exported SavedModel: a version folder, or the base folder "
                              "(its highest version is used)")
-    add_model_options(parser)
+    add_model_options(parser, model_help=False)
     parser.add_argument("--labels", metavar="FILE", help="class names, one per line")
     parser.add_argument("--top", type=int, default=5, help="classes printed per image (default: 5)")
     parser.set_defaults(run=run)
     return parser
 
 
-@one_line_errors("predict")
 def run(args):
     for path, rows in predict(args):
         print(path)
@@ -49,30 +48,30 @@ def predict(args):
     """[(image path, [(probability, label), ...] best first), ...] for `args.images`."""
     if args.top <= 0:
         raise CommandError(f"--top must be positive, got {args.top}.")
-    images = [(path, _read(path)) for path in args.images]
+    for path in args.images:
+        if not os.path.isfile(path):
+            raise CommandError(f"No image file at {path}.")
     labels = None
     if args.labels:
-        from keras_vit.export import read_labels  # noqa: PLC0415
+        from keras_vit.labels import read_labels
         labels = read_labels(args.labels)
     if args.saved_model:
-        given = [f"--{n.replace('_', '-')}" for n in ("weights", "image_size", "classes")
-                 if getattr(args, n) is not None]
+        given = given_model_options(args)
         if given:
             raise CommandError(f"{', '.join(given)} apply to --model, not to --saved-model.")
-        return _predict_saved_model(args.saved_model, images, labels, args.top)
-    return _predict_keras(load_model(args), images, labels, args.top)
+        return _predict_saved_model(args.saved_model, args.images, labels, args.top)
+    return _predict_keras(load_model(args), args.images, labels, args.top)
 
 
-def _predict_keras(model, images, labels, top):
-    import keras  # noqa: PLC0415
-    import tensorflow as tf  # noqa: PLC0415
+def _predict_keras(model, paths, labels, top):
+    import keras
 
-    from keras_vit.export import decode_images, has_softmax_head, imagenet_label_names  # noqa: PLC0415
-    from keras_vit.preprocessing import preprocess_input  # noqa: PLC0415
+    from keras_vit.export import has_softmax_head
+    from keras_vit.labels import imagenet_label_names
+    from keras_vit.preprocessing import load_image, preprocess_input
 
     size = model.input_shape[1:3]
-    pixels = np.concatenate([_decode(path, lambda d: decode_images(tf.constant([d]), size), data)
-                             for path, data in images])
+    pixels = np.stack([load_image(path, size, channels=model.input_shape[-1]) for path in paths])
     # A direct call: for a handful of images, model.predict's compilation costs more than it saves.
     scores = np.concatenate([keras.ops.convert_to_numpy(model(preprocess_input(pixels[i:i + 32]),
                                                               training=False))
@@ -81,16 +80,23 @@ def _predict_keras(model, images, labels, top):
         keras.ops.softmax(scores.astype(np.float32), axis=-1))
     classes = probabilities.shape[-1]
     labels = _check_labels(labels, classes) or imagenet_label_names(classes)
-    return [(path, _top(row, top, labels)) for (path, _), row in zip(images, probabilities)]
+    return [(path, _top(row, top, labels)) for path, row in zip(paths, probabilities)]
 
 
-def _predict_saved_model(folder, images, labels, top):
-    import tensorflow as tf  # noqa: PLC0415
+def _predict_saved_model(folder, paths, labels, top):
+    import tensorflow as tf
+
+    from keras_vit.preprocessing import not_an_image
 
     signature = _load_serve_bytes(tf, folder)
     results = []
-    for path, data in images:
-        outputs = _decode(path, lambda d: signature(image_bytes=tf.constant([d])), data)
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            outputs = signature(image_bytes=tf.constant([data]))
+        except tf.errors.InvalidArgumentError as error:
+            raise not_an_image(path, error) from None
         probabilities = outputs["probabilities"].numpy()[0]
         names = _check_labels(labels, probabilities.shape[-1])
         if names is None and "labels" in outputs:  # the names the export gave its own top-k
@@ -114,33 +120,6 @@ def _load_serve_bytes(tf, folder):
         raise CommandError(f"{folder} has no serve_bytes signature (it has {sorted(signatures)}); "
                            "export it with keras_vit.export_saved_model.")
     return signatures["serve_bytes"]
-
-
-def _read(path):
-    if not os.path.isfile(path):
-        raise CommandError(f"No image file at {path}.")
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _decode(path, fn, data):
-    import tensorflow as tf  # noqa: PLC0415
-
-    try:
-        return fn(data)
-    except tf.errors.InvalidArgumentError as error:
-        raise CommandError(f"{path} is not a JPEG, PNG, GIF, BMP or WebP image "
-                           f"({_reason(error.message)}).") from error
-
-
-def _reason(message):
-    """TensorFlow's one useful line, without the graph-execution context around it."""
-    for line in reversed(message.splitlines()):
-        line = re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:.*", "", line).strip()
-        if line and not line.startswith(("Graph execution", "Detected at", "<stack", "in user code",
-                                         "File ")):
-            return line.removeprefix("InvalidArgumentError:").strip()
-    return message.strip()
 
 
 def _check_labels(labels, classes):

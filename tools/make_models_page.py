@@ -1,6 +1,6 @@
 """Writes docs/models-and-weights.md from the variant table and the weight catalogue.
 
-    python docs/scripts/make_models_page.py
+    python tools/make_models_page.py
 
 tests/test_docs.py fails when the page and this output differ, so the page
 cannot drift from the code.
@@ -9,13 +9,13 @@ cannot drift from the code.
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from keras_vit.checkpoints import catalogue  # noqa: E402
-from keras_vit.variants import VARIANTS  # noqa: E402
-from tests.test_variants import EXPECTED_PARAMS  # noqa: E402
+from keras_vit.checkpoints import catalogue
+from keras_vit.variants import VARIANTS
+from tests.test_variants import EXPECTED_PARAMS
 
-PAGE = os.path.join(os.path.dirname(__file__), "..", "models-and-weights.md")
+PAGE = os.path.join(os.path.dirname(__file__), "..", "docs", "models-and-weights.md")
 HYBRIDS = os.path.join(os.path.dirname(__file__), "hybrids_section.md")
 
 INTRO = """# Models and weights
@@ -81,7 +81,7 @@ in the official layout, since the real files cannot be downloaded in CI.
 
 
 def constructor_name(variant):
-    import keras_vit  # noqa: PLC0415
+    import keras_vit
 
     for name in keras_vit.__all__:
         fn = getattr(keras_vit, name)

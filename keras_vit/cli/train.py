@@ -2,7 +2,7 @@
 
 import argparse
 
-__all__ = ["add_train_parser"]
+__all__ = ["add_parser", "run"]
 
 EPILOG = """examples:
   keras-vit train --dataset digits --output runs/digits
@@ -13,9 +13,10 @@ EPILOG = """examples:
 Re-running a command with the same --output resumes an interrupted run."""
 
 
-def add_train_parser(commands):
+def add_parser(commands):
     """Adds the `train` sub-command to an argparse sub-parsers object."""
-    from keras_vit.training import PRECISIONS, RECIPES, STRATEGIES  # noqa: PLC0415
+    from keras_vit.data.presets import PRESETS
+    from keras_vit.training import PRECISIONS, RECIPES, STRATEGIES
 
     train = commands.add_parser(
         "train", help="fine-tune or train a ViT on a dataset",
@@ -24,6 +25,8 @@ def add_train_parser(commands):
                     "report.json, curves.png, confusion.png and model.keras to --output.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     finetune = RECIPES["finetune"]
+    digits = PRESETS["digits"]
+    scratch = {**vars(RECIPES[digits.recipe]), **digits.overrides(digits.recipe)}
     add = train.add_argument
     add("--dataset", default="digits",
         help="'digits' (built in, offline), a folder of class sub-folders, or a TFDS name: "
@@ -31,28 +34,30 @@ def add_train_parser(commands):
              "(default: digits)")
     add("--model", default=None,
         help="a variant name such as B/16, S/16, R50+B/16, or 'demo' (the tiny ViT) "
-             "(default: demo for digits, else B/16)")
+             f"(default: {_model_name(digits.model)} for digits, else B/16)")
     add("--weights", default=None,
         help="a catalogue tag (imagenet21k, augreg-in21k, ...) or an .npz path "
              "(default: imagenet21k with --recipe finetune, none for scratch)")
     add("--recipe", choices=sorted(RECIPES), default=None,
         help="finetune: SGD momentum 0.9, clip 1, warmup+cosine, global batch 512; "
              "scratch: AdamW wd 0.1, dropout, label smoothing "
-             "(default: scratch for digits, else finetune)")
+             f"(default: {digits.recipe} for digits, else finetune)")
     add("--image-size", type=int, default=None,
-        help=f"input resolution (default: 16 for digits, {finetune.image_size} for finetune)")
+        help=f"input resolution (default: {scratch['image_size']} for digits, "
+             f"{finetune.image_size} for finetune)")
     add("--batch-size", type=int, default=None,
         help=f"examples per step over all replicas; the finetune recipe accumulates "
              f"gradients up to {finetune.global_batch_size} "
-             f"(default: 64 for digits, {finetune.batch_size} for finetune)")
+             f"(default: {scratch['batch_size']} for digits, {finetune.batch_size} for finetune)")
     length = train.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, default=None,
                         help=f"weight updates in the run (default: {finetune.steps} for "
                              "finetune)")
     length.add_argument("--epochs", type=int, default=None,
-                        help="passes over the training split (default: 80 for digits)")
+                        help=f"passes over the training split (default: {scratch['epochs']} "
+                             "for digits)")
     add("--lr", type=float, default=None,
-        help=f"peak learning rate after warmup (default: 0.003 for digits, "
+        help=f"peak learning rate after warmup (default: {scratch['learning_rate']} for digits, "
              f"{finetune.learning_rate} for finetune)")
     add("--strategy", choices=STRATEGIES, default="auto",
         help="tf.distribute strategy; auto picks TPU, multi-worker (TF_CONFIG), several "
@@ -66,23 +71,22 @@ def add_train_parser(commands):
         help="TFDS data_dir holding prepared datasets (default: TFDS' own, "
              "~/tensorflow_datasets)")
     add("--seed", type=int, default=0, help="random seed (default: 0)")
-    train.set_defaults(run=_run)
+    train.set_defaults(run=run)
     return train
 
 
-def _run(args):
-    from keras_vit.datasets import DatasetUnavailableError  # noqa: PLC0415
-    from keras_vit.training import train  # noqa: PLC0415
+def _model_name(model):
+    return "demo" if not isinstance(model, str) else model
 
-    try:
-        report = train(dataset=args.dataset, model=args.model, weights=args.weights,
-                       image_size=args.image_size, batch_size=args.batch_size,
-                       steps=args.steps, epochs=args.epochs, lr=args.lr, recipe=args.recipe,
-                       strategy=args.strategy, precision=args.precision, output=args.output,
-                       data_dir=args.data_dir, seed=args.seed, verbose=2)
-    except DatasetUnavailableError as error:
-        print(f"error: {error}")
-        return 2
+
+def run(args):
+    from keras_vit.training import train
+
+    report = train(dataset=args.dataset, model=args.model, weights=args.weights,
+                   image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
+                   epochs=args.epochs, lr=args.lr, recipe=args.recipe, strategy=args.strategy,
+                   precision=args.precision, output=args.output, data_dir=args.data_dir,
+                   seed=args.seed, verbose=2)
     skipped = report["skipped_files"]["count"]
     print(f"held-out accuracy {report['accuracy']:.4f} on {report['num_test']} images"
           + (f"; skipped {skipped} unreadable files" if skipped else "")

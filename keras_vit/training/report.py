@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-__all__ = ["classification_summary", "write_report", "plot_curves", "plot_confusion"]
+__all__ = ["classification_summary", "write_report", "read_log", "plot_curves", "plot_confusion"]
 
 
 def classification_summary(labels, predictions, class_names):
@@ -15,8 +15,7 @@ def classification_summary(labels, predictions, class_names):
     `labels`, `predictions`: int arrays `(n,)`. The confusion matrix is
     `(classes, classes)`, rows true classes, columns predicted ones.
     """
-    from sklearn.metrics import (accuracy_score, confusion_matrix,  # noqa: PLC0415
-                                 precision_recall_fscore_support)
+    from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
     classes = np.arange(len(class_names))
     precision, recall, f1, support = precision_recall_fscore_support(
@@ -40,7 +39,7 @@ def write_report(output, labels, predictions, class_names, run_info, skipped_fil
     """Writes report.json, curves.png (from log.csv) and confusion.png; returns the report."""
     report = {**run_info, **classification_summary(labels, predictions, class_names)}
     report["skipped_files"] = {"count": len(skipped_files), "files": list(skipped_files)}
-    log = _read_log(os.path.join(output, "log.csv"))
+    log = read_log(os.path.join(output, "log.csv"))
     report["epochs_logged"] = len(log)
     report["train_seconds"] = float(sum(float(r.get("seconds") or 0) for r in log))
     with open(os.path.join(output, "report.json"), "w") as f:
@@ -51,7 +50,8 @@ def write_report(output, labels, predictions, class_names, run_info, skipped_fil
     return report
 
 
-def _read_log(path):
+def read_log(path):
+    """The rows of a run's log.csv as dicts (none when there is no log yet)."""
     if not os.path.exists(path):
         return []
     with open(path, newline="") as f:
@@ -59,17 +59,16 @@ def _read_log(path):
 
 
 def _figure(**kwargs):
-    import matplotlib  # noqa: PLC0415
+    """A figure and its axes, drawn off-screen: no pyplot state, no global backend change."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")  # files only; no display needed
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    return plt, plt.subplots(**kwargs)
+    figure = Figure(figsize=kwargs.pop("figsize", None))
+    return figure, figure.subplots(**kwargs)
 
 
 def plot_curves(log_rows, path):
     """Loss and accuracy per epoch, train and held-out, from log.csv rows."""
-    plt, (fig, axes) = _figure(ncols=2, figsize=(10, 4))
+    fig, axes = _figure(ncols=2, figsize=(10, 4))
     epochs = [int(r["epoch"]) + 1 for r in log_rows]
     for ax, metric in zip(axes, ("loss", "accuracy")):
         for key, label in ((metric, "train"), (f"val_{metric}", "held-out")):
@@ -82,18 +81,16 @@ def plot_curves(log_rows, path):
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def plot_confusion(matrix, class_names, path):
     """The confusion matrix as an image (rows true, columns predicted)."""
-    from sklearn.metrics import ConfusionMatrixDisplay  # noqa: PLC0415
+    from sklearn.metrics import ConfusionMatrixDisplay
 
     size = max(4, 0.5 * len(class_names) + 2)
-    plt, (fig, ax) = _figure(figsize=(size, size))
+    fig, ax = _figure(figsize=(size, size))
     display = ConfusionMatrixDisplay(matrix, display_labels=class_names)
     display.plot(ax=ax, colorbar=False, xticks_rotation=45 if len(class_names) > 10 else 0,
                  include_values=len(class_names) <= 30)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -1,6 +1,6 @@
 """Makes the figures of docs/looking-inside.md.
 
-    PYTHONPATH=. python docs/scripts/make_analysis_figures.py
+    PYTHONPATH=. python tools/make_analysis_figures.py
 
 About 6 to 10 minutes on two CPU cores. It trains a tiny ViT (4 blocks, width 64,
 4 x 4 patches on 32 x 32 images) on scikit-learn's handwritten digits, because
@@ -21,7 +21,7 @@ from sklearn.model_selection import train_test_split
 import keras_vit
 from keras_vit import analysis
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "images")
+OUT = os.path.join(os.path.dirname(__file__), "..", "docs", "images")
 VARIANT = keras_vit.Variant("ViT-digits_4", width=64, depth=4, mlp_dim=128, heads=4,
                             patch_size=4)
 IMAGE_SIZE = 32

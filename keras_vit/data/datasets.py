@@ -1,9 +1,8 @@
-"""tf.data input pipelines: TFDS datasets, folders of class sub-folders, and digits.
+"""Dataset sources: TFDS datasets, folders of class sub-folders, and digits.
 
 `load_dataset(source)` returns the raw examples (`(image uint8 (H, W, C),
-label int32)`) of a train and a held-out split; `make_pipeline` turns one split
-into batches of `(images float32 (batch, size, size, 3) in [-1, 1], labels
-int32 (batch,))` with the official preprocessing.
+label int32)`) of a train and a held-out split; `keras_vit.data.make_pipeline`
+turns one split into batches.
 """
 
 import dataclasses
@@ -13,11 +12,11 @@ import socket
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
-           "load_image_folder", "load_tfds", "make_pipeline", "inception_crop",
-           "IMAGE_EXTENSIONS", "HELD_OUT_FRACTION", "SPLIT_SEED"]
+from keras_vit.preprocessing import IMAGE_EXTENSIONS, decode_image
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+__all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
+           "load_image_folder", "load_tfds", "to_rgb", "HELD_OUT_FRACTION", "SPLIT_SEED"]
+
 HELD_OUT_FRACTION = 0.2  # for sources without a test split (digits, folders, tf_flowers)
 SPLIT_SEED = 0  # fixed, so every run holds out the same examples
 CONNECT_TIMEOUT_S = 5.0
@@ -59,7 +58,7 @@ def load_dataset(source, data_dir=None):
 
 def _held_out_split(labels, fraction=HELD_OUT_FRACTION, seed=SPLIT_SEED):
     """Stratified, seeded (train indices, test indices)."""
-    from sklearn.model_selection import train_test_split  # noqa: PLC0415
+    from sklearn.model_selection import train_test_split
 
     indices = np.arange(len(labels))
     train, test = train_test_split(indices, test_size=fraction, random_state=seed,
@@ -73,7 +72,7 @@ def load_digits():
     Real data shipped inside scikit-learn, so it works offline. The held-out
     split is a fixed stratified 20% (360 images).
     """
-    from sklearn.datasets import load_digits as sklearn_digits  # noqa: PLC0415
+    from sklearn.datasets import load_digits as sklearn_digits
 
     digits = sklearn_digits()
     # Pixel values are 0..16; stretch them to the 0..255 of ordinary images.
@@ -89,7 +88,9 @@ def load_digits():
 
 
 def load_image_folder(root):
-    """A folder with one sub-folder of JPEG/PNG/BMP/GIF images per class (flower_photos layout).
+    """A folder with one sub-folder of images per class (flower_photos layout).
+
+    Images are the files with one of `keras_vit.preprocessing.IMAGE_EXTENSIONS`.
 
     Every file is decoded once up front; files TensorFlow cannot decode are
     left out and listed in `skipped_files` instead of stopping training.
@@ -118,21 +119,16 @@ def load_image_folder(root):
 
     def split(indices):
         files = tf.data.Dataset.from_tensor_slices((paths[indices], labels[indices]))
-        return files.map(lambda p, y: (_decode(tf.io.read_file(p)), y),
+        return files.map(lambda p, y: (decode_image(tf.io.read_file(p)), y),
                          num_parallel_calls=tf.data.AUTOTUNE)
 
     return DatasetSplits(split(train), split(test), class_names, len(train), len(test),
                          skipped_files=skipped, name=os.path.basename(os.path.normpath(root)))
 
 
-def _decode(data):
-    # channels=3 turns grayscale and palette images into RGB; GIFs give their first frame.
-    return tf.io.decode_image(data, channels=3, expand_animations=False)
-
-
 def _decodes(path):
     try:
-        _decode(tf.io.read_file(path))
+        decode_image(tf.io.read_file(path))
         return True
     except (tf.errors.InvalidArgumentError, tf.errors.UnknownError):
         return False
@@ -146,13 +142,13 @@ def load_tfds(name, data_dir=None):
     is neither prepared in `data_dir` nor downloadable.
     """
     try:
-        import tensorflow_datasets as tfds  # noqa: PLC0415
+        import tensorflow_datasets as tfds
     except ImportError as error:
         raise DatasetUnavailableError(f"Dataset {name!r} needs tensorflow-datasets: "
                                       "pip install tensorflow-datasets") from error
     try:
         builder = tfds.builder(name, data_dir=data_dir)
-    except Exception as error:  # tfds raises its own DatasetNotFoundError
+    except tfds.core.DatasetNotFoundError as error:
         raise ValueError(f"Unknown dataset {name!r}: not 'digits', not an existing folder, "
                          f"and not a TFDS name ({error}).") from None
     if not _is_prepared(builder):
@@ -168,7 +164,7 @@ def load_tfds(name, data_dir=None):
 
     def split(spec):
         ds = builder.as_dataset(split=spec, as_supervised=True, shuffle_files=False)
-        return ds.map(lambda x, y: (_to_rgb(x), tf.cast(y, tf.int32)),
+        return ds.map(lambda x, y: (to_rgb(x), tf.cast(y, tf.int32)),
                       num_parallel_calls=tf.data.AUTOTUNE)
 
     return DatasetSplits(split(train_split), split(test_split), class_names,
@@ -184,7 +180,7 @@ def _is_prepared(builder):
 
 
 def _prepare(builder, name):
-    import tensorflow_datasets as tfds  # noqa: PLC0415
+    import tensorflow_datasets as tfds
 
     manual_dir = os.path.join(builder.data_dir_root, "downloads", "manual")
     has_manual = os.path.isdir(manual_dir) and os.listdir(manual_dir)
@@ -212,58 +208,9 @@ def _internet_reachable(hosts=(("storage.googleapis.com", 443), ("www.tensorflow
     return False
 
 
-def _to_rgb(image):
+def to_rgb(image):
+    """`(H, W, 1)` grey images as `(H, W, 3)`; RGB images unchanged."""
     image = tf.convert_to_tensor(image)
     if image.shape[-1] == 1:
         image = tf.image.grayscale_to_rgb(image)
     return image
-
-
-def inception_crop(image, area_range=(0.05, 1.0), seed=None):
-    """A random crop covering `area_range` of the image, aspect 3/4..4/3, as Inception.
-
-    `(H, W, C) -> (h, w, C)`; resize afterwards.
-    """
-    begin, size, _ = tf.image.sample_distorted_bounding_box(
-        tf.shape(image), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
-        min_object_covered=0.0, aspect_ratio_range=(0.75, 1.33), area_range=area_range,
-        max_attempts=10, use_image_if_no_bounding_boxes=True, seed=seed)
-    return tf.slice(image, begin, size)
-
-
-def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.0), flip=True,
-                  shuffle_buffer=10_000, cache=False, repeat=None, seed=None):
-    """Batches of `(images float32 (batch, size, size, 3) in [-1, 1], labels int32 (batch,))`.
-
-    Training: shuffle, inception crop (`crop_area`, None to skip), resize,
-    random left-right flip (`flip`), [-1, 1]; repeated, whole batches only.
-    Eval: resize straight to `image_size` (no centre crop), [-1, 1], in order.
-    `batch_size` is the global batch: a tf.distribute strategy splits it
-    across replicas.
-    """
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    if cache:
-        dataset = dataset.cache()
-    repeat = training if repeat is None else repeat
-    if training:
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-
-    def preprocess(image, label):
-        image = _to_rgb(image)
-        if training and crop_area is not None:
-            image = inception_crop(image, crop_area)
-        image = tf.image.resize(image, size, method="bilinear", antialias=False)
-        if training and flip:
-            image = tf.image.random_flip_left_right(image)
-        image = tf.clip_by_value(image, 0.0, 255.0) / 127.5 - 1.0
-        image = tf.ensure_shape(image, (*size, 3))
-        return image, label
-
-    dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.batch(batch_size, drop_remainder=training)
-    options = tf.data.Options()
-    # Examples are in memory or already decoded: shard by element, not by file.
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)

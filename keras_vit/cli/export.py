@@ -6,18 +6,13 @@
 TensorFlow and Keras are imported when the command runs, so `--help` stays fast.
 """
 
-import functools
 import os
-import sys
 
-__all__ = ["add_parser", "add_model_options", "load_model", "CommandError", "user_errors",
-           "one_line_errors"]
+from keras_vit.cli.common import CommandError, add_model_options, load_model
+
+__all__ = ["add_parser", "run"]
 
 FORMATS = ("saved_model", "tflite", "keras")
-
-
-class CommandError(Exception):
-    """A problem with the command's input, reported as one line on stderr."""
 
 
 def add_parser(commands):
@@ -26,8 +21,6 @@ def add_parser(commands):
         "export", help="write a model for TF Serving (SavedModel), TFLite or as a .keras file",
         description="Write a classifier as a TF Serving SavedModel (OUTPUT/<version>/), a "
                     "TFLite file, or a .keras file.")
-    parser.add_argument("--model", required=True,
-                        help='an architecture ("B/16", "ViT-B_16", ...) or a saved .keras file')
     add_model_options(parser)
     parser.add_argument("--format", choices=FORMATS, default="saved_model",
                         help="what to write (default: saved_model)")
@@ -45,61 +38,13 @@ def add_parser(commands):
     return parser
 
 
-def add_model_options(parser):
-    """The options that, with --model, say which model to build."""
-    parser.add_argument("--weights",
-                        help='a catalogue tag ("imagenet21k+imagenet2012", ...) or an .npz file')
-    parser.add_argument("--image-size", type=int, help="input size in pixels (default: the weights')")
-    parser.add_argument("--classes", type=int, help="head size (default: the weights')")
-
-
-def load_model(args):
-    """The model `--model` (with --weights, --image-size, --classes) names."""
-    import keras  # noqa: PLC0415
-
-    import keras_vit  # noqa: PLC0415
-
-    if args.model.endswith(".keras"):
-        given = [f"--{name.replace('_', '-')}" for name in ("weights", "image_size", "classes")
-                 if getattr(args, name) is not None]
-        if given:
-            raise CommandError(f"{args.model} is a saved model; {', '.join(given)} cannot change it.")
-        if not os.path.isfile(args.model):
-            raise CommandError(f"No .keras file at {args.model}.")
-        return keras.saving.load_model(args.model)
-    return keras_vit.ViT(args.model, weights=args.weights, image_size=args.image_size,
-                         classes=args.classes)
-
-
-def user_errors():
-    """The exceptions a command reports as one line: bad input, missing files, no network."""
-    from keras_vit.checkpoints import WeightsUnavailableError  # noqa: PLC0415
-
-    return (CommandError, ValueError, OSError, WeightsUnavailableError)
-
-
-def one_line_errors(command):
-    """Decorates a command's `run`: bad input ends it with one line on stderr and exit code 2."""
-    def decorate(run):
-        @functools.wraps(run)
-        def guarded(args):
-            try:
-                return run(args)
-            except user_errors() as error:
-                print(f"keras-vit {command}: error: {error}", file=sys.stderr)
-                return 2
-        return guarded
-    return decorate
-
-
-@one_line_errors("export")
 def run(args):
     print(_export(args))
     return 0
 
 
 def _export(args):
-    from keras_vit import export  # noqa: PLC0415
+    from keras_vit import export
 
     model = load_model(args)
     if args.format == "keras":
@@ -117,7 +62,7 @@ def _export(args):
 
 
 def _labels(option, classes):
-    from keras_vit.export import imagenet_label_names  # noqa: PLC0415
+    from keras_vit.labels import imagenet_label_names
 
     if option is None:
         return imagenet_label_names(classes)

@@ -1,0 +1,1 @@
+"""Readers of checkpoint files; each returns arrays keyed in the official layout."""

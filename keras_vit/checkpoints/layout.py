@@ -1,0 +1,168 @@
+"""The official checkpoint's key table: which arrays fill which variable of a model.
+
+This is the one place that spells the official key layout (pre-Linen names,
+as released): the transformer's `Transformer/encoderblock_{i}/...`, the
+embedding, class token, position embedding and head, and the hybrids' ResNet
+trunk (`conv_root`, `gn_root`, `block{s}/unit{u}/...`). The rows are generated
+from the model's own layer names, which follow the checkpoint's.
+"""
+
+import dataclasses
+import math
+import re
+
+import numpy as np
+
+from keras_vit.variants import VARIANTS
+
+__all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "square_grid",
+           "describe_architecture", "POS_EMBED_KEY", "DROPPABLE_PREFIXES", "TRUNK_PREFIXES"]
+
+POS_EMBED_KEY = "Transformer/posembed_input/pos_embedding"
+# Keys a model may leave unused: a fine-tuned model drops the pre-training head.
+DROPPABLE_PREFIXES = ("pre_logits/", "head/")
+# Every key of the hybrids' ResNet trunk starts with one of these.
+TRUNK_PREFIXES = ("conv_root/", "gn_root/", "block")
+
+
+@dataclasses.dataclass
+class Row:
+    """Checkpoint keys whose arrays, combined, become one Keras variable."""
+
+    keys: tuple
+    variable: object
+    combine: object = None  # arrays -> array; None means a single key copied as is
+    shapes: tuple = None  # the checkpoint shape each key must have
+
+    def value(self, arrays):
+        parts = [arrays[k] for k in self.keys]
+        return self.combine(parts) if self.combine else parts[0]
+
+
+def is_trunk_key(key):
+    return key.startswith(TRUNK_PREFIXES)
+
+
+def fits(found, expected):
+    """Whether an array of shape `found` fills a variable of shape `expected`."""
+    # GroupNorm parameters are stored as (1, 1, 1, C) in released hybrid files.
+    return found == expected or (len(expected) == 1 and found == (1, 1, 1, expected[0]))
+
+
+def square_grid(count):
+    """(side, side) when `count` position-embedding tokens form a square grid, else None."""
+    side = math.isqrt(max(count, 0))
+    return (side, side) if side * side == count and side > 0 else None
+
+
+def normalize_keys(arrays):
+    """Maps the accepted layouts onto the released pre-Linen one.
+
+    Accepted: `opt/target/` (old optimizer dumps) and `params/` (big_vision)
+    prefixes; Linen block names (MultiHeadDotProductAttention_0, LayerNorm_1,
+    MlpBlock_0); big_vision's top-level `pos_embedding`.
+    """
+    out = {}
+    for key, value in arrays.items():
+        for prefix in ("opt/target/", "params/"):
+            if key.startswith(prefix):
+                key = key[len(prefix):]
+        if key == "pos_embedding":
+            key = POS_EMBED_KEY
+        key = re.sub(r"(encoderblock_\d+)/MultiHeadDotProductAttention_0/",
+                     r"\1/MultiHeadDotProductAttention_1/", key)
+        key = re.sub(r"(encoderblock_\d+)/LayerNorm_1/", r"\1/LayerNorm_2/", key)
+        key = re.sub(r"(encoderblock_\d+)/MlpBlock_0/", r"\1/MlpBlock_3/", key)
+        out[key] = value
+    return out
+
+
+def layout(model):
+    """The rows that fill `model` (a ViT, or a ResNetV2 trunk) from a checkpoint."""
+    rows = []
+    names = {layer.name for layer in model.layers}
+
+    def dense(prefix, layer):
+        rows.append(Row((f"{prefix}/kernel",), layer.kernel))
+        rows.append(Row((f"{prefix}/bias",), layer.bias))
+
+    def norm(prefix, layer):
+        rows.append(Row((f"{prefix}/scale",), layer.gamma))
+        rows.append(Row((f"{prefix}/bias",), layer.beta))
+
+    if "resnet" in names:
+        rows += trunk_rows(model.get_layer("resnet"))
+    if "embedding" in names:
+        dense("embedding", model.get_layer("embedding"))
+    if "cls" in names:
+        rows.append(Row(("cls",), model.get_layer("cls").cls))
+    if "posembed_input" in names:
+        rows.append(Row((POS_EMBED_KEY,), model.get_layer("posembed_input").pos_embedding))
+    block = 0
+    while f"encoderblock_{block}" in names:
+        layer = model.get_layer(f"encoderblock_{block}")
+        prefix = f"Transformer/encoderblock_{block}"
+        norm(f"{prefix}/LayerNorm_0", layer.norm_0)
+        rows += _attention_rows(f"{prefix}/MultiHeadDotProductAttention_1", layer.attention)
+        norm(f"{prefix}/LayerNorm_2", layer.norm_2)
+        dense(f"{prefix}/MlpBlock_3/Dense_0", layer.mlp.dense_0)
+        dense(f"{prefix}/MlpBlock_3/Dense_1", layer.mlp.dense_1)
+        block += 1
+    if "encoder_norm" in names:
+        norm("Transformer/encoder_norm", model.get_layer("encoder_norm"))
+    for name in ("pre_logits", "head"):
+        if name in names:
+            dense(name, model.get_layer(name))
+    for row in rows:
+        if row.shapes is None:
+            row.shapes = (tuple(row.variable.shape),)
+    return rows
+
+
+def trunk_rows(trunk):
+    """The rows of a `ResNetStem`: conv_root, gn_root, then every bottleneck unit's
+    block{s}/unit{u}/{conv1,conv2,conv3,conv_proj}/kernel and gn{1,2,3,_proj}/{scale,bias}."""
+    pairs = [("conv_root/kernel", trunk.conv_root.kernel),
+             ("gn_root/scale", trunk.gn_root.gamma), ("gn_root/bias", trunk.gn_root.beta)]
+    for s, u, unit in trunk.units:
+        for conv, norm in (("conv1", "gn1"), ("conv2", "gn2"), ("conv3", "gn3"),
+                           ("conv_proj", "gn_proj")):
+            if getattr(unit, conv) is None:  # the projection exists in a stage's first unit
+                continue
+            pairs.append((f"block{s}/unit{u}/{conv}/kernel", getattr(unit, conv).kernel))
+            pairs.append((f"block{s}/unit{u}/{norm}/scale", getattr(unit, norm).gamma))
+            pairs.append((f"block{s}/unit{u}/{norm}/bias", getattr(unit, norm).beta))
+    return [Row((key,), variable, shapes=(tuple(variable.shape),)) for key, variable in pairs]
+
+
+def _attention_rows(prefix, attention):
+    # The official query/key/value kernels (D, heads, head_dim) are the column blocks of
+    # keras_vit's fused (D, 3 * D) kernel; the output kernel is (heads, head_dim, D).
+    width, heads = attention.qkv_kernel.shape[0], attention.num_heads
+    head_dim = width // heads
+    qkv = ("query", "key", "value")
+    return [
+        Row(tuple(f"{prefix}/{n}/kernel" for n in qkv), attention.qkv_kernel,
+            lambda a: np.concatenate([x.reshape(width, width) for x in a], axis=1),
+            ((width, heads, head_dim),) * 3),
+        Row(tuple(f"{prefix}/{n}/bias" for n in qkv), attention.qkv_bias,
+            lambda a: np.concatenate([x.reshape(width) for x in a]), ((heads, head_dim),) * 3),
+        Row((f"{prefix}/out/kernel",), attention.out_kernel,
+            lambda a: a[0].reshape(width, width), ((heads, head_dim, width),)),
+        Row((f"{prefix}/out/bias",), attention.out_bias),
+    ]
+
+
+def describe_architecture(arrays):
+    """A human description of the architecture a checkpoint's arrays belong to."""
+    kernel = arrays.get("embedding/kernel")
+    if kernel is None or kernel.ndim != 4:
+        return None
+    depth = len({m.group(1) for k in arrays if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))})
+    hybrid = "conv_root/kernel" in arrays
+    for v in VARIANTS.values():
+        found = (kernel.shape[3], depth, kernel.shape[0], hybrid, "cls" in arrays)
+        if (v.width, v.depth, v.patch_size, v.is_hybrid, v.classifier == "token") == found \
+                and (not hybrid or kernel.shape[2] == v.trunk_channels):
+            return f"{v.name} (width {v.width}, depth {depth}, patch {kernel.shape[0]})"
+    return f"a ViT of width {kernel.shape[3]}, depth {depth}, patch {kernel.shape[0]}"

@@ -1,0 +1,139 @@
+"""The one strict loader: checkpoint arrays into a model, all or nothing.
+
+Every key and shape is checked, and every array read and transformed, before
+any variable is assigned: a failed load leaves the model as it was. Loading
+only a hybrid's ResNet trunk is the same load with the rows filtered.
+"""
+
+import os
+
+import numpy as np
+
+from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats.npz import read_npz
+from keras_vit.checkpoints.layout import (
+    DROPPABLE_PREFIXES,
+    POS_EMBED_KEY,
+    describe_architecture,
+    fits,
+    is_trunk_key,
+    layout,
+    normalize_keys,
+    square_grid,
+)
+from keras_vit.layers.tokens import resize_position_embedding
+
+__all__ = ["load_weights", "load_resnet_weights"]
+
+
+def load_weights(model, checkpoint):
+    """Loads an official-layout checkpoint (a path or a dict of arrays) into `model`.
+
+    Raises `CheckpointError` naming every missing key, unexpected key and
+    mismatched shape; on any error no variable has changed. The head is
+    zero-initialised when the checkpoint's class count differs from the
+    model's, or the checkpoint has none; `pre_logits` is dropped when the model
+    has none; the position embedding is resized when the grids differ.
+    """
+    return _load(model, checkpoint, trunk_only=False)
+
+
+def load_resnet_weights(model, checkpoint):
+    """Loads the trunk arrays of an official hybrid `.npz` (path or dict) into `model`.
+
+    `model` has a "resnet" layer (a `ResNetV2` model or a hybrid ViT). The
+    transformer's arrays are ignored; every trunk key must be present with its
+    shape (GroupNorm parameters as (C,) or (1, 1, 1, C)), and no trunk key may
+    be left over. Raises `CheckpointError` naming the problems; on error no
+    variable has changed.
+    """
+    return _load(model, checkpoint, trunk_only=True)
+
+
+def _load(model, checkpoint, trunk_only):
+    is_path = isinstance(checkpoint, (str, os.PathLike))
+    source = os.fspath(checkpoint) if is_path else "the checkpoint"
+    arrays = normalize_keys(read_npz(source) if is_path else dict(checkpoint))
+    rows = layout(model)
+    if trunk_only:
+        rows = [r for r in rows if is_trunk_key(r.keys[0])]
+        considered = {k for k in arrays if is_trunk_key(k)}
+        subject = f"the ResNet trunk of model {model.name!r}"
+    else:
+        considered = set(arrays)
+        subject = f"model {model.name!r}"
+    head_rows = [r for r in rows if r.keys[0].startswith("head/")]
+    new_head = bool(head_rows) and not _head_fits(arrays, head_rows)
+    if new_head:  # classes differ, or a headless file: the head starts at zero, below
+        rows = [r for r in rows if r not in head_rows]
+    num_prefix = _num_prefix_tokens(model)
+
+    missing, mismatched = [], []
+    for row in rows:
+        for key, shape in zip(row.keys, row.shapes):
+            if key not in arrays:
+                missing.append(key)
+            elif key == POS_EMBED_KEY:
+                problem = _posembed_problem(arrays[key].shape, shape, num_prefix)
+                if problem:
+                    mismatched.append(f"{key}: expected {shape}, found {arrays[key].shape} ({problem})")
+            elif not fits(tuple(arrays[key].shape), tuple(shape)):
+                mismatched.append(f"{key}: expected {tuple(shape)}, found {tuple(arrays[key].shape)}")
+    used = {k for row in rows for k in row.keys}
+    unexpected = sorted(k for k in considered if k not in used and not k.startswith(DROPPABLE_PREFIXES))
+    non_numeric = sorted(k for k in used & set(arrays) if not np.issubdtype(arrays[k].dtype, np.number))
+    if missing or unexpected or mismatched or non_numeric:
+        raise CheckpointError(_report(source, subject, arrays, missing, unexpected, mismatched,
+                                      non_numeric))
+
+    values = []
+    for row in rows:
+        value = row.value(arrays)
+        if row.keys[0] == POS_EMBED_KEY and value.shape != tuple(row.variable.shape):
+            posembed = model.get_layer("posembed_input")
+            value = resize_position_embedding(value, square_grid(value.shape[1] - num_prefix),
+                                              posembed.grid_size, num_prefix)
+        values.append((row.variable, np.asarray(value).reshape(row.variable.shape)))
+    if new_head:
+        values += [(row.variable, np.zeros(row.variable.shape)) for row in head_rows]
+    for variable, value in values:  # only now, with every value in hand, touch the model
+        # copy=False: float32 arrays go to the variable as they are, without a
+        # second host copy of the weights.
+        variable.assign(value.astype(variable.dtype, copy=False))
+    return model
+
+
+def _num_prefix_tokens(model):
+    names = {layer.name for layer in model.layers}
+    return model.get_layer("posembed_input").num_prefix_tokens if "posembed_input" in names else 0
+
+
+def _head_fits(arrays, head_rows):
+    return all(k in arrays and tuple(arrays[k].shape) == tuple(s)
+               for row in head_rows for k, s in zip(row.keys, row.shapes))
+
+
+def _posembed_problem(found, expected, num_prefix):
+    if len(found) != 3 or found[0] != 1 or found[2] != expected[2]:
+        return "width differs"
+    if found[1] == expected[1]:
+        return None
+    if square_grid(found[1] - num_prefix) is None:
+        return ("token count is not a class token plus a square grid, so it cannot be resized"
+                if num_prefix else "token count is not a square grid, so it cannot be resized")
+    return None
+
+
+def _report(source, subject, arrays, missing, unexpected, mismatched, non_numeric):
+    lines = [f"{source} does not fit {subject}:"]
+    for title, items in (("missing keys", missing), ("unexpected keys", unexpected),
+                         ("shape mismatches", mismatched), ("non-numeric arrays", non_numeric)):
+        if items:
+            shown = "\n    ".join(items[:12])
+            more = f"\n    ... and {len(items) - 12} more" if len(items) > 12 else ""
+            lines.append(f"  {len(items)} {title}:\n    {shown}{more}")
+    guess = describe_architecture(arrays)
+    if guess:
+        lines.append(f"  The file looks like {guess}.")
+    lines.append("  No weights were changed.")
+    return "\n".join(lines)

@@ -1,0 +1,27 @@
+"""`keras-vit`: the parser of every sub-command, and the one place that runs them."""
+
+import sys
+
+from keras_vit.cli import analyze, export, info, predict, train
+from keras_vit.cli.common import Parser, report_errors
+
+__all__ = ["main", "build_parser"]
+
+COMMANDS = (info, train, predict, export, analyze)  # each: add_parser(commands) -> parser
+
+
+def build_parser():
+    parser = Parser(prog="keras-vit", description="Vision Transformers for Keras 3.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for command in COMMANDS:
+        command.add_parser(commands)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    return report_errors(f"keras-vit {args.command}", args.run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

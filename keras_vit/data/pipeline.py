@@ -1,0 +1,63 @@
+"""tf.data pipelines: raw `(image, label)` examples into batches a ViT trains on.
+
+`make_pipeline` turns one split of `keras_vit.data.load_dataset` into batches of
+`(images float32 (batch, size, size, 3) in [-1, 1], labels int32 (batch,))`
+with the official preprocessing (`keras_vit.preprocessing`).
+"""
+
+import tensorflow as tf
+
+from keras_vit.data.datasets import to_rgb
+from keras_vit.preprocessing import preprocess_input, resize_image
+
+__all__ = ["make_pipeline", "inception_crop"]
+
+
+def inception_crop(image, area_range=(0.05, 1.0), seed=None):
+    """A random crop covering `area_range` of the image, aspect 3/4..4/3, as Inception.
+
+    `(H, W, C) -> (h, w, C)`; resize afterwards.
+    """
+    begin, size, _ = tf.image.sample_distorted_bounding_box(
+        tf.shape(image), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        min_object_covered=0.0, aspect_ratio_range=(0.75, 1.33), area_range=area_range,
+        max_attempts=10, use_image_if_no_bounding_boxes=True, seed=seed)
+    return tf.slice(image, begin, size)
+
+
+def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.0), flip=True,
+                  shuffle_buffer=10_000, cache=False, repeat=None, seed=None):
+    """Batches of `(images float32 (batch, size, size, 3) in [-1, 1], labels int32 (batch,))`.
+
+    Training: shuffle, inception crop (`crop_area`, None to skip), resize,
+    random left-right flip (`flip`), [-1, 1]; repeated, whole batches only.
+    Eval: resize straight to `image_size` (no centre crop), [-1, 1], in order.
+    `batch_size` is the global batch: a tf.distribute strategy splits it
+    across replicas.
+    """
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    if cache:
+        dataset = dataset.cache()
+    repeat = training if repeat is None else repeat
+    if training:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+
+    def preprocess(image, label):
+        image = to_rgb(image)
+        if training and crop_area is not None:
+            image = inception_crop(image, crop_area)
+        image = resize_image(image, size)
+        if training and flip:
+            image = tf.image.random_flip_left_right(image)
+        image = preprocess_input(tf.clip_by_value(image, 0.0, 255.0))
+        image = tf.ensure_shape(image, (*size, 3))
+        return image, label
+
+    dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.batch(batch_size, drop_remainder=training)
+    options = tf.data.Options()
+    # Examples are in memory or already decoded: shard by element, not by file.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)

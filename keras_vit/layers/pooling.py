@@ -1,0 +1,32 @@
+"""TokenPooling: the encoder's token sequence reduced to one feature vector."""
+
+import keras
+from keras import ops
+
+__all__ = ["TokenPooling"]
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TokenPooling(keras.layers.Layer):
+    """`(batch, n, D) -> (batch, D)`: the class token, or the mean of the patch tokens."""
+
+    def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("token", "gap"):
+            raise ValueError(f'mode must be "token" or "gap", got {mode!r}.')
+        if mode == "token" and num_prefix_tokens < 1:
+            raise ValueError('mode="token" needs a class token (num_prefix_tokens >= 1).')
+        self.mode = mode
+        self.num_prefix_tokens = num_prefix_tokens
+
+    def call(self, tokens):
+        if self.mode == "token":
+            return tokens[:, 0]
+        return ops.mean(tokens[:, self.num_prefix_tokens:], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[2])
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode,
+                "num_prefix_tokens": self.num_prefix_tokens}

@@ -1,0 +1,46 @@
+"""The hybrids' ResNetV2 trunk on its own: a feature extractor returning every stage."""
+
+import keras
+
+from keras_vit.checkpoints import load_resnet_weights, resolve_weights
+from keras_vit.layers import ResNetStem
+from keras_vit.variants import get_variant
+
+__all__ = ["ResNetV2"]
+
+
+def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, name=None):
+    """The BiT ResNetV2 trunk of a hybrid variant, returning every stage's output.
+
+    Args:
+        variant: a hybrid name ("R50+B/16", "R26+ViT-S_32", "R+Ti/16", ...).
+        weights: None (random), a catalogue tag of that variant (e.g.
+            "imagenet21k"), or the path of an official hybrid `.npz`; only the
+            trunk's arrays are read.
+        image_size: None (any size: the trunk is fully convolutional), an int
+            or (height, width).
+        channels: input channels.
+        name: model name; defaults to e.g. "R50_resnet".
+
+    Returns:
+        A `keras.Model` mapping images `(batch, H, W, channels)` in [-1, 1] to
+        a dict of feature maps: "stem" `(batch, ceil(H/4), ceil(W/4), 64)`,
+        then "block1".."blockN" with 256 * 2**(s-1) channels, block1 at /4 and
+        every later block at half the previous resolution (SAME padding).
+    """
+    variant = get_variant(variant)
+    if not variant.is_hybrid:
+        raise ValueError(f"{variant.short_name} has no ResNet; use a hybrid variant such as "
+                         '"R50+B/16", "R26+S/32" or "R+Ti/16".')
+    if isinstance(image_size, int):
+        image_size = (image_size, image_size)
+    shape = (None, None) if image_size is None else tuple(image_size)
+    images = keras.Input((*shape, channels), name="images")
+    trunk = ResNetStem(variant.resnet_stages, variant.resnet_width, name="resnet")
+    features = trunk(images, return_stages=True)
+    prefix = variant.name.split("+")[0]
+    model = keras.Model(images, features, name=name or f"{prefix}_resnet")
+    source = resolve_weights(variant, weights)
+    if source is not None:
+        load_resnet_weights(model, source.path())
+    return model

@@ -1,0 +1,193 @@
+"""tf.distribute for training: choosing a strategy, and the Keras work-arounds it needs.
+
+- `get_strategy`: one device, MirroredStrategy, MultiWorkerMirroredStrategy or TPUStrategy.
+- `SGD`, `AdamW`: clip the gradient summed over replicas, so a clipped step under a
+  strategy equals the one-device step. Keras clips each replica's gradient before the
+  sum (its `BaseOptimizer._clip_gradients`, which these override).
+- `multi_worker_fit`: lets Keras' `fit` run under MultiWorkerMirroredStrategy
+  (keras-team/keras#20585), by patching private Keras functions for one `fit` call.
+
+Both work-arounds lean on private Keras code, so they check the Keras version
+they were written against (`KNOWN_KERAS`) and the private names they use, and
+fail with a one-line error naming both instead of misbehaving on another release.
+"""
+
+import contextlib
+import json
+import os
+
+import keras
+import tensorflow as tf
+
+__all__ = ["STRATEGIES", "get_strategy", "strategy_name", "is_chief", "worker_output", "SGD",
+           "AdamW", "multi_worker_fit", "KNOWN_KERAS"]
+
+STRATEGIES = ("auto", "mirrored", "multiworker", "tpu", "none")
+# The Keras releases whose private code the work-arounds below were checked against.
+KNOWN_KERAS = ((3, 10), (3, 15))
+
+
+def _check_private_keras(feature, module, *names):
+    """Fails clearly when `module` lacks `names` or Keras is outside `KNOWN_KERAS`."""
+    version = tuple(int(part) for part in keras.__version__.split(".")[:2])
+    low, high = KNOWN_KERAS
+    missing = [name for name in names if not hasattr(module, name)]
+    if missing or not low <= version <= high:
+        raise RuntimeError(
+            f"{feature} patches private Keras code checked on Keras {low[0]}.{low[1]} to "
+            f"{high[0]}.{high[1]}; this is Keras {keras.__version__}"
+            + (f", which lacks {', '.join(missing)}" if missing else "")
+            + ". Install a Keras in that range (pip install 'keras>=3.10,<3.16').")
+
+
+# --- choosing a strategy ---------------------------------------------------------------------
+
+def _tf_config():
+    return json.loads(os.environ.get("TF_CONFIG") or "{}")
+
+
+def _multiworker_configured():
+    cluster = _tf_config().get("cluster", {})
+    return sum(len(cluster.get(job, [])) for job in ("chief", "worker")) > 1
+
+
+def _tpu_configured():
+    return bool(os.environ.get("TPU_NAME") or os.environ.get("COLAB_TPU_ADDR")
+                or os.path.exists("/dev/accel0"))
+
+
+def strategy_name(name="auto"):
+    """What "auto" resolves to here; other names are checked and returned."""
+    if name not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {name!r}.")
+    if name != "auto":
+        return name
+    if _tpu_configured():
+        return "tpu"
+    if _multiworker_configured():
+        return "multiworker"
+    if len(tf.config.list_logical_devices("GPU")) > 1:
+        return "mirrored"
+    return "none"
+
+
+def get_strategy(name="auto"):
+    """A tf.distribute strategy: "auto", "mirrored", "multiworker", "tpu" or "none".
+
+    "auto" picks a TPU when one is configured (TPU_NAME, COLAB_TPU_ADDR or a
+    TPU VM's /dev/accel0), MultiWorkerMirroredStrategy when TF_CONFIG lists
+    several workers, MirroredStrategy with several GPUs, else the default.
+    """
+    name = strategy_name(name)
+    if name == "none":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multiworker":
+        if not _multiworker_configured():
+            raise ValueError('strategy "multiworker" needs TF_CONFIG describing the cluster, '
+                             'e.g. {"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+                             '"task": {"type": "worker", "index": 0}}.')
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu=os.environ.get("TPU_NAME", ""))
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as error:
+        raise RuntimeError("No TPU could be resolved. TensorFlow has no TPU build for this "
+                           "release; on TPUs run keras_vit on Keras' JAX backend "
+                           "(see docs/fine-tuning.md).") from error
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def is_chief(strategy):
+    """Whether this process writes the run's outputs (always, except on non-chief workers)."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return True
+    task = _tf_config().get("task", {})
+    has_chief = "chief" in _tf_config().get("cluster", {})
+    return task.get("type") == "chief" or (not has_chief and task.get("index", 0) == 0)
+
+
+def worker_output(output, strategy):
+    """Non-chief workers write to DIR/worker-<index> so that files never collide."""
+    if is_chief(strategy):
+        return output
+    task = _tf_config().get("task", {})
+    return os.path.join(output, f"{task.get('type', 'worker')}-{task.get('index', 0)}")
+
+
+# --- clipping the global gradient --------------------------------------------------------------
+
+class _ClipAfterAllReduce:
+    def _clip_gradients(self, grads):
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync if context is not None else 1
+        if not self.global_clipnorm or replicas == 1:
+            return super()._clip_gradients(grads)
+        total = context.all_reduce("SUM", grads)  # what the update will apply, unclipped
+        clipped = super()._clip_gradients(total)
+        # The update step all-reduces (sums) the replicas' gradients again: send 1/replicas.
+        return [g / replicas for g in clipped]
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SGD(_ClipAfterAllReduce, keras.optimizers.SGD):
+    """`keras.optimizers.SGD`, with `global_clipnorm` applied to the global gradient."""
+
+    def __init__(self, *args, **kwargs):
+        _check_private_keras("keras_vit's SGD", keras.optimizers.SGD, "_clip_gradients")
+        super().__init__(*args, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AdamW(_ClipAfterAllReduce, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW`, with `global_clipnorm` applied to the global gradient."""
+
+    def __init__(self, *args, **kwargs):
+        _check_private_keras("keras_vit's AdamW", keras.optimizers.AdamW, "_clip_gradients")
+        super().__init__(*args, **kwargs)
+
+
+# --- fit under MultiWorkerMirroredStrategy -----------------------------------------------------
+
+@contextlib.contextmanager
+def multi_worker_fit(model, strategy, element_spec):
+    """Within this context, `model.fit` works under `strategy` (multi-worker).
+
+    Two Keras bugs stop `fit` with several workers (keras-team/keras#20585):
+    1. before the first step, `fit` builds metrics and the optimizer by reducing
+       the first distributed batch, which fails;
+    2. after every step, it reduces the scalar logs with `axis=0`, which fails on a
+       scalar ("Invalid reduction dimension 0 for input with 0 dimensions").
+    Both are fixed for the duration of the context, and only when `strategy` is a
+    MultiWorkerMirroredStrategy; nothing changes otherwise.
+    """
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        yield
+        return
+    # Imported here, only for multi-worker runs: a private module that a Keras release may move.
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    _check_private_keras("multi_worker_fit", tf_trainer, "reduce_per_replica",
+                         "_collective_all_reduce_multi_worker")
+    with strategy.scope():  # 1: build from the dataset's spec, no batch needed
+        model._symbolic_build(data_batch=element_spec)
+    original_build = model._maybe_symbolic_build
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    original_reduce = tf_trainer.reduce_per_replica
+
+    def reduce_per_replica(values, strategy, reduction="auto"):  # 2: scalars reduce whole
+        if reduction in ("auto", "mean") and tf_trainer._collective_all_reduce_multi_worker(strategy):
+            return tf.nest.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=None)
+                if isinstance(v, tf.distribute.DistributedValues) or tf.is_tensor(v) else v, values)
+        return original_reduce(values, strategy, reduction)
+
+    tf_trainer.reduce_per_replica = reduce_per_replica
+    try:
+        yield
+    finally:
+        tf_trainer.reduce_per_replica = original_reduce
+        model._maybe_symbolic_build = original_build
