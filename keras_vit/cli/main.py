@@ -15,11 +15,14 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add_parser(commands)
+    parser.set_defaults(commands=commands.choices)
     return parser
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # reported by the sub-command's parser, so the error names the command
+        args.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     return report_errors(f"keras-vit {args.command}", args.run, args)
 
 

@@ -1,0 +1,64 @@
+"""Every sub-command follows one error policy: one line on stderr, nothing on stdout, exit 2."""
+
+import pytest
+
+from keras_vit.cli import build_parser, main
+from keras_vit.cli.main import COMMANDS
+
+# (sub-command, argv): a usage error argparse catches, and a bad input found when running.
+BAD = [
+    ("info", ["info", "--verbose-please"]),
+    ("train", ["train", "--recipe", "sota"]),
+    ("train", ["train", "--model", "Q/3", "--output", "{tmp}/run"]),
+    ("train", ["train", "--dataset", "{tmp}/no/such/folder", "--output", "{tmp}/run"]),
+    ("predict", ["predict", "--model", "Ti/16"]),
+    ("predict", ["predict", "{tmp}/missing.png", "--model", "Ti/16"]),
+    ("predict", ["predict", "{tmp}/a.png", "--saved-model", "{tmp}", "--weights", "x.npz"]),
+    ("export", ["export", "--model", "Ti/16", "--output", "{tmp}/out", "--format", "onnx"]),
+    ("export", ["export", "--model", "B/17", "--output", "{tmp}/out"]),
+    ("export", ["export", "--model", "{tmp}/missing.keras", "--output", "{tmp}/out"]),
+    ("analyze", ["analyze", "{tmp}/missing.png", "--model", "Ti/16"]),
+    ("analyze", ["analyze", "{tmp}/a.png", "--model", "Ti/16", "--image-size", "1", "2", "3"]),
+]
+
+
+def _run(argv, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's usage errors leave through sys.exit
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_every_sub_command_is_covered():
+    assert {command for command, _ in BAD} == {c.__name__.rsplit(".", 1)[-1] for c in COMMANDS}
+
+
+@pytest.mark.parametrize("command,argv", BAD, ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_bad_input_is_one_line_on_stderr_and_exit_2(command, argv, tmp_path, capsys):
+    (tmp_path / "a.png").write_bytes(b"")  # exists, for the cases that fail on something else
+    argv = [arg.format(tmp=tmp_path) for arg in argv]
+    code, out, err = _run(argv, capsys)
+    assert code == 2, err
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"keras-vit {command}: error: "), err
+
+
+def test_a_bad_argument_in_a_fresh_process(python):
+    """The installed entry point behaves the same: exit status 2, the error as the last line."""
+    result = python(["-m", "keras_vit.cli", "train", "--epochs", "many"], timeout=300)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        "keras-vit train: error: argument --epochs: invalid int value: 'many' "
+        "(see keras-vit train --help)")
+
+
+def test_every_model_command_takes_the_same_model_flags():
+    commands = build_parser().parse_args(["info"]).commands
+    for name in ("predict", "export", "analyze"):
+        flags = {option for action in commands[name]._actions for option in action.option_strings}
+        assert {"--model", "--weights", "--image-size", "--classes"} <= flags, name

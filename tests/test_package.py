@@ -1,0 +1,126 @@
+"""The package's surface: what `import keras_vit` loads, its public names, and moved modules."""
+
+import importlib
+import importlib.util
+import json
+import sys
+import warnings
+
+import pytest
+
+import keras_vit
+import keras_vit.layers
+
+# Modules `import keras_vit` must not load: training code (and through it tf.distribute
+# work-arounds that patch private Keras modules), datasets, export, plotting, the CLI.
+NOT_ON_IMPORT = ("keras_vit.training", "keras_vit.data", "keras_vit.export", "keras_vit.analysis",
+                 "keras_vit.cli", "keras.src.backend.tensorflow.trainer", "matplotlib", "sklearn",
+                 "tensorflow_datasets")
+
+NEW_MODULES_ON_IMPORT = """
+import json, sys
+import keras  # what Keras itself loads (on TensorFlow: its trainer and, if installed, matplotlib)
+before = set(sys.modules)
+import keras_vit
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def _new_modules(python, backend):
+    result = python(["-c", NEW_MODULES_ON_IMPORT], timeout=300, env={"KERAS_BACKEND": backend})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_import_loads_the_core_only(python):
+    new = _new_modules(python, "tensorflow")
+    assert "keras_vit.models.vit" in new and "keras_vit.checkpoints.loader" in new
+    loaded = [m for m in new if m.startswith(NOT_ON_IMPORT)]
+    assert loaded == [], f"import keras_vit loaded {loaded}"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (oracle extra)")
+def test_import_on_another_backend_touches_no_tensorflow_internals(python):
+    """On a backend other than TensorFlow, Keras never imports its TensorFlow trainer; nor may keras_vit."""
+    code = ("import sys, keras_vit\n"
+            "print(sorted(m for m in sys.modules if m.startswith(("
+            "'keras.src.backend.tensorflow', 'keras_vit.training', 'tensorflow'))))")
+    result = python(["-c", code], timeout=300, env={"KERAS_BACKEND": "torch"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_lazy_names_resolve_to_their_modules():
+    from keras_vit import data, export, training
+
+    assert keras_vit.train is training.train
+    assert keras_vit.Recipe is training.Recipe and keras_vit.RECIPES is training.RECIPES
+    assert keras_vit.get_recipe is training.get_recipe
+    assert keras_vit.load_dataset is data.load_dataset
+    assert keras_vit.make_pipeline is data.make_pipeline
+    assert keras_vit.export_saved_model is export.export_saved_model
+    assert keras_vit.export_tflite is export.export_tflite
+    assert set(keras_vit.__all__) <= set(dir(keras_vit))
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        keras_vit.nonsense  # noqa: B018  (the attribute access is the test)
+
+
+# The public surface of 0.1.0; later releases may add to it, never take away.
+PUBLIC_0_1 = {
+    "ViT", "ViT_Ti16", "ViT_S16", "ViT_S32", "ViT_B8", "ViT_B16", "ViT_B32", "ViT_L16",
+    "ViT_L32", "ViT_H14", "ViT_R_Ti16", "ViT_R26_S32", "ViT_R26_B32", "ViT_R50_B16",
+    "ViT_R50_L32", "ResNetV2", "PatchEncoder", "ClassToken", "AddPositionEmbedding",
+    "resize_position_embedding", "MultiHeadSelfAttention", "MlpBlock", "TransformerBlock",
+    "TokenPooling", "StdConv2D", "BottleneckUnit", "ResNetStem", "VARIANTS", "Variant",
+    "get_variant", "variant_names", "Checkpoint", "catalogue", "pin_checksum", "load_weights",
+    "load_resnet_weights", "CheckpointError", "WeightsUnavailableError", "preprocess_input",
+    "decode_predictions", "imagenet_labels", "export_saved_model", "export_tflite", "train",
+    "Recipe", "RECIPES", "get_recipe", "load_dataset", "make_pipeline",
+}
+LAYERS_0_1 = {"PatchEncoder", "ClassToken", "AddPositionEmbedding", "resize_position_embedding",
+              "MultiHeadSelfAttention", "MlpBlock", "TransformerBlock", "StdConv2D",
+              "BottleneckUnit", "ResNetStem"}
+ANALYSIS_0_1 = {
+    "AttentionProbe", "ProbeOutputs", "pooled_features", "rollout", "attention_rollout",
+    "RolloutResult", "overlay", "mean_attention_distance", "patch_distances",
+    "position_embedding_similarity", "patch_embedding_components", "PatchComponents",
+    "few_shot_linear_eval", "few_shot_indices", "plot_attention_rollout",
+    "plot_mean_attention_distance", "plot_position_embedding_similarity",
+    "plot_patch_embedding_components",
+}
+
+
+def test_public_api_only_grows():
+    import keras_vit.analysis
+
+    assert PUBLIC_0_1 <= set(keras_vit.__all__)
+    assert LAYERS_0_1 <= set(keras_vit.layers.__all__)
+    assert ANALYSIS_0_1 <= set(keras_vit.analysis.__all__)
+    for module, names in ((keras_vit, PUBLIC_0_1), (keras_vit.layers, LAYERS_0_1),
+                          (keras_vit.analysis, ANALYSIS_0_1)):
+        for name in names:
+            assert getattr(module, name) is not None, name
+
+
+@pytest.mark.parametrize("old,new,name", [
+    ("keras_vit.optimizers", "keras_vit.training.distribute", "SGD"),
+    ("keras_vit.multiworker_fixes", "keras_vit.training.distribute", "multi_worker_fit"),
+    ("keras_vit.weight_mapping", "keras_vit.checkpoints", "load_weights"),
+    ("keras_vit.datasets", "keras_vit.data", "make_pipeline"),
+    ("keras_vit.resnet", "keras_vit.models.resnet", "ResNetV2"),
+    ("keras_vit.report", "keras_vit.training.report", "write_report"),
+])
+def test_moved_modules_still_import_with_a_deprecation_warning(old, new, name):
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"{old} is now {new}"):
+        module = importlib.import_module(old)
+    assert getattr(module, name) is getattr(importlib.import_module(new), name)
+    sys.modules.pop(old, None)
+
+
+def test_current_modules_import_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for name in ("keras_vit.training", "keras_vit.data", "keras_vit.checkpoints",
+                     "keras_vit.models", "keras_vit.cli", "keras_vit.export"):
+            importlib.import_module(name)
