@@ -82,9 +82,10 @@ def _load(model, checkpoint, trunk_only):
     used = {k for row in rows for k in row.keys}
     unexpected = sorted(k for k in considered if k not in used and not k.startswith(DROPPABLE_PREFIXES))
     non_numeric = sorted(k for k in used & set(arrays) if not np.issubdtype(arrays[k].dtype, np.number))
-    if missing or unexpected or mismatched or non_numeric:
-        raise CheckpointError(_report(source, subject, arrays, missing, unexpected, mismatched,
-                                      non_numeric))
+    problems = {"missing keys": missing, "unexpected keys": unexpected,
+                "shape mismatches": mismatched, "non-numeric arrays": non_numeric}
+    if any(problems.values()):
+        raise CheckpointError(_report(f"{source} does not fit {subject}:", problems, arrays))
 
     values = []
     for row in rows:
@@ -124,14 +125,15 @@ def _posembed_problem(found, expected, num_prefix):
     return None
 
 
-def _report(source, subject, arrays, missing, unexpected, mismatched, non_numeric):
-    lines = [f"{source} does not fit {subject}:"]
-    for title, items in (("missing keys", missing), ("unexpected keys", unexpected),
-                         ("shape mismatches", mismatched), ("non-numeric arrays", non_numeric)):
+def _report(title, problems, arrays):
+    """`title`, then each kind of problem with its first 12 keys, a guess at what the file
+    is, and the promise that nothing changed."""
+    lines = [title]
+    for kind, items in problems.items():
         if items:
             shown = "\n    ".join(items[:12])
             more = f"\n    ... and {len(items) - 12} more" if len(items) > 12 else ""
-            lines.append(f"  {len(items)} {title}:\n    {shown}{more}")
+            lines.append(f"  {len(items)} {kind}:\n    {shown}{more}")
     guess = describe_architecture(arrays)
     if guess:
         lines.append(f"  The file looks like {guess}.")
