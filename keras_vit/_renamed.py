@@ -1,7 +1,9 @@
-"""Module paths that moved in 0.2, kept importable for one release with a DeprecationWarning.
+"""Names that moved in 0.2, kept importable for one release with a DeprecationWarning.
 
-`import keras_vit.optimizers` (or any name below) gives the module's new home
-and warns once; remove this file, and its line in `keras_vit/__init__.py`, in 0.3.
+`import keras_vit.optimizers` (or any module in `RENAMED`) gives the module's
+new home; a public name that left a module still there (`MOVED`) is found by
+that module's `__getattr__`, which calls `moved_name`. Both warn. Remove this
+file, and what uses it, in 0.3.
 """
 
 import importlib
@@ -18,6 +20,24 @@ RENAMED = {
     "keras_vit.resnet": "keras_vit.models.resnet",
     "keras_vit.report": "keras_vit.training.report",
 }
+
+
+# (old module, name) -> the module that now holds the name.
+MOVED = {
+    ("keras_vit.preprocessing", "decode_predictions"): "keras_vit.labels",
+    ("keras_vit.preprocessing", "imagenet_labels"): "keras_vit.labels",
+    ("keras_vit.models", "TokenPooling"): "keras_vit.layers",
+}
+
+
+def moved_name(module, name):
+    """The value of a name that left `module` (for that module's `__getattr__`)."""
+    new = MOVED.get((module, name))
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(f"{module}.{name} is now {new}.{name}; the old name will be removed in "
+                  "keras_vit 0.3.", DeprecationWarning, stacklevel=3)
+    return getattr(importlib.import_module(new), name)
 
 
 class _RenamedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -117,3 +117,9 @@ def _reason(message):
                                          "File ")):
             return line.removeprefix("InvalidArgumentError:").strip()
     return message.strip()
+
+
+def __getattr__(name):  # names that moved in 0.2 (keras_vit/_renamed.py)
+    from keras_vit._renamed import moved_name
+
+    return moved_name(__name__, name)

@@ -124,3 +124,16 @@ def test_current_modules_import_without_warnings():
         for name in ("keras_vit.training", "keras_vit.data", "keras_vit.checkpoints",
                      "keras_vit.models", "keras_vit.cli", "keras_vit.export"):
             importlib.import_module(name)
+
+
+@pytest.mark.parametrize("module,name,new", [
+    ("keras_vit.preprocessing", "decode_predictions", "keras_vit.labels"),
+    ("keras_vit.preprocessing", "imagenet_labels", "keras_vit.labels"),
+    ("keras_vit.models", "TokenPooling", "keras_vit.layers"),
+])
+def test_moved_names_still_resolve_with_a_deprecation_warning(module, name, new):
+    with pytest.warns(DeprecationWarning, match=f"{module}.{name} is now {new}.{name}"):
+        value = getattr(importlib.import_module(module), name)
+    assert value is getattr(importlib.import_module(new), name)
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        getattr(importlib.import_module(module), "nonsense")

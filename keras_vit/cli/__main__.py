@@ -4,4 +4,5 @@ import sys
 
 from keras_vit.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # documentation tools import this module; only running it runs the CLI
+    sys.exit(main())
