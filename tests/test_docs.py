@@ -1,7 +1,9 @@
 """The documentation says what the code does."""
 
+import importlib
 import importlib.util
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -17,3 +19,103 @@ def test_models_page_is_generated_from_the_tables():
     render = _load_script("make_models_page").render
     page = (ROOT / "docs" / "models-and-weights.md").read_text()
     assert page == render(), "run: python tools/make_models_page.py"
+
+
+# --- docs/architecture.md draws the real tree ---------------------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+# A path written in the page's prose: `keras_vit/...` or `tools/...` (not `$KERAS_HOME/keras_vit/`).
+PROSE_PATH = re.compile(r"(?<![\w$./~-])(?:keras_vit|tools)/[\w./-]*")
+# A file named by a relative path elsewhere in the page: `tests/test_variants.py`, `cli/analyze.py`.
+RELATIVE_FILE = re.compile(r"(?<![\w$./~<-])(?:[\w.-]+/)+[\w.-]+\.(?:py|json|md|tsv)\b")
+DOTTED_NAME = re.compile(r"(?<![\w./-])keras_vit(?:\.\w+)+")
+
+
+def _tree_paths(page):
+    """The repository paths the code block under "## Layout" draws, one per line.
+
+    Each line is `name   what it owns`; two spaces of indent per folder level, folders end in "/".
+    """
+    section = re.split(r"^## Layout$", page, maxsplit=1, flags=re.M)[1]
+    block = section.split("```", 2)[1]
+    paths, folders = [], []
+    for line in block.splitlines()[1:]:  # after the fence's own line
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        assert indent % 2 == 0, f"odd indent in the tree: {line!r}"
+        level = indent // 2
+        assert level <= len(folders), f"the tree skips a level: {line!r}"
+        name = line.split()[0]
+        folders[level:] = []
+        paths.append("/".join([*folders, name.rstrip("/")]))
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+    return paths
+
+
+def _module_path(dotted):
+    """(`keras_vit/x/y`, attribute names) for `keras_vit.x.y.attr`: the longest module prefix."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        path = ROOT.joinpath(*parts[:end])
+        if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file():
+            return "/".join(parts[:end]), parts[end:]
+    return None, parts
+
+
+def _unresolved_names(page):
+    """Every path or dotted name the page gives that the repository lacks."""
+    bad = [f"tree: {p}" for p in _tree_paths(page) if not (ROOT / p).exists()]
+    prose = [p.rstrip(".") for p in PROSE_PATH.findall(page)]  # not a sentence's full stop
+    bad += [f"path: {p}" for p in prose if not (ROOT / p).exists()]
+    bad += [f"path: {p}" for p in RELATIVE_FILE.findall(page)
+            if not ((ROOT / p).exists() or (ROOT / "keras_vit" / p).exists())]
+    for dotted in sorted(set(DOTTED_NAME.findall(page))):
+        module, attributes = _module_path(dotted)
+        if module is None:
+            bad.append(f"name: {dotted}")
+            continue
+        obj = importlib.import_module(module.replace("/", "."))
+        for attribute in attributes:
+            if not hasattr(obj, attribute):
+                bad.append(f"name: {dotted}")
+                break
+            obj = getattr(obj, attribute)
+    return list(dict.fromkeys(bad))  # a path both patterns find is reported once
+
+
+def _package_modules():
+    """Every module of keras_vit/ (but __init__ and __main__), every package, every tool script."""
+    modules = {str(p.relative_to(ROOT).with_suffix("")) for p in (ROOT / "keras_vit").rglob("*.py")
+               if p.stem not in ("__init__", "__main__")}
+    modules |= {str(p.parent.relative_to(ROOT)) for p in (ROOT / "keras_vit").rglob("__init__.py")}
+    modules |= {str(p.relative_to(ROOT).with_suffix("")) for p in (ROOT / "tools").glob("*.py")}
+    return modules
+
+
+def _undrawn_modules(page):
+    drawn = {p.removesuffix(".py") for p in _tree_paths(page)}
+    return sorted(_package_modules() - drawn)
+
+
+def test_architecture_page_names_only_paths_that_exist():
+    bad = _unresolved_names(ARCHITECTURE.read_text())
+    assert not bad, f"docs/architecture.md names what the repository lacks: {bad}"
+
+
+def test_architecture_page_draws_every_module():
+    missing = _undrawn_modules(ARCHITECTURE.read_text())
+    assert not missing, f"add to the tree in docs/architecture.md: {missing}"
+
+
+def test_the_architecture_checks_catch_drift():
+    """A made-up module in the tree, the prose or a dotted name is caught, and so is one left out."""
+    page = "## Layout\n\n```\nkeras_vit/\n  variants.py   the table\n  layers/\n" \
+           "    fake.py     made up\n```\n\nSee `keras_vit/fake/`, `tools/fake.py`, " \
+           "`keras_vit.layers.fake` and `keras_vit.variants.VARIANTS`.\n"
+    assert _unresolved_names(page) == ["tree: keras_vit/layers/fake.py", "path: keras_vit/fake/",
+                                       "path: tools/fake.py", "name: keras_vit.layers.fake"]
+    undrawn = _undrawn_modules(page)
+    assert "keras_vit/layers/pooling" in undrawn and "keras_vit/layers" not in undrawn
+    assert "keras_vit/variants" not in undrawn
