@@ -18,31 +18,15 @@ import numpy as np
 
 
 def official_arrays(variant, image_size=224, classes=1000, seed=0):
-    """Random arrays under the official checkpoint's keys and shapes, for a plain ViT."""
-    rng = np.random.default_rng(seed)
-    d, p, h, m = variant.width, variant.patch_size, variant.heads, variant.mlp_dim
-    hd = d // h
-    tokens = (image_size // p) ** 2 + 1
+    """Random arrays under the official checkpoint's keys and shapes, for a plain ViT.
 
-    def rand(*shape):
-        return (rng.standard_normal(shape, dtype=np.float32) * 0.02)
+    The key layout is the test oracle's (tests/oracle.py), spelled there
+    independently of keras_vit's own table.
+    """
+    from tests.oracle import official_vit_arrays
 
-    arrays = {"embedding/kernel": rand(p, p, 3, d), "embedding/bias": rand(d), "cls": rand(1, 1, d),
-              "Transformer/posembed_input/pos_embedding": rand(1, tokens, d),
-              "Transformer/encoder_norm/scale": rand(d), "Transformer/encoder_norm/bias": rand(d),
-              "head/kernel": rand(d, classes), "head/bias": rand(classes)}
-    for i in range(variant.depth):
-        b = f"Transformer/encoderblock_{i}"
-        for norm in ("LayerNorm_0", "LayerNorm_2"):
-            arrays[f"{b}/{norm}/scale"], arrays[f"{b}/{norm}/bias"] = rand(d), rand(d)
-        for name in ("query", "key", "value"):
-            arrays[f"{b}/MultiHeadDotProductAttention_1/{name}/kernel"] = rand(d, h, hd)
-            arrays[f"{b}/MultiHeadDotProductAttention_1/{name}/bias"] = rand(h, hd)
-        arrays[f"{b}/MultiHeadDotProductAttention_1/out/kernel"] = rand(h, hd, d)
-        arrays[f"{b}/MultiHeadDotProductAttention_1/out/bias"] = rand(d)
-        arrays[f"{b}/MlpBlock_3/Dense_0/kernel"], arrays[f"{b}/MlpBlock_3/Dense_0/bias"] = rand(d, m), rand(m)
-        arrays[f"{b}/MlpBlock_3/Dense_1/kernel"], arrays[f"{b}/MlpBlock_3/Dense_1/bias"] = rand(m, d), rand(d)
-    return arrays
+    grid = (image_size // variant.patch_size,) * 2
+    return official_vit_arrays(variant, grid, classes=classes, seed=seed)
 
 
 def write_checkpoint(variant, path, image_size=224):

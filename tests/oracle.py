@@ -2,7 +2,9 @@
 
 The npz writer spells out the official key names and shapes by hand (from
 official-checkpoints.md), independent of keras_vit's own mapping, so a wrong
-mapping in keras_vit cannot also be wrong here.
+mapping in keras_vit cannot also be wrong here (the package's own table is
+keras_vit/checkpoints/layout.py). The benchmarks write their checkpoints with
+`official_vit_arrays` too, rather than spelling the layout a third time.
 """
 
 import importlib.util
@@ -10,7 +12,6 @@ import sys
 import types
 
 import numpy as np
-import pytest
 
 
 def import_timm():
@@ -21,17 +22,23 @@ def import_timm():
     ViT path uses none of those ops, so an empty `_meta_registrations` suffices.
     """
     if importlib.util.find_spec("timm") is None or importlib.util.find_spec("torch") is None:
+        import pytest  # here, not at the top: the benchmarks import this module without pytest
+
         pytest.skip("the timm oracle needs the 'oracle' extra (torch, timm)")
     sys.modules.setdefault("torchvision._meta_registrations",
                            types.ModuleType("torchvision._meta_registrations"))
-    import timm  # noqa: PLC0415
+    import timm
 
     return timm
 
 
-def random_vit_npz(path, variant, grid, classes=1000, pre_logits=None, seed=0, linen=False,
-                   prefix=""):
-    """Writes random ViT weights in the official npz layout; returns the arrays."""
+def official_vit_arrays(variant, grid, classes=1000, pre_logits=None, seed=0, linen=False):
+    """Random ViT weights under the official checkpoint's keys and shapes, as a dict.
+
+    `grid` is the (rows, columns) of the position embedding's patch tokens;
+    `classes=0` or None leaves the head out; `linen=True` spells the blocks'
+    sub-modules as Linen checkpoints do (MultiHeadDotProductAttention_0, ...).
+    """
     rng = np.random.default_rng(seed)
     d, h, m = variant.width, variant.heads, variant.mlp_dim
     hd = d // h
@@ -76,6 +83,14 @@ def random_vit_npz(path, variant, grid, classes=1000, pre_logits=None, seed=0, l
     if classes:
         arrays["head/kernel"] = normal(head_in, classes, scale=1 / np.sqrt(head_in))
         arrays["head/bias"] = normal(classes, scale=0.1)
+    return arrays
+
+
+def random_vit_npz(path, variant, grid, classes=1000, pre_logits=None, seed=0, linen=False,
+                   prefix=""):
+    """Writes `official_vit_arrays(...)` to `path` (keys behind `prefix`); returns the arrays."""
+    arrays = official_vit_arrays(variant, grid, classes=classes, pre_logits=pre_logits, seed=seed,
+                                 linen=linen)
     np.savez(path, **{prefix + k: v for k, v in arrays.items()})
     return arrays
 
@@ -83,8 +98,8 @@ def random_vit_npz(path, variant, grid, classes=1000, pre_logits=None, seed=0, l
 def timm_vit(variant, image_size, classes, npz_path=None, features=False):
     """A timm VisionTransformer matching `variant` (tanh GELU), loaded from an npz."""
     timm = import_timm()
-    import torch  # noqa: PLC0415
-    from timm.models.vision_transformer import VisionTransformer  # noqa: PLC0415
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
 
     gap = variant.classifier == "gap"
     model = VisionTransformer(
@@ -101,7 +116,7 @@ def timm_vit(variant, image_size, classes, npz_path=None, features=False):
 
 def run_timm(model, images_nhwc, features=False):
     """Logits (or pre-head features) of a timm model for NHWC float images."""
-    import torch  # noqa: PLC0415
+    import torch
 
     with torch.no_grad():
         x = torch.from_numpy(np.ascontiguousarray(images_nhwc.transpose(0, 3, 1, 2)))
@@ -124,7 +139,7 @@ def random_hybrid_npz(path, variant, grid, classes=1000, seed=0, gn_shape="4d"):
     (1, 1, 1, C), as in released files, with gn_shape="4d", else as (C,).
     Returns the arrays.
     """
-    arrays = random_vit_npz(path, variant, grid, classes=classes, seed=seed)
+    arrays = official_vit_arrays(variant, grid, classes=classes, seed=seed)
     rng = np.random.default_rng(seed + 1)
     p, d = variant.patch_size, variant.width
 
@@ -170,17 +185,17 @@ def timm_hybrid(variant, image_size, classes, npz_path=None):
     official one is 1e-6, so every GroupNorm gets eps=1e-6.
     """
     import_timm()
-    import functools  # noqa: PLC0415
+    import functools
 
-    import torch  # noqa: PLC0415
+    import torch
 
     # One thread: on a shared 2-core machine torch's default pool, next to
     # TensorFlow's, oversubscribes the cores and runs ~20x slower.
     torch.set_num_threads(1)
 
-    from timm.layers import GroupNormAct, HybridEmbed, StdConv2dSame  # noqa: PLC0415
-    from timm.models.resnetv2 import ResNetV2, create_resnetv2_stem  # noqa: PLC0415
-    from timm.models.vision_transformer import VisionTransformer  # noqa: PLC0415
+    from timm.layers import GroupNormAct, HybridEmbed, StdConv2dSame
+    from timm.models.resnetv2 import ResNetV2, create_resnetv2_stem
+    from timm.models.vision_transformer import VisionTransformer
 
     conv_layer = functools.partial(StdConv2dSame, eps=1e-8)
     norm_layer = functools.partial(GroupNormAct, num_groups=32, eps=1e-6)

@@ -7,9 +7,15 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.analysis import (attention_rollout, few_shot_indices, few_shot_linear_eval,
-                                mean_attention_distance, patch_embedding_components,
-                                position_embedding_similarity, rollout)
+from keras_vit.analysis import (
+    attention_rollout,
+    few_shot_indices,
+    few_shot_linear_eval,
+    mean_attention_distance,
+    patch_embedding_components,
+    position_embedding_similarity,
+    rollout,
+)
 
 
 @pytest.fixture

@@ -6,8 +6,7 @@ import pytest
 
 import keras_vit
 from keras_vit.analysis import AttentionProbe, pooled_features
-from keras_vit.layers import AddPositionEmbedding, ClassToken, PatchEncoder, TransformerBlock
-from keras_vit.layers import TokenPooling
+from keras_vit.layers import AddPositionEmbedding, ClassToken, PatchEncoder, TokenPooling, TransformerBlock
 
 TINY = keras_vit.Variant("ViT-tiny_8", width=32, depth=2, mlp_dim=64, heads=4, patch_size=8)
 TINY_GAP = keras_vit.Variant("ViT-tiny_8-gap", width=32, depth=2, mlp_dim=64, heads=4,

@@ -42,7 +42,8 @@ def test_forward_flops_match_the_model_kernels(class_token_last_block):
         macs += (tokens - queries) * 2 * TINY.width * TINY.width  # keys and values of every token
     macs += int(np.prod(model.get_layer("head").kernel.shape))
     assert flops.vit_forward_flops(TINY.width, TINY.depth, TINY.mlp_dim, TINY.patch_size,
-                                   image_size, classes, class_token_last_block=class_token_last_block) == 2 * macs
+                                   image_size, classes,
+                                   class_token_last_block=class_token_last_block) == 2 * macs
 
 
 def test_class_token_last_block_saves_seven_percent_of_vit_b16():
@@ -82,7 +83,8 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
         rows = report[section]["2"]
         assert rows["keras_vit (graph)"]["images_per_s"]["median"] > 0
         assert all(r["fraction_of_tf_gemm_peak"] > 0 for n, r in rows.items() if not n.startswith("_"))
-    names = {n for n in report["inference"]["2"] if not n.startswith("_")} | {n.split(" unavailable")[0] for n in report["notes"]}
+    names = ({n for n in report["inference"]["2"] if not n.startswith("_")}
+             | {n.split(" unavailable")[0] for n in report["notes"]})
     assert {"keras_vit (graph)"} <= names and len(names) >= 3  # each peer timed or reported missing
     assert report["gemm_gflops"]["tensorflow"]["best"] > 0
     load = report["loading"]["Ti/16"]
@@ -93,7 +95,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
 
 def test_fast_paths_ablation_agrees_numerically_and_runs():
     # main() raises if any formulation's logits differ from keras_vit's.
-    from benchmarks import fast_paths  # noqa: PLC0415
+    from benchmarks import fast_paths
 
     results = fast_paths.main(["--quick", "--batch", "2"])
     for kind in ("infer", "train"):
@@ -102,7 +104,7 @@ def test_fast_paths_ablation_agrees_numerically_and_runs():
 
 
 def test_plain_block_matches_keras_vit_block():
-    from benchmarks import fast_paths  # noqa: PLC0415
+    from benchmarks import fast_paths
 
     block = keras_vit.TransformerBlock(num_heads=2, mlp_dim=16)
     x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype("float32")
@@ -113,7 +115,7 @@ def test_plain_block_matches_keras_vit_block():
 
 
 def test_attention_formulations_agree_with_the_layer(capsys):
-    from benchmarks import attention  # noqa: PLC0415
+    from benchmarks import attention
 
     attention.main(["--batch", "1", "--tokens", "5", "--width", "16", "--heads", "2", "--repeats", "1"])
     printed = capsys.readouterr().out

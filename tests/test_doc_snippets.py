@@ -31,7 +31,6 @@ import pytest
 
 import keras_vit
 from keras_vit import cli
-
 from tests import snippets
 from tests.offline import sitecustomize as offline
 
@@ -101,8 +100,8 @@ with open("flowers.txt", "w") as f:
 
 def write_photo(path, index):
     """One of scikit-learn's two photos, as an image file (format from the suffix)."""
-    from PIL import Image  # noqa: PLC0415
-    from sklearn.datasets import load_sample_images  # noqa: PLC0415
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
 
     Image.fromarray(load_sample_images().images[index]).save(path)
 
@@ -125,7 +124,7 @@ def _pages_with_code():
 @pytest.fixture
 def smoke(monkeypatch, tmp_path):
     """Tiny models instead of downloads, no network, a fresh working folder."""
-    import keras_vit.training  # noqa: F401  (loaded now, so that its ViT is stood in for too)
+    import keras_vit.training
 
     stand_ins = {"ViT": (keras_vit.models.ViT, snippets.make_smoke_vit(keras_vit.models.ViT)),
                  "ResNetV2": (keras_vit.ResNetV2, snippets.make_smoke_resnet(keras_vit.ResNetV2))}

@@ -57,9 +57,9 @@ def test_offline_error_appears_within_ten_seconds(tmp_path, monkeypatch):
 
 
 def test_a_cached_file_is_used_without_network(tmp_path, monkeypatch):
-    import dataclasses  # noqa: PLC0415
+    import dataclasses
 
-    from tests.oracle import random_vit_npz  # noqa: PLC0415
+    from tests.oracle import random_vit_npz
 
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))
     variant = get_variant("Ti/16")

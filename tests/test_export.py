@@ -25,9 +25,9 @@ from sklearn.datasets import load_sample_images
 
 import keras_vit
 from keras_vit import cli
+from keras_vit.checkpoints.layout import POS_EMBED_KEY, layout
 from keras_vit.export import export_saved_model, export_tflite, next_version
 from keras_vit.layers import resize_position_embedding
-from keras_vit.checkpoints.layout import POS_EMBED_KEY, layout
 
 TINY = keras_vit.Variant("ViT-test_8", width=32, depth=2, mlp_dim=64, heads=2, patch_size=8)
 SIZE = 32

@@ -1,4 +1,5 @@
-"""Layers: config round trips, `.keras` saving, mixed precision, backends-neutral ops."""
+"""Layers: config round trips, `.keras` saving, mixed precision, backends-neutral ops,
+and the hybrids' ResNet pieces (StdConv2D, GroupNorm, the ResNetV2 trunk)."""
 
 import dataclasses
 
@@ -7,9 +8,12 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.layers.resnet import StdConv2D
 from keras_vit.variants import get_variant
 
 TINY = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny-ti")
+# A cheap hybrid with the real trunk layout: 2 stages of 1 unit, a 1-block width-64 transformer.
+TINY_HYBRID = keras_vit.Variant("R-tiny", 64, 1, 128, 2, 1, "token", (1, 1))
 
 LAYERS = [
     (keras_vit.PatchEncoder(32, 4), (2, 16, 16, 3)),
@@ -44,14 +48,16 @@ def test_transformer_block_matches_a_numpy_reference():
         w.assign(rng.standard_normal(w.shape) * 0.3)
     ln = lambda v, g, b: (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-6) * g + b  # noqa: E731
     att = block.attention
-    qkv = ln(x, block.norm_0.gamma.numpy(), block.norm_0.beta.numpy()) @ att.qkv_kernel.numpy() + att.qkv_bias.numpy()
+    qkv = (ln(x, block.norm_0.gamma.numpy(), block.norm_0.beta.numpy()) @ att.qkv_kernel.numpy()
+           + att.qkv_bias.numpy())
     q, k, v = [t.reshape(2, 5, 2, 4).transpose(0, 2, 1, 3) for t in np.split(qkv, 3, axis=-1)]
     s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(4)
     a = np.exp(s - s.max(-1, keepdims=True))
     a /= a.sum(-1, keepdims=True)
     o = (a @ v).transpose(0, 2, 1, 3).reshape(2, 5, 8) @ att.out_kernel.numpy() + att.out_bias.numpy()
     y = x + o
-    h = ln(y, block.norm_2.gamma.numpy(), block.norm_2.beta.numpy()) @ block.mlp.dense_0.kernel.numpy() + block.mlp.dense_0.bias.numpy()
+    h = (ln(y, block.norm_2.gamma.numpy(), block.norm_2.beta.numpy()) @ block.mlp.dense_0.kernel.numpy()
+         + block.mlp.dense_0.bias.numpy())
     gelu = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
     expected = y + gelu @ block.mlp.dense_1.kernel.numpy() + block.mlp.dense_1.bias.numpy()
     out, weights = block(x, return_attention_scores=True)
@@ -96,5 +102,71 @@ def test_mixed_bfloat16_forward_is_finite_with_a_float32_head():
         model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         history = model.fit(x, np.array([1, 2]), epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"][0])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+# --- the hybrids' ResNet pieces ----------------------------------------------------------------
+
+def test_std_conv_matches_the_official_formula():
+    """(w - mean) / (std + 1e-5), population std over H, W, Cin; checked in NumPy."""
+    rng = np.random.default_rng(0)
+    layer = StdConv2D(4, 3, strides=2)
+    x = rng.standard_normal((1, 7, 6, 5)).astype(np.float32)
+    layer.build(x.shape)
+    # A small-scale kernel, where the epsilon's placement matters.
+    kernel = (0.001 * rng.standard_normal((3, 3, 5, 4)) + 0.002).astype(np.float32)
+    layer.kernel.assign(kernel)
+    centred = kernel - kernel.mean(axis=(0, 1, 2))
+    standard = centred / (centred.std(axis=(0, 1, 2)) + 1e-5)
+    # TF SAME for 7 rows / stride 2: 4 outputs, 2 padding rows split 1 / 1;
+    # 6 columns: 3 outputs, 1 padding column after.
+    padded = np.pad(x, ((0, 0), (1, 1), (0, 1), (0, 0)))
+    expected = np.zeros((1, 4, 3, 4), np.float32)
+    for i in range(4):
+        for j in range(3):
+            patch = padded[0, 2 * i:2 * i + 3, 2 * j:2 * j + 3]
+            expected[0, i, j] = np.tensordot(patch, standard, axes=3)
+    np.testing.assert_allclose(layer(x).numpy(), expected, rtol=1e-4, atol=1e-4)
+    assert layer.bias is None
+
+
+def test_group_norm_is_32_groups_epsilon_1e6():
+    """Checked on a low-variance input, where epsilon matters (the parity tests'
+    activations are too large to tell 1e-6 from 1e-3)."""
+    norm = keras_vit.ResNetV2("R26+S/32").get_layer("resnet").gn_root
+    assert norm.groups == 32
+    x = (1e-3 * np.random.default_rng(0).standard_normal((1, 3, 3, 64))).astype(np.float32)
+    groups = x.reshape(1, 3, 3, 32, 2)
+    mean = groups.mean(axis=(1, 2, 4), keepdims=True)
+    var = groups.var(axis=(1, 2, 4), keepdims=True)
+    expected = ((groups - mean) / np.sqrt(var + 1e-6)).reshape(x.shape)
+    np.testing.assert_allclose(norm(x).numpy(), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_resnet_features_returns_every_stage_and_matches_the_hybrid_trunk():
+    model = keras_vit.ViT(TINY_HYBRID, image_size=40)
+    trunk = keras_vit.ResNetV2(TINY_HYBRID)
+    for ours, theirs in zip(trunk.get_layer("resnet").weights, model.get_layer("resnet").weights):
+        ours.assign(np.random.default_rng(0).standard_normal(ours.shape))
+        theirs.assign(ours.numpy())
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 40, 40, 3)).astype(np.float32)
+    features = trunk(x)
+    assert {k: tuple(v.shape) for k, v in features.items()} == {
+        "stem": (2, 10, 10, 64), "block1": (2, 10, 10, 256), "block2": (2, 5, 5, 512)}
+    np.testing.assert_allclose(features["block2"].numpy(),
+                               model.get_layer("resnet")(x).numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="has no ResNet"):
+        keras_vit.ResNetV2("B/16")
+
+
+def test_mixed_precision_hybrid_runs_with_float32_logits():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = keras_vit.ViT(TINY_HYBRID, image_size=32, classes=3)
+        logits = model(np.zeros((1, 32, 32, 3), np.float32))
+        assert model.get_layer("resnet").compute_dtype == "float16"
+        assert model.get_layer("resnet").conv_root.kernel.dtype == "float32"
+        assert logits.dtype == "float32"
     finally:
         keras.mixed_precision.set_global_policy("float32")

@@ -1,8 +1,13 @@
-"""Strict checkpoint loading: layouts, resizing, and every kind of bad file."""
+"""Strict checkpoint loading, plain and hybrid: layouts, resizing, every kind of bad file,
+and the one place the official key layout is spelled."""
 
+import ast
 import dataclasses
+import pathlib
+import re
 import zipfile
 
+import keras
 import numpy as np
 import pytest
 import scipy.ndimage
@@ -10,9 +15,12 @@ import scipy.ndimage
 import keras_vit
 from keras_vit import CheckpointError, resize_position_embedding
 from keras_vit.variants import get_variant
-from tests.oracle import random_vit_npz, run_timm, timm_vit
+from tests.oracle import random_hybrid_npz, random_vit_npz, run_timm, timm_vit
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny-ti")
+# The real trunk layout in miniature: 2 stages of 2 units, a 1-block width-64 transformer.
+TINY_HYBRID = keras_vit.Variant("R-tiny", 64, 1, 128, 2, 1, "token", (2, 2))
 
 
 def _images(n, size, seed=3):
@@ -30,12 +38,13 @@ def _assert_unchanged(model, before):
         np.testing.assert_array_equal(a, b)
 
 
-def _assert_load_refused(path, match):
-    """Loading `path` into a fresh model raises `match` and changes no weight; returns the error."""
-    model = keras_vit.ViT(TINY, classes=10)
+def _assert_load_refused(path, match, model=None, load=keras_vit.load_weights):
+    """Loading `path` with `load` into `model` (default: a fresh TINY ViT) raises `match`
+    and changes no weight; returns the error."""
+    model = keras_vit.ViT(TINY, classes=10) if model is None else model
     before = _weights(model)
     with pytest.raises(CheckpointError, match=match) as error:
-        keras_vit.load_weights(model, str(path))
+        load(model, str(path))
     _assert_unchanged(model, before)
     return error.value
 
@@ -187,9 +196,187 @@ def test_non_zip_file(tmp_path):
     assert not zipfile.is_zipfile(path)
 
 
-def test_a_full_official_file_is_recognised_by_name():
-    from keras_vit.checkpoints import describe_architecture  # noqa: PLC0415
+def test_a_mismatch_report_recognises_a_full_official_file():
+    from keras_vit.checkpoints import describe_architecture
 
     arrays = {"embedding/kernel": np.zeros((32, 32, 3, 384)), "cls": np.zeros((1, 1, 384))}
     arrays.update({f"Transformer/encoderblock_{i}/LayerNorm_0/scale": np.zeros(1) for i in range(12)})
     assert describe_architecture(arrays).startswith("ViT-S_32 ")
+
+    def hybrid_keys(stages_channels, depth=12):
+        arrays = {"embedding/kernel": np.zeros((1, 1, stages_channels, 768)), "cls": 0,
+                  "conv_root/kernel": 0}
+        arrays.update({f"Transformer/encoderblock_{i}/x": 0 for i in range(depth)})
+        return arrays
+
+    assert describe_architecture(hybrid_keys(1024)).startswith("R50+ViT-B_16")
+    assert describe_architecture(hybrid_keys(2048)).startswith("R26+ViT-B_32")
+
+
+# --- hybrids: the ResNet trunk's keys, through the same loader ---------------------------------
+
+@pytest.fixture
+def hybrid_checkpoint(tmp_path):
+    variant = TINY_HYBRID
+    path = tmp_path / "hybrid.npz"
+    arrays = random_hybrid_npz(path, variant, variant.token_grid((32, 32)), classes=5)
+    return variant, path, arrays
+
+
+def _broken(tmp_path, arrays, drop=(), replace=None):
+    arrays = {k: v for k, v in arrays.items() if not k.startswith(drop)} if drop else dict(arrays)
+    arrays.update(replace or {})
+    path = tmp_path / "broken.npz"
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def test_a_hybrid_checkpoint_loads_every_trunk_array(hybrid_checkpoint):
+    variant, path, arrays = hybrid_checkpoint
+    model = keras_vit.ViT(variant, weights=str(path))
+    trunk = model.get_layer("resnet")
+    np.testing.assert_array_equal(trunk.conv_root.kernel.numpy(), arrays["conv_root/kernel"])
+    unit = dict(((s, u), layer) for s, u, layer in trunk.units)[(2, 1)]
+    np.testing.assert_array_equal(unit.gn_proj.gamma.numpy(),
+                                  arrays["block2/unit1/gn_proj/scale"].reshape(-1))
+    assert unit.conv_proj is not None and dict(
+        ((s, u), layer) for s, u, layer in trunk.units)[(2, 2)].conv_proj is None
+
+
+@pytest.mark.parametrize("problem", ["missing unit", "wrong channels"])
+def test_a_failed_hybrid_load_names_the_problem_and_changes_nothing(problem, hybrid_checkpoint,
+                                                                    tmp_path):
+    variant, _, arrays = hybrid_checkpoint
+    if problem == "missing unit":
+        path = _broken(tmp_path, arrays, drop=("block2/unit2/",))
+        expected = r"missing keys:\n    block2/unit2/conv1/kernel"
+    else:
+        path = _broken(tmp_path, arrays, replace={
+            "block1/unit2/conv1/kernel": np.ones((1, 1, 128, 64), np.float32)})
+        expected = r"block1/unit2/conv1/kernel: expected \(1, 1, 256, 64\), found \(1, 1, 128, 64\)"
+    error = _assert_load_refused(path, expected, keras_vit.ViT(variant, image_size=32, classes=5))
+    assert "No weights were changed" in str(error)
+    # The trunk-only loader is as strict.
+    _assert_load_refused(path, expected, keras_vit.ResNetV2(variant), keras_vit.load_resnet_weights)
+
+
+def test_trunk_only_and_full_loads_report_a_broken_file_alike(hybrid_checkpoint, tmp_path):
+    """load_resnet_weights is load_weights with the rows filtered: one report format."""
+    variant, _, arrays = hybrid_checkpoint
+    path = _broken(tmp_path, arrays, drop=("block2/unit2/",), replace={
+        "block1/unit2/conv1/kernel": np.ones((1, 1, 128, 64), np.float32),
+        "block3/unit1/conv1/kernel": np.ones((1, 1, 512, 256), np.float32)})
+    full = str(_assert_load_refused(path, "does not fit", keras_vit.ViT(variant, image_size=32,
+                                                                         classes=5)))
+    trunk = str(_assert_load_refused(path, "does not fit", keras_vit.ResNetV2(variant),
+                                     keras_vit.load_resnet_weights))
+    reports = {"full": full.splitlines(), "trunk": trunk.splitlines()}
+    first = {k: re.fullmatch(r"(.+) does not fit (.+):", lines[0]) for k, lines in reports.items()}
+    assert first["full"] and first["trunk"], reports
+    assert first["full"].group(1) == first["trunk"].group(1) == path
+    assert first["full"].group(2) == f"model {variant.name!r}"
+    assert first["trunk"].group(2) == "the ResNet trunk of model 'R-tiny_resnet'"
+    titles = {k: [m.group(1) for line in lines if (m := re.fullmatch(r"  \d+ (.+):", line))]
+              for k, lines in reports.items()}
+    assert titles["full"] == titles["trunk"] == ["missing keys", "unexpected keys",
+                                                 "shape mismatches"]
+    assert reports["full"][-1] == reports["trunk"][-1] == "  No weights were changed."
+    # Only trunk keys are wrong, so everything after the subject is the same.
+    assert reports["full"][1:] == reports["trunk"][1:]
+
+
+def test_an_extra_unit_is_reported(hybrid_checkpoint, tmp_path):
+    variant, _, arrays = hybrid_checkpoint
+    extra = {k.replace("unit2", "unit3"): v for k, v in arrays.items() if "block2/unit2/" in k}
+    path = _broken(tmp_path, arrays, replace=extra)
+    with pytest.raises(keras_vit.CheckpointError, match="unexpected keys:\n    block2/unit3/"):
+        keras_vit.ViT(variant, weights=path)
+
+
+def test_resnet_features_load_the_trunk_of_a_hybrid_file(hybrid_checkpoint):
+    variant, path, _ = hybrid_checkpoint
+    hybrid = keras_vit.ViT(variant, weights=str(path))
+    trunk = keras_vit.ResNetV2(variant, weights=str(path))
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 32, 32, 3)).astype(np.float32)
+    np.testing.assert_allclose(trunk(x)["block2"].numpy(),
+                               hybrid.get_layer("resnet")(x).numpy(), atol=1e-6)
+
+
+def test_a_loaded_hybrid_and_its_trunk_survive_keras_saving(hybrid_checkpoint, tmp_path):
+    variant, path, _ = hybrid_checkpoint
+    model = keras_vit.ViT(variant, weights=str(path))
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+    file = tmp_path / "hybrid.keras"
+    model.save(file)
+    restored = keras.saving.load_model(file)  # safe_mode stays on: no Lambda, no pickles
+    np.testing.assert_array_equal(restored(x).numpy(), model(x).numpy())
+    layer = restored.get_layer("resnet")
+    assert type(layer).__name__ == "ResNetStem" and layer.stages == (2, 2)
+    trunk = keras_vit.ResNetV2(variant, weights=str(path))
+    trunk.save(tmp_path / "trunk.keras")
+    again = keras.saving.load_model(tmp_path / "trunk.keras")
+    np.testing.assert_array_equal(again(x)["block2"].numpy(), trunk(x)["block2"].numpy())
+
+
+def test_position_embedding_resizes_to_the_hybrid_grid(hybrid_checkpoint):
+    variant, path, _ = hybrid_checkpoint  # saved for 32 px: a 4 x 4 grid at stride 8
+    model = keras_vit.ViT(variant, weights=str(path), image_size=50)  # ceil(50 / 8) = 7
+    posembed = model.get_layer("posembed_input")
+    assert posembed.grid_size == (7, 7)
+    assert tuple(posembed.pos_embedding.shape) == (1, 1 + 49, 64)
+
+
+# --- the official key layout is spelled in one module -----------------------------------------
+
+# Fragments of official checkpoint key paths. A string literal of keras_vit's code (docstrings
+# aside) holding one of them, with a "/" (so layer names such as "posembed_input" are not
+# keys), spells the layout; only keras_vit/checkpoints/layout.py may.
+KEY_FRAGMENTS = ("Transformer/", "encoderblock_", "encoder_norm/", "posembed_input/",
+                 "MultiHeadDotProductAttention_", "MlpBlock_", "LayerNorm_", "Dense_0/", "Dense_1/",
+                 "embedding/", "/unit", "gn_root/", "conv_root/", "gn_proj/", "conv_proj/",
+                 "head/", "pre_logits/")
+LAYOUT_MODULE = "keras_vit/checkpoints/layout.py"
+
+
+def _key_literals(path):
+    """(literal, line) of every string literal of a module, f-strings with {} for their
+    fields, that holds a key fragment; docstrings are prose and are skipped."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docstrings.add(id(body[0].value))
+    found, inside_fstrings = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            inside_fstrings.update(id(v) for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) in docstrings or id(node) in inside_fstrings:
+                continue
+            text = node.value
+        else:
+            continue
+        if "/" in text and any(f in text for f in KEY_FRAGMENTS):
+            found.append((text, node.lineno))
+    return found
+
+
+def _package_key_literals():
+    return {str(p.relative_to(ROOT)): _key_literals(p)
+            for p in sorted((ROOT / "keras_vit").rglob("*.py"))}
+
+
+def test_the_official_key_layout_is_spelled_in_one_module():
+    literals = _package_key_literals()
+    outside = [f"{module}:{line}: {text!r}" for module, found in literals.items()
+               if module != LAYOUT_MODULE for text, line in found]
+    assert not outside, ("official checkpoint keys spelled outside " + LAYOUT_MODULE
+                         + " (import them from there):\n" + "\n".join(outside))
+    # The scan does see the layout where it is spelled.
+    in_layout = " ".join(text for text, _ in literals[LAYOUT_MODULE])
+    for fragment in ("Transformer/", "MultiHeadDotProductAttention_", "MlpBlock_3/", "/unit",
+                     "gn_root/", "conv_root/", "posembed_input/", "head/", "embedding/"):
+        assert fragment in in_layout, fragment

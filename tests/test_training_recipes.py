@@ -8,9 +8,16 @@ import pytest
 import tensorflow as tf
 
 from keras_vit import training
-from keras_vit.training import distribute
-from keras_vit.training import (DEMO_VARIANT, accumulation_steps, build_model, get_recipe,
-                                learning_rate_schedule, make_optimizer, strategy_name)
+from keras_vit.training import (
+    DEMO_VARIANT,
+    accumulation_steps,
+    build_model,
+    distribute,
+    get_recipe,
+    learning_rate_schedule,
+    make_optimizer,
+    strategy_name,
+)
 
 
 def _lr(schedule, step):

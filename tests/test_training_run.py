@@ -13,9 +13,9 @@ import keras
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
 from keras_vit import data
 from keras_vit.training import train
+from tests.conftest import ROOT
 from tests.test_data import write_folder
 
 OUTPUTS = ("backup", "best.keras", "log.csv", "report.json", "curves.png", "confusion.png",

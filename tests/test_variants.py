@@ -1,14 +1,37 @@
-"""The variant table: exact parameter counts, names, and argument validation."""
+"""Every entry of the variant table, through one harness; names, constructors, geometry.
 
+The harness runs on each entry of `keras_vit.VARIANTS` (plain, gap and hybrid):
+
+    (a) the exact parameter count at full size, from `EXPECTED_PARAMS`;
+    (b) a forward pass, with every shape along the way checked;
+    (c) a `.keras` round trip (default safe_mode) giving identical outputs;
+    (d) a strict load of a random official-layout file written by the
+        independent oracle (tests/oracle.py), values checked against the file.
+
+(b)-(d) run in the default suite on a one-block copy of each variant (same
+width, patch, pooling and ResNet trunk) at a small image size, and at full
+size under `-m slow`; (a) runs at full size by default except for the
+variants in `SLOW_AT_FULL_SIZE`, whose counts the default run still checks
+through a one-block copy (test_parameter_count_of_a_one_block_copy).
+"""
+
+import dataclasses
+import inspect
+import re
+
+import keras
+import numpy as np
 import pytest
 
 import keras_vit
 from keras_vit.variants import VARIANTS, get_variant
+from tests.oracle import import_timm, random_hybrid_npz, random_vit_npz, timm_hybrid
 
 # Counts at 224 px, 1000 classes, no pre_logits. ViT-B_16 is the official
-# models_test.py figure; the others were computed by timm's VisionTransformer
-# with the same configuration (test_expected_counts_agree_with_timm re-derives
-# them on each run where timm is installed).
+# models_test.py figure; the other plain ones were computed by timm's
+# VisionTransformer with the same configuration (test_expected_counts_agree_with_timm
+# re-derives every count of this table on each run where timm is installed).
+# tools/make_models_page.py imports this table for docs/models-and-weights.md.
 EXPECTED_PARAMS = {
     "ViT-Ti_16": 5_717_416,
     "ViT-S_16": 22_050_664,
@@ -26,46 +49,187 @@ EXPECTED_PARAMS = {
     # Hybrids: the official models_test.py figures; R26+ViT-B_32 from timm.
     "R+ViT-Ti_16": 6_337_704,
     "R26+ViT-S_32": 36_431_912,
-    "R26+ViT-B_32": 101_383_976,  # timm vit_base_r26_s32_224, re-derived by a slow hybrid test
+    "R26+ViT-B_32": 101_383_976,  # timm vit_base_r26_s32_224, re-derived by a slow test below
     "R50+ViT-B_16": 98_659_112,
     "R50+ViT-L_32": 328_994_856,
 }
-LARGE = {"ViT-L_16", "ViT-L_32", "ViT-H_14", "R50+ViT-L_32"}
-PLAIN = [n for n in VARIANTS if not VARIANTS[n].is_hybrid]
+# Too heavy to build at full size in the default run.
+SLOW_AT_FULL_SIZE = {"ViT-L_16", "ViT-L_32", "ViT-H_14", "R50+ViT-L_32", "R26+ViT-B_32"}
+NAMES = list(VARIANTS)
+# Every variant as a one-block copy at a small size (default run), and at full size (slow).
+HARNESS = [pytest.param(n, False, id=f"{n}-depth1") for n in NAMES] + \
+          [pytest.param(n, True, id=f"{n}-full", marks=pytest.mark.slow) for n in NAMES]
 
+
+def _one_block(name):
+    """The variant with one transformer block: same width, patch, pooling and trunk."""
+    return dataclasses.replace(VARIANTS[name], depth=1)
+
+
+def _small_size(variant):
+    """The smallest multiple of the variant's stride that is >= 32 px and two tokens across."""
+    stride = variant.total_stride
+    return stride * max(2, -(-32 // stride))
+
+
+def _harness_variant(name, full):
+    """(variant, square image size) of a harness case."""
+    if full:
+        return VARIANTS[name], 224
+    variant = _one_block(name)
+    return variant, _small_size(variant)
+
+
+def _images(n, size, seed=1):
+    return np.random.default_rng(seed).uniform(-1, 1, (n, *size, 3)).astype(np.float32)
+
+
+# --- (a) exact parameter counts -------------------------------------------------------------
 
 def test_every_variant_has_an_expected_count():
     assert set(EXPECTED_PARAMS) == set(VARIANTS), "a variant in the table is not covered"
 
 
-@pytest.mark.parametrize("name", [n for n in PLAIN if n not in LARGE])
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.slow if n in SLOW_AT_FULL_SIZE else ()) for n in NAMES])
 def test_parameter_count(name):
     assert keras_vit.ViT(name).count_params() == EXPECTED_PARAMS[name]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in PLAIN if n in LARGE])
-def test_parameter_count_large(name):
-    assert keras_vit.ViT(name).count_params() == EXPECTED_PARAMS[name]
+@pytest.mark.parametrize("name", NAMES)
+def test_parameter_count_of_a_one_block_copy(name):
+    """Cheap for every variant: one built block, plus depth - 1 blocks counted by hand
+    (two LayerNorms, the fused qkv and output projections, the two MLP layers)."""
+    variant = VARIANTS[name]
+    d, m = variant.width, variant.mlp_dim
+    block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * m + m) + (m * d + d)
+    one_block = keras_vit.ViT(_one_block(name)).count_params()
+    assert one_block + (variant.depth - 1) * block == EXPECTED_PARAMS[name]
 
 
 def test_expected_counts_agree_with_timm():
-    from tests.oracle import import_timm  # noqa: PLC0415
-
     import_timm()
-    import torch  # noqa: PLC0415
-    from timm.models.vision_transformer import VisionTransformer  # noqa: PLC0415
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
 
-    for name in PLAIN:
-        v = VARIANTS[name]
+    for name, v in VARIANTS.items():
         gap = v.classifier == "gap"
         with torch.device("meta"):  # shapes only: no memory, no time
-            model = VisionTransformer(
-                img_size=224, patch_size=v.patch_size, embed_dim=v.width, depth=v.depth,
-                num_heads=v.heads, mlp_ratio=v.mlp_dim / v.width, num_classes=1000,
-                class_token=not gap, global_pool="avg" if gap else "token", fc_norm=False)
+            if v.is_hybrid:  # timm's own ResNetV2 pieces, as its vit_*_r*_ models build them
+                model = timm_hybrid(v, 224, 1000)
+            else:
+                model = VisionTransformer(
+                    img_size=224, patch_size=v.patch_size, embed_dim=v.width, depth=v.depth,
+                    num_heads=v.heads, mlp_ratio=v.mlp_dim / v.width, num_classes=1000,
+                    class_token=not gap, global_pool="avg" if gap else "token", fc_norm=False)
         assert sum(p.numel() for p in model.parameters()) == EXPECTED_PARAMS[name], name
 
+
+@pytest.mark.slow
+def test_r26_b32_count_matches_timm():
+    # Not in models_test.py: timm's registered vit_base_r26_s32_224 is the source.
+    timm = import_timm()
+    reference = timm.create_model("vit_base_r26_s32_224", pretrained=False, num_classes=1000)
+    expected = sum(p.numel() for p in reference.parameters())
+    assert expected == EXPECTED_PARAMS["R26+ViT-B_32"]
+    assert keras_vit.ViT_R26_B32().count_params() == expected
+
+
+# --- (b) forward pass -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,full", HARNESS)
+def test_forward_pass_shapes(name, full):
+    variant, size = _harness_variant(name, full)
+    stride = variant.total_stride
+    image_size = (size, size + stride)  # rectangular: rows and columns kept apart
+    model = keras_vit.ViT(variant, image_size=image_size, classes=7)
+    rows, cols = variant.token_grid(image_size)
+    assert (rows, cols) == (size // stride, size // stride + 1)
+    assert model.get_layer("posembed_input").grid_size == (rows, cols)
+    prefix = int(variant.classifier == "token")
+    assert model.get_layer("posembed_input").output.shape == (None, prefix + rows * cols, variant.width)
+    assert model.get_layer(f"{variant.classifier}_pool").output.shape == (None, variant.width)
+    if variant.is_hybrid:
+        assert model.get_layer("resnet").output.shape == (
+            None, *(variant.feature_size(s) for s in image_size), variant.trunk_channels)
+    else:
+        assert "resnet" not in [layer.name for layer in model.layers]
+    logits = model(_images(2, image_size)).numpy()
+    assert logits.shape == (2, 7) and np.all(np.isfinite(logits))
+
+
+# --- (c) .keras round trip ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,full", HARNESS)
+def test_keras_file_round_trip(name, full, tmp_path):
+    variant, size = _harness_variant(name, full)
+    model = keras_vit.ViT(variant, image_size=size, classes=7)
+    rng = np.random.default_rng(0)
+    for w in model.weights:  # every weight random, the zero-initialised head too
+        w.assign((0.05 * rng.standard_normal(w.shape)).astype("float32"))
+    x = _images(2, (size, size))
+    expected = model(x).numpy()
+    assert np.abs(expected).max() > 0  # the outputs carry the weights
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path)  # safe_mode stays on: no Lambda layers, no pickles
+    np.testing.assert_array_equal(restored(x).numpy(), expected)
+    assert [layer.name for layer in restored.layers] == [layer.name for layer in model.layers]
+    if variant.is_hybrid:
+        trunk = restored.get_layer("resnet")
+        assert type(trunk).__name__ == "ResNetStem"
+        assert tuple(trunk.stages) == tuple(variant.resnet_stages)
+
+
+# --- (d) strict load of an official-layout file --------------------------------------------
+
+@pytest.mark.parametrize("name,full", HARNESS)
+def test_strict_load_of_an_official_file(name, full, tmp_path):
+    variant, size = _harness_variant(name, full)
+    path = tmp_path / "official.npz"
+    write = random_hybrid_npz if variant.is_hybrid else random_vit_npz
+    arrays = write(path, variant, variant.token_grid((size, size)), classes=7)
+    model = keras_vit.ViT(variant, image_size=size, classes=7)
+    keras_vit.load_weights(model, str(path))  # strict: raises on any missing or extra key
+
+    last = variant.depth - 1
+    block = model.get_layer(f"encoderblock_{last}")
+    prefix = f"Transformer/encoderblock_{last}"
+    checks = {
+        "embedding/kernel": model.get_layer("embedding").kernel,
+        "Transformer/posembed_input/pos_embedding": model.get_layer("posembed_input").pos_embedding,
+        f"{prefix}/MlpBlock_3/Dense_1/kernel": block.mlp.dense_1.kernel,
+        f"{prefix}/MultiHeadDotProductAttention_1/out/bias": block.attention.out_bias,
+        "Transformer/encoder_norm/scale": model.get_layer("encoder_norm").gamma,
+        "head/kernel": model.get_layer("head").kernel,
+        "head/bias": model.get_layer("head").bias,
+    }
+    if variant.classifier == "token":
+        checks["cls"] = model.get_layer("cls").cls
+    else:
+        assert "cls" not in arrays and "cls" not in [layer.name for layer in model.layers]
+    if variant.is_hybrid:
+        trunk = model.get_layer("resnet")
+        checks["conv_root/kernel"] = trunk.conv_root.kernel
+        checks["gn_root/scale"] = trunk.gn_root.gamma
+        if variant.resnet_stages:
+            s, u, unit = trunk.units[-1]
+            assert (s, u) == (len(variant.resnet_stages), variant.resnet_stages[-1])
+            checks[f"block{s}/unit{u}/conv3/kernel"] = unit.conv3.kernel
+            checks[f"block{s}/unit{u}/gn3/bias"] = unit.gn3.beta
+    for key, variable in checks.items():
+        np.testing.assert_array_equal(variable.numpy(), arrays[key].reshape(variable.shape),
+                                      err_msg=key)
+    # The fused qkv kernel holds the query, key and value kernels as column blocks.
+    d = variant.width
+    qkv = block.attention.qkv_kernel.numpy()
+    for i, part in enumerate(("query", "key", "value")):
+        np.testing.assert_array_equal(
+            qkv[:, i * d:(i + 1) * d],
+            arrays[f"{prefix}/MultiHeadDotProductAttention_1/{part}/kernel"].reshape(d, d))
+
+
+# --- names and constructors -----------------------------------------------------------------
 
 @pytest.mark.parametrize("spelling,official", [
     ("B/16", "ViT-B_16"), ("ViT-B_16", "ViT-B_16"), ("vit-b/16", "ViT-B_16"),
@@ -76,10 +240,48 @@ def test_names(spelling, official):
     assert get_variant(spelling).name == official
 
 
+def test_every_short_name_round_trips():
+    for name, variant in VARIANTS.items():
+        assert get_variant(variant.short_name) is variant, name
+    assert get_variant("R50+B/16") is get_variant("R50+ViT-B_16")
+
+
+def test_every_non_gap_variant_has_one_named_constructor(monkeypatch):
+    """ViT-B_16 -> ViT_B16, R50+ViT-B_16 -> ViT_R50_B16, R+ViT-Ti_16 -> ViT_R_Ti16; gap
+    variants have none. Each shows ViT's full signature minus `variant`."""
+    from keras_vit.models import vit as vit_module
+
+    vit_parameters = list(inspect.signature(keras_vit.ViT).parameters.values())
+    assert vit_parameters[0].name == "variant"
+    constructors = {n: getattr(keras_vit, n) for n in dir(keras_vit) if n.startswith("ViT_")}
+    calls = []
+    # Record what each constructor asks ViT for, without building anything.
+    monkeypatch.setattr(vit_module, "ViT", lambda variant, **kwargs: calls.append((variant, kwargs)))
+    by_variant = {}
+    for attribute, constructor in constructors.items():
+        assert constructor.__name__ == attribute
+        assert attribute in keras_vit.__all__, attribute
+        assert list(inspect.signature(constructor).parameters.values()) == vit_parameters[1:], attribute
+        calls.clear()
+        constructor(image_size=-1)  # invalid on purpose: fails fast if ViT was not intercepted
+        assert len(calls) == 1, attribute
+        variant, kwargs = calls[0]
+        assert kwargs == {"weights": None, "image_size": -1}, attribute
+        by_variant.setdefault(get_variant(variant).name, []).append(attribute)
+    expected = {n for n, v in VARIANTS.items() if v.classifier != "gap"}
+    assert set(by_variant) == expected
+    for name, attributes in by_variant.items():
+        official = "ViT_" + re.sub(r"_(\d+)$", r"\1", name.replace("ViT-", "")).replace("+", "_")
+        assert attributes == [official], name
+
+
 def test_named_constructors_build_their_variant():
     assert keras_vit.ViT_S32(image_size=64).name == "ViT-S_32"
     assert keras_vit.ViT_Ti16.__name__ == "ViT_Ti16"
+    assert keras_vit.ViT_R50_B16.__name__ == "ViT_R50_B16"
 
+
+# --- arguments ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(variant="B/17"), "Unknown ViT variant"),
@@ -108,7 +310,44 @@ def test_missing_weights_file_is_named():
 @pytest.mark.parametrize("pooling,shape", [("token", (2, 192)), ("gap", (2, 192)),
                                            (None, (2, 1 + 12, 192))])
 def test_feature_shapes(pooling, shape):
-    import numpy as np  # noqa: PLC0415
-
     model = keras_vit.ViT("Ti/16", image_size=(48, 64), include_top=False, pooling=pooling)
     assert model.predict(np.zeros((2, 48, 64, 3)), verbose=0).shape == shape
+
+
+# --- geometry: strides, token grids, the sizes a hybrid takes ------------------------------
+
+def _tiny_hybrid(stages=(1, 1), patch_size=1, depth=1):
+    """A cheap hybrid with the real trunk layout: 2 stages of 1 unit, width-64 transformer."""
+    return keras_vit.Variant("R-tiny", 64, depth, 128, 2, patch_size, "token", stages)
+
+
+def test_strides():
+    # R+Ti/16 is named after its AugReg sibling; it really is stem /4 times patch 8.
+    strides = {"R+Ti/16": 32, "R26+S/32": 32, "R26+B/32": 32, "R50+B/16": 16, "R50+L/32": 32}
+    for name, stride in strides.items():
+        assert get_variant(name).total_stride == stride
+    for name, variant in VARIANTS.items():
+        if not variant.is_hybrid:
+            assert (variant.resnet_stride, variant.trunk_channels) == (1, None), name
+            assert variant.total_stride == variant.patch_size == int(name.split("_")[1].split("-")[0])
+        else:  # the name's "/16" or "/32" is the total stride, but for R+Ti/16 (above)
+            if name != "R+ViT-Ti_16":
+                assert variant.total_stride == int(name.split("_")[1]), name
+            assert variant.total_stride == variant.resnet_stride * variant.patch_size, name
+
+
+def test_any_size_works_for_patch_1_hybrids_with_ceil_grids():
+    # SAME padding: every stride-2 step gives ceil(size / 2), as in the official model.
+    variant = get_variant("R50+B/16")
+    assert variant.token_grid((200, 200)) == (13, 13)  # 200 -> 100 -> 50 -> 25 -> 13
+    assert variant.token_grid((224, 97)) == (14, 7)
+    model = keras_vit.ViT(_tiny_hybrid(), image_size=(70, 33), include_top=False, pooling=None)
+    assert model.output_shape == (None, 1 + 9 * 5, 64)  # ceil(70/8) x ceil(33/8) + cls
+    assert model.get_layer("posembed_input").grid_size == (9, 5)
+
+
+def test_r_ti16_needs_a_feature_map_its_patch_tiles():
+    with pytest.raises(ValueError, match=r"50x50 feature map .* ceil\(size / 4\)"):
+        keras_vit.ViT_R_Ti16(image_size=200)
+    model = keras_vit.ViT(dataclasses.replace(get_variant("R+Ti/16"), depth=1), image_size=253)
+    assert model.get_layer("posembed_input").grid_size == (8, 8)  # ceil(253 / 4) = 64 = 8 * 8

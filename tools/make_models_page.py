@@ -75,7 +75,7 @@ and refuses it if it changes later; pin a known hash yourself with
 `keras_vit.pin_checksum(filename, sha256)`.
 
 The numbers a model built from these files computes are checked against timm
-loading the same file (`tests/test_parity_timm.py`), on random weights written
+loading the same file (`tests/test_parity.py`), on random weights written
 in the official layout, since the real files cannot be downloaded in CI.
 """
 

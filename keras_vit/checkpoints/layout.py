@@ -15,10 +15,13 @@ import numpy as np
 
 from keras_vit.variants import VARIANTS
 
-__all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "square_grid",
-           "describe_architecture", "POS_EMBED_KEY", "DROPPABLE_PREFIXES", "TRUNK_PREFIXES"]
+__all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "is_head_key",
+           "square_grid", "describe_architecture", "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
+           "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "TRUNK_PREFIXES"]
 
 POS_EMBED_KEY = "Transformer/posembed_input/pos_embedding"
+HEAD_KERNEL_KEY = "head/kernel"  # (features, classes): the head's class count
+PRE_LOGITS_KERNEL_KEY = "pre_logits/kernel"  # (D, representation size)
 # Keys a model may leave unused: a fine-tuned model drops the pre-training head.
 DROPPABLE_PREFIXES = ("pre_logits/", "head/")
 # Every key of the hybrids' ResNet trunk starts with one of these.
@@ -41,6 +44,10 @@ class Row:
 
 def is_trunk_key(key):
     return key.startswith(TRUNK_PREFIXES)
+
+
+def is_head_key(key):
+    return key.startswith("head/")
 
 
 def fits(found, expected):

@@ -16,6 +16,7 @@ from keras_vit.checkpoints.layout import (
     POS_EMBED_KEY,
     describe_architecture,
     fits,
+    is_head_key,
     is_trunk_key,
     layout,
     normalize_keys,
@@ -62,7 +63,7 @@ def _load(model, checkpoint, trunk_only):
     else:
         considered = set(arrays)
         subject = f"model {model.name!r}"
-    head_rows = [r for r in rows if r.keys[0].startswith("head/")]
+    head_rows = [r for r in rows if is_head_key(r.keys[0])]
     new_head = bool(head_rows) and not _head_fits(arrays, head_rows)
     if new_head:  # classes differ, or a headless file: the head starts at zero, below
         rows = [r for r in rows if r not in head_rows]

@@ -16,8 +16,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from keras_vit.training import (DEMO_VARIANT, build_model, get_recipe,  # noqa: E402
-                                make_optimizer, train)
+from keras_vit.training import DEMO_VARIANT, build_model, get_recipe, make_optimizer, train  # noqa: E402
 
 rng = np.random.default_rng(0)
 images = rng.uniform(-1, 1, (8, 16, 16, 3)).astype(np.float32)

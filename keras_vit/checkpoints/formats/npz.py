@@ -10,7 +10,13 @@ import zipfile
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.layout import POS_EMBED_KEY, normalize_keys, square_grid
+from keras_vit.checkpoints.layout import (
+    HEAD_KERNEL_KEY,
+    POS_EMBED_KEY,
+    PRE_LOGITS_KERNEL_KEY,
+    normalize_keys,
+    square_grid,
+)
 
 __all__ = ["read_npz", "inspect_npz", "NpzInfo"]
 
@@ -43,12 +49,12 @@ class NpzInfo:
 
     @property
     def classes(self):
-        head = self.shapes.get("head/kernel")
+        head = self.shapes.get(HEAD_KERNEL_KEY)
         return head[-1] if head else None
 
     @property
     def representation_size(self):
-        pre = self.shapes.get("pre_logits/kernel")
+        pre = self.shapes.get(PRE_LOGITS_KERNEL_KEY)
         return pre[-1] if pre else None
 
     def resolution(self, variant):
