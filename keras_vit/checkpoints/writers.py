@@ -11,8 +11,7 @@ import os
 import numpy as np
 
 from keras_vit.checkpoints.formats.safetensors import write_safetensors
-from keras_vit.checkpoints.formats.timm import official_to_timm
-from keras_vit.checkpoints.layout import is_trunk_key, layout
+from keras_vit.checkpoints.layout import layout, official_to_timm, released_shape
 
 __all__ = ["official_arrays", "save_npz", "save_safetensors"]
 
@@ -24,9 +23,7 @@ def official_arrays(model):
         value = np.asarray(row.variable.numpy(), dtype=np.float32)
         parts = np.split(value, len(row.keys), axis=-1) if len(row.keys) > 1 else [value]
         for key, part, shape in zip(row.keys, parts, row.shapes):
-            if is_trunk_key(key) and "/gn" in key:
-                shape = (1, 1, 1, *shape)  # released hybrid files store GroupNorm as (1, 1, 1, C)
-            arrays[key] = part.reshape(shape)
+            arrays[key] = part.reshape(released_shape(key, shape))
     return arrays
 
 

@@ -22,7 +22,13 @@ from keras_vit.checkpoints.formats import safetensors as _st
 from keras_vit.checkpoints.formats import timm as _timm
 from keras_vit.checkpoints.formats import transformers as _hf
 from keras_vit.checkpoints.formats.npz import NpzInfo, inspect_npz, read_npz
-from keras_vit.checkpoints.layout import normalize_keys
+from keras_vit.checkpoints.layout import (
+    POS_EMBED_KEY,
+    keras_hub_shapes,
+    normalize_keys,
+    timm_to_official,
+    transformers_to_official,
+)
 
 __all__ = ["read_checkpoint", "inspect_checkpoint", "is_checkpoint_path", "detect_format",
            "CheckpointInfo", "PICKLED_SUFFIXES"]
@@ -102,16 +108,16 @@ def read_checkpoint(path, heads=None):
     if fmt == "npz":
         return normalize_keys(read_npz(path))
     if fmt == "timm":
-        return _timm.timm_to_official(_st.read_safetensors(path), heads, source=path)
+        return timm_to_official(_st.read_safetensors(path), heads, source=path)
     if fmt == "transformers":
         _hf.read_config(_hf_directory(path))
-        arrays = _hf.transformers_to_official(_st.read_safetensors(_hf_weights_path(path)), heads)
+        arrays = transformers_to_official(_st.read_safetensors(_hf_weights_path(path)), heads)
         return _flat_posembed(arrays)
     return _flat_posembed(_keras_hub.read_keras_hub(path), add_batch=True)
 
 
 def _flat_posembed(arrays, add_batch=False):
-    key = "Transformer/posembed_input/pos_embedding"
+    key = POS_EMBED_KEY
     if add_batch and key in arrays and arrays[key].ndim == 2:
         arrays[key] = arrays[key][None]
     return arrays
@@ -125,18 +131,23 @@ def inspect_checkpoint(path, format=None):
     if fmt == "npz":
         return CheckpointInfo(inspect_npz(path).shapes, format="npz")
     if fmt == "timm":
-        shapes = _timm.timm_to_official(_shapes_only(_st.safetensors_shapes(path)), source=path)
+        shapes = timm_to_official(_shapes_only(_st.safetensors_shapes(path)), source=path)
         return CheckpointInfo(_to_shapes(shapes), format="timm")
     if fmt == "transformers":
         config = _hf.read_config(_hf_directory(path))
-        shapes = _hf.transformers_to_official(
+        shapes = transformers_to_official(
             _shapes_only(_st.safetensors_shapes(_hf_weights_path(path))))
         return CheckpointInfo(_to_shapes(shapes), format="transformers",
                               layer_norm_epsilon=config.get("layer_norm_eps", 1e-12),
                               approximate_gelu=config.get("hidden_act", "gelu") != "gelu",
                               heads=config.get("num_attention_heads"))
     config = _keras_hub.keras_hub_config(path)
-    shapes = _keras_hub_shapes(config, path)
+    task = os.path.join(path, "task.json")
+    task_config = None
+    if os.path.exists(task):  # an image classifier: its head, and pre_logits if it has one
+        with open(task) as f:
+            task_config = json.load(f).get("config", {})
+    shapes = keras_hub_shapes(config, task_config)
     return CheckpointInfo(shapes, format="keras_hub", heads=config.get("num_heads"),
                           layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6))
 
@@ -169,27 +180,3 @@ def _shapes_only(shapes):
 
 def _to_shapes(arrays):
     return {k: tuple(v.shape) for k, v in arrays.items()}
-
-
-def _keras_hub_shapes(config, directory):
-    """The official-key shapes a keras-hub ViT backbone of `config` has (its config, not its
-    h5 file, is the cheap header)."""
-    d, p = config["hidden_dim"], config["patch_size"]
-    h, w, c = config["image_shape"]
-    p = p if isinstance(p, int) else p[0]
-    tokens = (h // p) * (w // p) + bool(config.get("use_class_token", True))
-    shapes = {"embedding/kernel": (p, p, c, d),
-              "Transformer/posembed_input/pos_embedding": (1, tokens, d)}
-    if config.get("use_class_token", True):
-        shapes["cls"] = (1, 1, d)
-    for i in range(config["num_layers"]):
-        shapes[f"Transformer/encoderblock_{i}/LayerNorm_0/scale"] = (d,)
-    task = os.path.join(directory, "task.json")
-    if os.path.exists(task):  # an image classifier: its head, and pre_logits if it has one
-        with open(task) as f:
-            task_config = json.load(f).get("config", {})
-        if task_config.get("intermediate_dim"):
-            shapes["pre_logits/kernel"] = (d, task_config["intermediate_dim"])
-        shapes["head/kernel"] = (task_config.get("intermediate_dim") or d,
-                                 task_config.get("num_classes"))
-    return shapes

@@ -9,23 +9,13 @@ head_dim) attention kernels, a class token, exact-erf GELU, epsilon from config.
 
 import json
 import os
-import re
 
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.layout import keras_hub_key
 
 __all__ = ["is_keras_hub_preset", "read_keras_hub", "keras_hub_config"]
-
-_BLOCK = {"ln_1/gamma": "LayerNorm_0/scale", "ln_1/beta": "LayerNorm_0/bias",
-          "ln_2/gamma": "LayerNorm_2/scale", "ln_2/beta": "LayerNorm_2/bias",
-          "mlp/dense_1/kernel": "MlpBlock_3/Dense_0/kernel",
-          "mlp/dense_1/bias": "MlpBlock_3/Dense_0/bias",
-          "mlp/dense_2/kernel": "MlpBlock_3/Dense_1/kernel",
-          "mlp/dense_2/bias": "MlpBlock_3/Dense_1/bias",
-          "mha/attention_output/kernel": "MultiHeadDotProductAttention_1/out/kernel",
-          "mha/attention_output/bias": "MultiHeadDotProductAttention_1/out/bias"}
-
 
 def is_keras_hub_preset(directory):
     try:
@@ -59,29 +49,5 @@ def read_keras_hub(directory):
         model = keras_hub.models.Backbone.from_preset(directory)
     out = {}
     for variable in model.weights:
-        out[_official_name(variable.path)] = np.asarray(variable.numpy())
+        out[keras_hub_key(variable.path)] = np.asarray(variable.numpy())
     return out
-
-
-def _official_name(path):
-    m = re.search(r"transformer_block_(\d+)/(.+)$", path)
-    if m:
-        b = f"Transformer/encoderblock_{int(m.group(1)) - 1}"
-        rest = m.group(2)
-        if rest in _BLOCK:
-            return f"{b}/{_BLOCK[rest]}"
-        qkv = re.fullmatch(r"mha/(query|key|value)/(kernel|bias)", rest)
-        if qkv:
-            return f"{b}/MultiHeadDotProductAttention_1/{qkv.group(1)}/{qkv.group(2)}"
-    for suffix, key in (("class_token", "cls"), ("patch_embedding/kernel", "embedding/kernel"),
-                        ("patch_embedding/bias", "embedding/bias"),
-                        ("vit_encoder/ln/gamma", "Transformer/encoder_norm/scale"),
-                        ("vit_encoder/ln/beta", "Transformer/encoder_norm/bias"),
-                        ("pre_logits/kernel", "pre_logits/kernel"),
-                        ("pre_logits/bias", "pre_logits/bias"),
-                        ("output_dense/kernel", "head/kernel"), ("output_dense/bias", "head/bias")):
-        if path.endswith(suffix):
-            return key
-    if path.endswith("position_embedding/embeddings"):
-        return "Transformer/posembed_input/pos_embedding"
-    return "keras_hub:" + path  # the strict loader names it as unexpected

@@ -1,0 +1,320 @@
+"""Weights from where users keep them (timm, transformers, keras-hub), and back out
+(save_npz, save_safetensors), each checked against the source library itself."""
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import CheckpointError
+from keras_vit.variants import get_variant
+from tests.oracle import import_timm, run_timm, timm_hybrid, timm_vit
+
+TOL = 1e-4
+
+
+def _images(n, size, seed=3):
+    return np.random.default_rng(seed).uniform(-1, 1, (n, *size, 3)).astype(np.float32)
+
+
+def _weights(model):
+    return [v.numpy().copy() for v in model.weights]
+
+
+def _assert_unchanged(model, before):
+    after = _weights(model)
+    assert len(before) == len(after)
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a, b)
+
+
+def _assert_refused(model, path, match):
+    before = _weights(model)
+    with pytest.raises(CheckpointError, match=match):
+        keras_vit.load_weights(model, str(path))
+    _assert_unchanged(model, before)
+
+
+def _torch():
+    import_timm()
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    return torch
+
+
+def _randomise(model, torch, seed=0):
+    """Random values in every parameter: LayerNorm scales near 1, the rest near 0 (a fresh
+    model's LayerNorms and biases would hide mistakes in their mapping)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if "norm" in name and name.endswith("weight"):
+                p.copy_(1 + 0.2 * noise)
+            else:
+                p.copy_(noise * (0.2 if p.ndim == 1 else 1 / max(1, p[0].numel()) ** 0.5))
+    return model.eval()
+
+
+# --- timm ---------------------------------------------------------------------------------
+
+def _timm_model(variant, image_size, classes, gap=False):
+    torch = _torch()
+    from timm.models.vision_transformer import VisionTransformer
+
+    model = VisionTransformer(img_size=image_size, patch_size=variant.patch_size,
+                              embed_dim=variant.width, depth=variant.depth,
+                              num_heads=variant.heads, mlp_ratio=variant.mlp_dim / variant.width,
+                              num_classes=classes, class_token=not gap,
+                              global_pool="avg" if gap else "token", fc_norm=False)
+    return _randomise(model, torch), torch
+
+
+@pytest.mark.parametrize("name,size,classes,gap", [
+    ("Ti/16", 224, 1000, False),
+    ("S/32", 224, 10, False),
+    ("B/16", 224, 1000, False),
+    ("S/16-gap", 224, 7, True),
+])
+def test_timm_safetensors_match_timm(name, size, classes, gap, tmp_path):
+    from safetensors.torch import save_file
+
+    variant = get_variant(name)
+    model, torch = _timm_model(variant, size, classes, gap=gap)
+    path = tmp_path / "model.safetensors"
+    save_file(model.state_dict(), str(path))
+    ours = keras_vit.ViT(variant, weights=str(path))
+    assert ours.get_layer("encoderblock_0").mlp.approximate_gelu is False  # timm's erf GELU
+    images = _images(2, (size, size))
+    np.testing.assert_allclose(np.asarray(ours(images)), run_timm(model, images), atol=TOL)
+    features = keras_vit.ViT(variant, weights=str(path), include_top=False)
+    np.testing.assert_allclose(np.asarray(features(images)), run_timm(model, images, features=True),
+                               atol=TOL)
+
+
+def test_a_pickled_file_is_refused_unread(tmp_path):
+    marker = tmp_path / "ran"
+
+    class Exploit:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    import pickle
+
+    for name in ("pytorch_model.bin", "model.pth"):
+        path = tmp_path / name
+        path.write_bytes(pickle.dumps(Exploit()))
+        with pytest.raises(CheckpointError, match="unpickling runs any code"):
+            keras_vit.ViT_Ti16(weights=str(path))
+        model = keras_vit.ViT(get_variant("Ti/16"))
+        _assert_refused(model, path, "unpickling runs any code")
+    assert not marker.exists()
+
+
+def test_timm_files_with_extra_or_missing_keys_are_refused_unchanged(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    variant = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny")
+    model, _ = _timm_model(variant, 64, 10)
+    sd = model.state_dict()
+    target = keras_vit.ViT(variant, image_size=64, classes=10)
+    for label, edit, match in (
+            ("missing", lambda d: d.pop("blocks.1.mlp.fc2.bias"), "missing keys"),
+            ("extra", lambda d: d.__setitem__("blocks.0.ls1.gamma", d["norm.bias"].clone()),
+             "unexpected keys"),
+            ("fc_norm", lambda d: d.__setitem__("fc_norm.weight", d["norm.bias"].clone()),
+             "unexpected keys")):
+        d = dict(sd)
+        edit(d)
+        path = tmp_path / f"{label}.safetensors"
+        save_file(d, str(path))
+        _assert_refused(target, path, match)
+    # A different architecture is named, and nothing changes.
+    save_file(sd, str(tmp_path / "ok.safetensors"))
+    _assert_refused(keras_vit.ViT("S/16", image_size=64, classes=10), tmp_path / "ok.safetensors",
+                    "shape mismatches")
+    assert len(load_file(str(tmp_path / "ok.safetensors"))) == len(sd)
+
+
+# --- transformers -------------------------------------------------------------------------
+
+def _hf(config_kwargs, tmp_path, base=False):
+    torch = _torch()
+    from transformers import ViTConfig, ViTForImageClassification, ViTModel
+
+    config = ViTConfig(**config_kwargs)
+    model = (ViTModel if base else ViTForImageClassification)(config)
+    _randomise(model, torch)
+    directory = tmp_path / "hf"
+    model.save_pretrained(str(directory))
+    return model, torch, directory
+
+
+def _run_hf(model, torch, images):
+    with torch.no_grad():
+        out = model(pixel_values=torch.from_numpy(images.transpose(0, 3, 1, 2)),
+                    output_hidden_states=False)
+    return out
+
+
+@pytest.mark.parametrize("variant_name,kwargs", [
+    ("B/16", dict(num_labels=1000)),
+    ("Ti/16", dict(hidden_size=192, num_hidden_layers=12, num_attention_heads=3,
+                   intermediate_size=768, image_size=160, num_labels=10)),
+    ("S/32", dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+                  intermediate_size=1536, patch_size=32, image_size=224, num_labels=37)),
+])
+def test_transformers_directories_match_transformers(variant_name, kwargs, tmp_path):
+    model, torch, directory = _hf(kwargs, tmp_path)
+    size = kwargs.get("image_size", 224)
+    images = _images(2, (size, size))
+    ours = keras_vit.ViT(variant_name, weights=str(directory))
+    assert ours.output_shape == (None, kwargs["num_labels"])
+    assert ours.get_layer("encoder_norm").epsilon == 1e-12
+    out = _run_hf(model, torch, images)
+    np.testing.assert_allclose(np.asarray(ours(images)), out.logits.numpy(), atol=TOL)
+    with torch.no_grad():
+        hidden = model.vit(pixel_values=torch.from_numpy(images.transpose(0, 3, 1, 2)))
+    features = keras_vit.ViT(variant_name, weights=str(directory), include_top=False)
+    np.testing.assert_allclose(np.asarray(features(images)),
+                               hidden.last_hidden_state[:, 0].numpy(), atol=TOL)
+
+
+def test_a_transformers_vitmodel_pooler_is_pre_logits(tmp_path):
+    kwargs = dict(hidden_size=192, num_hidden_layers=2, num_attention_heads=3,
+                  intermediate_size=768, image_size=64)
+    model, torch, directory = _hf(kwargs, tmp_path, base=True)
+    variant = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny")
+    images = _images(2, (64, 64))
+    ours = keras_vit.ViT(variant, weights=str(directory), include_top=False)
+    out = _run_hf(model, torch, images)
+    np.testing.assert_allclose(np.asarray(ours(images)), out.last_hidden_state[:, 0].numpy(),
+                               atol=TOL)
+    # The pooler (tanh Dense on the class token) is the official pre_logits layer.
+    pre = keras_vit.ViT(variant, weights=str(directory), representation_size=192, classes=5)
+    assert pre.get_layer("pre_logits").kernel.shape == (192, 192)
+    np.testing.assert_allclose(pre.get_layer("pre_logits").kernel.numpy(),
+                               model.pooler.dense.weight.detach().numpy().T, atol=0)
+
+
+def test_transformers_refusals_change_nothing(tmp_path):
+    kwargs = dict(hidden_size=192, num_hidden_layers=2, num_attention_heads=3,
+                  intermediate_size=768, image_size=64, num_labels=4)
+    _, _, directory = _hf(kwargs, tmp_path)
+    variant = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny")
+    wrong_depth = dataclasses.replace(variant, depth=3, name="tiny3")
+    _assert_refused(keras_vit.ViT(wrong_depth, image_size=64, classes=4), directory, "missing keys")
+    _assert_refused(keras_vit.ViT("S/16", image_size=64, classes=4), directory, "shape mismatches")
+    # A config whose heads differ from the variant's: shapes cannot show it; the config does.
+    config = json.loads((directory / "config.json").read_text())
+    config["num_attention_heads"] = 6
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="6 attention heads"):
+        keras_vit.ViT(variant, weights=str(directory))
+
+
+# --- keras-hub ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("classifier", [False, True])
+def test_keras_hub_presets_match_keras_hub(classifier, tmp_path):
+    keras_hub = pytest.importorskip("keras_hub")
+    import keras
+
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(64, 64, 3), patch_size=16, num_layers=2, num_heads=3, hidden_dim=192,
+        mlp_dim=768, layer_norm_epsilon=1e-6)
+    rng = np.random.default_rng(1)
+    for w in backbone.weights:
+        w.assign(rng.standard_normal(w.shape).astype("float32") * 0.2 + (1.0 if "gamma" in w.path else 0))
+    images = _images(2, (64, 64))
+    variant = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny")
+    directory = str(tmp_path / "preset")
+    if classifier:
+        task = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=6,
+                                                   preprocessor=None)
+        task.save_to_preset(directory)
+        expected = np.asarray(task.predict(images, verbose=0))
+        ours = keras_vit.ViT(variant, weights=directory)
+        assert ours.output_shape == (None, 6)
+    else:
+        backbone.save_to_preset(directory)
+        expected = np.asarray(backbone(images))[:, 0]
+        expected = np.asarray(expected)
+        ours = keras_vit.ViT(variant, weights=directory, include_top=False)
+    np.testing.assert_allclose(np.asarray(ours(images)), expected, atol=TOL)
+    _assert_refused(keras_vit.ViT(dataclasses.replace(variant, depth=3, name="t3"), image_size=64),
+                    directory, "missing keys")
+
+
+# --- back out -------------------------------------------------------------------------------
+
+def _randomised_keras(model, seed=0):
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        w.assign((rng.standard_normal(w.shape) * 0.05 + (1.0 if "gamma" in w.path else 0))
+                 .astype(w.dtype))
+    return model
+
+
+@pytest.mark.parametrize("name,size,classes,pre", [("Ti/16", (224, 224), 1000, None),
+                                                    ("S/16-gap", (96, 160), 5, None),
+                                                    ("Ti/16", (384, 384), 7, 192)])
+def test_save_npz_reads_back_in_timm_and_bit_identically(name, size, classes, pre, tmp_path):
+    variant = get_variant(name)
+    model = _randomised_keras(keras_vit.ViT(variant, image_size=size, classes=classes,
+                                            representation_size=pre))
+    path = keras_vit.save_npz(model, tmp_path / "out.npz")
+    assert sorted(os.listdir(tmp_path)) == ["out.npz"]  # no temporary file left
+    images = _images(2, size)
+    again = keras_vit.ViT(variant, weights=str(path), image_size=size)
+    for a, b in zip(model.weights, again.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(np.asarray(model(images)), np.asarray(again(images)))
+    if pre is None:  # timm's loader drops pre_logits (its ViT has none)
+        reference = timm_vit(variant, size, classes, npz_path=path)
+        np.testing.assert_allclose(np.asarray(model(images)), run_timm(reference, images),
+                                   atol=TOL)
+
+
+@pytest.mark.slow
+def test_save_npz_of_a_hybrid_reads_back_in_timm_and_bit_identically(tmp_path):
+    variant = get_variant("R+Ti/16")
+    model = _randomised_keras(keras_vit.ViT(variant, image_size=224, classes=10), seed=2)
+    # StdConv standardises its kernels: unit-variance kernels keep the epsilons negligible.
+    for w in model.weights:
+        if "conv" in w.path and len(w.shape) == 4:
+            w.assign(np.random.default_rng(5).standard_normal(w.shape).astype("float32"))
+    path = keras_vit.save_npz(model, tmp_path / "hybrid.npz")
+    again = keras_vit.ViT(variant, weights=str(path))
+    for a, b in zip(model.weights, again.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    images = _images(2, (224, 224))
+    reference = timm_hybrid(variant, (224, 224), 10, npz_path=path)
+    np.testing.assert_allclose(np.asarray(model(images)), run_timm(reference, images), atol=TOL)
+
+
+def test_save_safetensors_loads_in_timm(tmp_path):
+    _torch()
+    from safetensors.torch import load_file
+    from timm.models.vision_transformer import VisionTransformer
+
+    variant = get_variant("S/32")
+    model = _randomised_keras(keras_vit.ViT(variant, classes=10, approximate_gelu=False))
+    path = keras_vit.save_safetensors(model, tmp_path / "model.safetensors")
+    reference = VisionTransformer(img_size=224, patch_size=32, embed_dim=384, depth=12,
+                                  num_heads=6, num_classes=10).eval()
+    reference.load_state_dict(load_file(str(path)), strict=True)
+    images = _images(2, (224, 224))
+    np.testing.assert_allclose(np.asarray(model(images)), run_timm(reference, images), atol=TOL)
+    again = keras_vit.ViT(variant, weights=str(path))
+    for a, b in zip(model.weights, again.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    with pytest.raises(ValueError, match="no pre_logits"):
+        keras_vit.save_safetensors(keras_vit.ViT("Ti/16", representation_size=8),
+                                   tmp_path / "x.safetensors")
