@@ -21,6 +21,10 @@ def test_catalogue_covers_the_promised_checkpoints():
         for tag in ("augreg-in21k", "augreg-in21k-ft-in1k-224", "augreg-in21k-ft-in1k-384"):
             assert (v, tag) in have
     for c in catalogue():
+        if c.hub:  # a Hugging Face repository: no URL; the ImageNet-21k transformers ViTs are headless
+            assert c.url is None and c.format in ("timm", "transformers") and c.tag == f"hf://{c.hub}"
+            assert c.classes in (None, 1000, 21843) and c.resolution in (224, 384)
+            continue
         assert c.url.startswith("https://storage.googleapis.com/vit_models/") and c.url.endswith(".npz")
         assert c.classes in (1000, 21843) and c.resolution in (224, 384)
 

@@ -318,3 +318,83 @@ def test_save_safetensors_loads_in_timm(tmp_path):
     with pytest.raises(ValueError, match="no pre_logits"):
         keras_vit.save_safetensors(keras_vit.ViT("Ti/16", representation_size=8),
                                    tmp_path / "x.safetensors")
+
+
+# --- hf:// through huggingface_hub's cache --------------------------------------------------
+
+HUB_SCRIPT = r'''
+import json, os, sys, time
+import numpy as np
+import keras_vit
+from keras_vit.variants import get_variant
+from tests.oracle import import_timm
+import_timm()
+import torch
+from safetensors.torch import save_file
+from timm.models.vision_transformer import VisionTransformer
+
+cache = os.environ["HF_HUB_CACHE"]
+
+def put(repo, files):
+    """A repository in huggingface_hub's cache layout, as a download would leave it."""
+    root = os.path.join(cache, "models--" + repo.replace("/", "--"))
+    snapshot = os.path.join(root, "snapshots", "0" * 40)
+    os.makedirs(snapshot, exist_ok=True)
+    os.makedirs(os.path.join(root, "refs"), exist_ok=True)
+    open(os.path.join(root, "refs", "main"), "w").write("0" * 40)
+    for name, write in files.items():
+        write(os.path.join(snapshot, name))
+
+torch.manual_seed(0)
+ti = VisionTransformer(img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3,
+                       num_classes=1000).eval()
+with torch.no_grad():
+    for p in ti.parameters():
+        p.add_(torch.randn(p.shape) * 0.05)
+repo = "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"  # a catalogue entry
+put(repo, {"model.safetensors": lambda p: save_file(ti.state_dict(), p),
+           "config.json": lambda p: open(p, "w").write(json.dumps({"architecture": "vit_tiny"}))})
+model = keras_vit.ViT_Ti16(weights="hf://" + repo)
+x = np.random.default_rng(0).uniform(-1, 1, (2, 224, 224, 3)).astype("float32")
+with torch.no_grad():
+    ref = ti(torch.from_numpy(x.transpose(0, 3, 1, 2))).numpy()
+print("TIMM_DIFF", float(np.abs(np.asarray(model(x)) - ref).max()))
+print("GELU", model.get_layer("encoderblock_0").mlp.approximate_gelu)
+
+# The same entry holding a file with another head: refused by the entry's check.
+wrong = VisionTransformer(img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3,
+                          num_classes=21843)
+repo = "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+os.remove(os.path.join(cache, "models--" + repo.replace("/", "--"), "snapshots", "0" * 40,
+                       "model.safetensors"))
+put(repo, {"model.safetensors": lambda p: save_file(wrong.state_dict(), p)})
+try:
+    keras_vit.ViT_Ti16(weights="hf://" + repo)
+    print("WRONG_LOADED")
+except keras_vit.CheckpointError as e:
+    print("REFUSED", str(e).replace("\n", " "))
+
+# Not in the cache, offline: a one-line error within seconds.
+start = time.monotonic()
+try:
+    keras_vit.ViT_Ti16(weights="hf://google/not-cached")
+except keras_vit.WeightsUnavailableError as e:
+    print("OFFLINE", time.monotonic() - start, "\n" not in str(e), str(e))
+'''
+
+
+def test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked(tmp_path, python):
+    pytest.importorskip("huggingface_hub")
+    script = tmp_path / "hub.py"
+    script.write_text(HUB_SCRIPT)
+    result = python([str(script)], timeout=600,
+                    env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"})
+    out = result.stdout
+    assert "TIMM_DIFF" in out, result.stderr[-3000:]
+    assert float(out.split("TIMM_DIFF ")[1].split()[0]) < TOL
+    assert "GELU False" in out
+    assert "WRONG_LOADED" not in out
+    assert "classes 21843 where the entry says 1000" in out.split("REFUSED ")[1]
+    seconds, one_line = out.split("OFFLINE ")[1].split()[:2]
+    assert float(seconds) < 10 and one_line == "True"
+    assert "hf://google/not-cached" in out and "HF_HOME" in out

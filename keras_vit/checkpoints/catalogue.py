@@ -395,7 +395,8 @@ def _hub_snapshot(repo, revision, weights):
         return huggingface_hub.snapshot_download(
             repo, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.h5"])
     except Exception as error:  # the hub raises many kinds; all mean "not here"
+        cause = " ".join(str(error).split())  # one line, however the hub formats it
         raise WeightsUnavailableError(
             f"Could not fetch {weights} through huggingface_hub ({type(error).__name__}: "
-            f"{error}). Offline, download the repository elsewhere (`hf download {repo}`) into "
+            f"{cause}). Offline, download the repository elsewhere (`hf download {repo}`) into "
             "the Hugging Face cache ($HF_HOME), or pass the directory's path as weights=.") from error

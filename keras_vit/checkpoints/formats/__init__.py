@@ -66,6 +66,8 @@ def detect_format(path):
     if os.path.isdir(path):
         if _keras_hub.is_keras_hub_preset(path):
             return "keras_hub"
+        if _weights_in(path) and _timm.is_timm_layout(_st.safetensors_shapes(_hf_weights_path(path))):
+            return "timm"  # a timm hub repository: model.safetensors (+ timm's own config.json)
         if os.path.exists(os.path.join(path, "config.json")) and _weights_in(path):
             return "transformers"
         raise CheckpointError(f"{path} is a directory but neither a transformers save_pretrained "
@@ -108,7 +110,7 @@ def read_checkpoint(path, heads=None):
     if fmt == "npz":
         return normalize_keys(read_npz(path))
     if fmt == "timm":
-        return timm_to_official(_st.read_safetensors(path), heads, source=path)
+        return timm_to_official(_st.read_safetensors(_hf_weights_path(path)), heads, source=path)
     if fmt == "transformers":
         _hf.read_config(_hf_directory(path))
         arrays = transformers_to_official(_st.read_safetensors(_hf_weights_path(path)), heads)
@@ -131,7 +133,8 @@ def inspect_checkpoint(path, format=None):
     if fmt == "npz":
         return CheckpointInfo(inspect_npz(path).shapes, format="npz")
     if fmt == "timm":
-        shapes = timm_to_official(_shapes_only(_st.safetensors_shapes(path)), source=path)
+        shapes = timm_to_official(_shapes_only(_st.safetensors_shapes(_hf_weights_path(path))),
+                                  source=path)
         return CheckpointInfo(_to_shapes(shapes), format="timm")
     if fmt == "transformers":
         config = _hf.read_config(_hf_directory(path))
