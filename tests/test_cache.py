@@ -326,25 +326,36 @@ def test_a_file_copied_by_hand_as_the_message_advises_is_used(server):
 
 @pytest.mark.slow
 def test_both_b16_tags_in_both_orders_load_their_own_files(server):
-    """The README's two lines, in both orders: each tag gets its own file (full-size B/16)."""
+    """The README's quickstart weights lines as written (1k, then 21k), then the other order:
+    each tag gets its own file (full-size B/16, told apart by content)."""
+    from tests import snippets
+
     b16 = get_variant("B/16")
     in21k = find_checkpoint(b16, "imagenet21k")
     in1k = find_checkpoint(b16, "imagenet21k+imagenet2012")
     a21, _ = _serve(server, in21k, lambda p: random_vit_npz(p, b16, (14, 14), classes=21843,
                                                             pre_logits=768, seed=1))
     a1k, _ = _serve(server, in1k, lambda p: random_vit_npz(p, b16, (24, 24), classes=1000, seed=2))
-    for order in (("in1k", "in21k"), ("in21k", "in1k")):
-        shutil.rmtree(cat.cache_dir(), ignore_errors=True)
-        for which in order:
-            if which == "in1k":
-                model = keras_vit.ViT_B16(weights="imagenet21k+imagenet2012")
-                assert model.output_shape == (None, 1000)
-                np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(),
-                                              a1k["head/kernel"])
-                np.testing.assert_array_equal(model.get_layer("cls").cls.numpy(), a1k["cls"])
-            else:
-                model = keras_vit.ViT_B16(weights="imagenet21k", image_size=384, classes=5)
-                np.testing.assert_array_equal(model.get_layer("cls").cls.numpy(), a21["cls"])
-            del model
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    block = [b for b in snippets.read_blocks(os.path.join(root, "README.md"), root)
+             if 'weights="imagenet21k+imagenet2012"' in b.code]
+    assert len(block) == 1
+    namespace = {"keras_vit": keras_vit, "np": np,
+                 "x": np.random.default_rng(0).uniform(-1, 1, (1, 384, 384, 3)).astype("float32")}
+    exec(block[0].code, namespace)
+    model, tuned = namespace["model"], namespace["tuned"]
+    assert model.output_shape == (None, 1000) and tuned.output_shape == (None, 5)
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(), a1k["head/kernel"])
+    np.testing.assert_array_equal(model.get_layer("cls").cls.numpy(), a1k["cls"])
+    np.testing.assert_array_equal(tuned.get_layer("cls").cls.numpy(), a21["cls"])
+    del model, tuned, namespace
+
+    shutil.rmtree(cat.cache_dir())
+    tuned = keras_vit.ViT_B16(weights="imagenet21k", image_size=384, classes=5)
+    np.testing.assert_array_equal(tuned.get_layer("cls").cls.numpy(), a21["cls"])
+    del tuned
+    model = keras_vit.ViT_B16(weights="imagenet21k+imagenet2012")
+    assert model.output_shape == (None, 1000)
+    np.testing.assert_array_equal(model.get_layer("head").kernel.numpy(), a1k["head/kernel"])
     assert sorted(server.requests) == sorted(["/imagenet21k/ViT-B_16.npz",
                                               "/imagenet21k+imagenet2012/ViT-B_16.npz"] * 2)

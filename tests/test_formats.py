@@ -78,7 +78,7 @@ def _timm_model(variant, image_size, classes, gap=False):
 @pytest.mark.parametrize("name,size,classes,gap", [
     ("Ti/16", 224, 1000, False),
     ("S/32", 224, 10, False),
-    ("B/16", 224, 1000, False),
+    pytest.param("B/16", 224, 1000, False, marks=pytest.mark.slow),
     ("S/16-gap", 224, 7, True),
 ])
 def test_timm_safetensors_match_timm(name, size, classes, gap, tmp_path):
@@ -163,7 +163,7 @@ def _run_hf(model, torch, images):
 
 
 @pytest.mark.parametrize("variant_name,kwargs", [
-    ("B/16", dict(num_labels=1000)),
+    pytest.param("B/16", dict(num_labels=1000), marks=pytest.mark.slow),
     ("Ti/16", dict(hidden_size=192, num_hidden_layers=12, num_attention_heads=3,
                    intermediate_size=768, image_size=160, num_labels=10)),
     ("S/32", dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6,

@@ -15,6 +15,7 @@ checked, so an interrupted or wrong download leaves nothing a later call uses.
 import dataclasses
 import functools
 import hashlib
+import http.client
 import json
 import os
 import time
@@ -291,7 +292,8 @@ def _fetch(checkpoint, path, expected):
                     if _looks_like_html(partial) else "")
             raise WeightsUnavailableError(f"{error}{hint}") from error
         os.replace(partial, path)  # atomic: a reader sees no file or the whole, checked one
-    except OSError as error:  # URLError, timeouts, refused connections, a full disk
+    except (OSError, http.client.HTTPException) as error:  # URLError, timeouts, refused or cut
+        # connections, a full disk
         raise WeightsUnavailableError(_offline_message(checkpoint, error)) from error
     finally:
         if os.path.exists(partial):
