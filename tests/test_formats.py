@@ -13,22 +13,14 @@ from keras_vit import CheckpointError
 from keras_vit.variants import get_variant
 from tests.oracle import import_timm, run_timm, timm_hybrid, timm_vit
 
+# The helpers the npz refusal tests use: every variable compared before and after.
+from tests.test_loading import _assert_unchanged, _weights
+
 TOL = 1e-4
 
 
 def _images(n, size, seed=3):
     return np.random.default_rng(seed).uniform(-1, 1, (n, *size, 3)).astype(np.float32)
-
-
-def _weights(model):
-    return [v.numpy().copy() for v in model.weights]
-
-
-def _assert_unchanged(model, before):
-    after = _weights(model)
-    assert len(before) == len(after)
-    for a, b in zip(before, after):
-        np.testing.assert_array_equal(a, b)
 
 
 def _assert_refused(model, path, match):
@@ -200,6 +192,28 @@ def test_a_transformers_vitmodel_pooler_is_pre_logits(tmp_path):
     assert pre.get_layer("pre_logits").kernel.shape == (192, 192)
     np.testing.assert_allclose(pre.get_layer("pre_logits").kernel.numpy(),
                                model.pooler.dense.weight.detach().numpy().T, atol=0)
+
+
+def test_numerics_follow_the_source_unless_overridden(tmp_path):
+    kwargs = dict(hidden_size=192, num_hidden_layers=2, num_attention_heads=3,
+                  intermediate_size=768, image_size=64, num_labels=4, layer_norm_eps=1e-5)
+    model, torch, directory = _hf(kwargs, tmp_path)
+    variant = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny")
+    images = _images(2, (64, 64))
+    reference = _run_hf(model, torch, images).logits.numpy()
+    ours = keras_vit.ViT(variant, weights=str(directory))
+    block = ours.get_layer("encoderblock_0")
+    assert (block.mlp.approximate_gelu, block.norm_0.epsilon, block.norm_2.epsilon,
+            ours.get_layer("encoder_norm").epsilon) == (False, 1e-5, 1e-5, 1e-5)
+    np.testing.assert_allclose(np.asarray(ours(images)), reference, atol=TOL)
+    tanh = keras_vit.ViT(variant, weights=str(directory), approximate_gelu=True,
+                         layer_norm_epsilon=1e-6)
+    block = tanh.get_layer("encoderblock_0")
+    assert (block.mlp.approximate_gelu, block.norm_0.epsilon) == (True, 1e-6)
+    assert np.abs(np.asarray(tanh(images)) - reference).max() > TOL  # the override is real
+    # No weights: the official numerics, as before.
+    plain = keras_vit.ViT(variant).get_layer("encoderblock_0")
+    assert (plain.mlp.approximate_gelu, plain.norm_0.epsilon) == (True, 1e-6)
 
 
 def test_transformers_refusals_change_nothing(tmp_path):
