@@ -132,6 +132,11 @@ def test_every_catalogue_entry_has_its_own_cache_path(monkeypatch, tmp_path):
     assert b16[0].endswith(os.path.join("vit_models", "imagenet21k", "ViT-B_16.npz"))
 
 
+def test_a_hub_entry_asked_of_another_variant_is_refused_before_any_download():
+    with pytest.raises(ValueError, match="holds ViT-B_16 weights"):
+        keras_vit.ViT_B32(weights="hf://google/vit-base-patch16-224")
+
+
 def test_mirror_variable_replaces_the_official_prefix(monkeypatch):
     checkpoint = find_checkpoint(TI, TAG)
     monkeypatch.delenv("KERAS_VIT_WEIGHTS_URL", raising=False)

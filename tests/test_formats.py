@@ -11,7 +11,14 @@ import pytest
 import keras_vit
 from keras_vit import CheckpointError
 from keras_vit.variants import get_variant
-from tests.oracle import import_timm, run_timm, timm_hybrid, timm_vit
+from tests.oracle import (
+    import_timm,
+    official_vit_arrays,
+    random_hybrid_npz,
+    run_timm,
+    timm_hybrid,
+    timm_vit,
+)
 
 # The helpers the npz refusal tests use: every variable compared before and after.
 from tests.test_loading import _assert_unchanged, _weights
@@ -285,6 +292,13 @@ def test_save_npz_reads_back_in_timm_and_bit_identically(name, size, classes, pr
                                             representation_size=pre))
     path = keras_vit.save_npz(model, tmp_path / "out.npz")
     assert sorted(os.listdir(tmp_path)) == ["out.npz"]  # no temporary file left
+    # The released layout, as the oracle spells it by hand: the same keys, shapes and dtype,
+    # readable without pickle (vit_jax's checkpoint.load is np.load + split on "/").
+    grid = variant.token_grid(size)
+    released = official_vit_arrays(variant, grid, classes=classes, pre_logits=pre)
+    with np.load(path, allow_pickle=False) as saved:
+        assert {k: (saved[k].shape, saved[k].dtype) for k in saved.files} == \
+            {k: (v.shape, v.dtype) for k, v in released.items()}
     images = _images(2, size)
     again = keras_vit.ViT(variant, weights=str(path), image_size=size)
     for a, b in zip(model.weights, again.weights):
@@ -305,6 +319,10 @@ def test_save_npz_of_a_hybrid_reads_back_in_timm_and_bit_identically(tmp_path):
         if "conv" in w.path and len(w.shape) == 4:
             w.assign(np.random.default_rng(5).standard_normal(w.shape).astype("float32"))
     path = keras_vit.save_npz(model, tmp_path / "hybrid.npz")
+    released = random_hybrid_npz(tmp_path / "oracle.npz", variant, variant.token_grid((224, 224)),
+                                 classes=10)
+    with np.load(path, allow_pickle=False) as saved:
+        assert {k: saved[k].shape for k in saved.files} == {k: v.shape for k, v in released.items()}
     again = keras_vit.ViT(variant, weights=str(path))
     for a, b in zip(model.weights, again.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())

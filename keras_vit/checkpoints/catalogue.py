@@ -377,6 +377,10 @@ def _hub_checkpoint(variant, weights):
     for c in catalogue():
         if c.hub == repo and c.variant == variant.name and (not revision or revision == c.revision):
             return c
+    others = sorted({c.variant for c in catalogue() if c.hub == repo})
+    if others:
+        raise ValueError(f"{weights} holds {' or '.join(others)} weights (catalogue), not "
+                         f"{variant.name}; build {others[0]} to use them.")
     return _local_checkpoint(variant, _hub_snapshot(repo, revision or None, weights), hub=repo,
                              revision=revision or None)
 

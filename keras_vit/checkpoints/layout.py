@@ -384,7 +384,8 @@ def keras_hub_key(path):
 
 def released_shape(key, shape):
     """The shape `key` has in released files: hybrids store GroupNorm parameters (1, 1, 1, C)."""
-    return (1, 1, 1, *shape) if is_trunk_key(key) and "/gn" in key else tuple(shape)
+    is_group_norm = is_trunk_key(key) and key.split("/")[-2].startswith("gn")
+    return (1, 1, 1, *shape) if is_group_norm else tuple(shape)
 
 
 def keras_hub_shapes(config, task_config=None):
