@@ -18,6 +18,8 @@ from keras_vit.checkpoints import (
     load_resnet_weights,
     load_weights,
     pin_checksum,
+    save_npz,
+    save_safetensors,
 )
 from keras_vit.labels import decode_predictions, imagenet_labels
 from keras_vit.layers import (
@@ -81,6 +83,7 @@ __all__ = [
     # variants and weights
     "VARIANTS", "Variant", "get_variant", "variant_names", "Checkpoint", "catalogue",
     "pin_checksum", "load_weights", "load_resnet_weights", "CheckpointError", "WeightsUnavailableError",
+    "save_npz", "save_safetensors",
     # pre- and post-processing
     "preprocess_input", "decode_predictions", "imagenet_labels",
     # export

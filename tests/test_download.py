@@ -21,6 +21,10 @@ def test_catalogue_covers_the_promised_checkpoints():
         for tag in ("augreg-in21k", "augreg-in21k-ft-in1k-224", "augreg-in21k-ft-in1k-384"):
             assert (v, tag) in have
     for c in catalogue():
+        if c.hub:  # a Hugging Face repository: no URL; the ImageNet-21k transformers ViTs are headless
+            assert c.url is None and c.format in ("timm", "transformers") and c.tag == f"hf://{c.hub}"
+            assert c.classes in (None, 1000, 21843) and c.resolution in (224, 384)
+            continue
         assert c.url.startswith("https://storage.googleapis.com/vit_models/") and c.url.endswith(".npz")
         assert c.classes in (1000, 21843) and c.resolution in (224, 384)
 
@@ -39,7 +43,7 @@ def test_offline_download_fails_fast_and_says_what_to_do(tmp_path):
     checkpoint = find_checkpoint(get_variant("B/16"), "imagenet21k")
     assert "ERROR" in out, result.stderr[-2000:]
     assert checkpoint.url in out
-    assert str(tmp_path / "keras_vit" / "ViT-B_16.npz") in out
+    assert str(tmp_path / "keras_vit" / "vit_models" / "imagenet21k" / "ViT-B_16.npz") in out
     assert "copy it to the cache path" in out and "weights='/path/to/file.npz'" in out
     # Process start and TensorFlow import take several seconds on 2 cores; the
     # failure itself is timed inside the process by the next test.
@@ -53,7 +57,7 @@ def test_offline_error_appears_within_ten_seconds(tmp_path, monkeypatch):
     with pytest.raises(keras_vit.WeightsUnavailableError, match="Could not download"):
         checkpoint.path()
     assert time.monotonic() - start < 10
-    assert not (tmp_path / "keras_vit" / "ViT-B_16.npz").exists()  # nothing half-written
+    assert not list((tmp_path / "keras_vit").rglob("*.npz*"))  # nothing half-written
 
 
 def test_a_cached_file_is_used_without_network(tmp_path, monkeypatch):
@@ -64,13 +68,13 @@ def test_a_cached_file_is_used_without_network(tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))
     variant = get_variant("Ti/16")
     checkpoint = find_checkpoint(variant, "augreg-in21k-ft-in1k-224")
-    (tmp_path / "keras_vit").mkdir()
+    path = tmp_path / "keras_vit" / checkpoint.cache_key
+    path.parent.mkdir(parents=True)
     tiny = dataclasses.replace(variant, depth=12)
-    random_vit_npz(tmp_path / "keras_vit" / checkpoint.filename, tiny, (14, 14), classes=1000)
+    random_vit_npz(path, tiny, (14, 14), classes=1000)
     model = keras_vit.ViT_Ti16(weights="augreg-in21k-ft-in1k-224")
     assert model.output_shape == (None, 1000)
     # The first use recorded the file's checksum; a changed file is now refused.
-    path = tmp_path / "keras_vit" / checkpoint.filename
     path.write_bytes(path.read_bytes()[:-10] + b"0123456789")
     with pytest.raises(keras_vit.WeightsUnavailableError):
         keras_vit.ViT_Ti16(weights="augreg-in21k-ft-in1k-224")

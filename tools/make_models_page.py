@@ -31,13 +31,16 @@ model = keras_vit.ViT("S/32", image_size=(224, 320), classes=10)
 model = keras_vit.ViT("ViT-B_16-gap-norep", include_top=False)  # official spellings work too
 ```
 
-`weights=` takes a catalogue tag (below), or the path of an official-layout
-`.npz` file. Loading is strict: every key and shape is checked before any
-weight is assigned, and the error lists what is missing, unexpected or
-mis-shaped. A checkpoint at another resolution has its position embedding
-resized the official way (class token kept, corner-aligned bilinear); a head of
-another size starts at zero, as official fine-tuning does; `pre_logits` is kept
-only when the checkpoint's head is kept.
+`weights=` takes a catalogue tag (below), `hf://owner/name` (a transformers
+or timm repository on the Hugging Face Hub, through `huggingface_hub`), or the
+path of an official `.npz`, a timm `.safetensors` file, a transformers
+`save_pretrained` directory or a keras-hub ViT preset directory. Loading is
+strict: every key and shape is checked before any weight is assigned, and the
+error lists what is missing, unexpected or mis-shaped. A checkpoint at another
+resolution has its position embedding resized the official way (class token
+kept, corner-aligned bilinear); a head of another size starts at zero, as
+official fine-tuning does; `pre_logits` is kept only when the checkpoint's head
+is kept.
 
 ## Architectures
 
@@ -55,10 +58,34 @@ WEIGHTS = """
 `weights=` tag, per variant. Classes: 21,843 for ImageNet-21k, 1,000 for the
 ImageNet-1k fine-tunes. The resolution is the model's default `image_size`
 when these weights are used. Files are downloaded once into
-`$KERAS_HOME/keras_vit/` (default `~/.keras/keras_vit/`).
+`$KERAS_HOME/keras_vit/` (default `~/.keras/keras_vit/`), at a path that
+mirrors the URL (`vit_models/imagenet21k/ViT-B_16.npz`), and checked against
+their row here (architecture, classes, pre_logits, resolution) on every use.
+Set `KERAS_VIT_WEIGHTS_URL` to replace `https://storage.googleapis.com/vit_models`
+with a mirror.
 
 | variant | tag | classes | resolution | pre_logits | size (MiB) | file |
 |---|---|---|---|---|---|---|
+"""
+
+HUB = """
+### Hugging Face Hub
+
+`weights="hf://owner/name"` (install the `hub` extra). Listed here: the
+google/vit-* family (the official ImageNet-21k models, headless with their
+pre-trained `pre_logits` as transformers' pooler, and their ImageNet-1k
+fine-tunes at 224 and 384) and timm's AugReg ViT-Ti/S/B/L (ImageNet-21k,
+and fine-tuned on ImageNet-1k at 224 and 384, plus B/16's augreg2), the
+weights most ViT users start from. Any other transformers or timm ViT
+repository loads too; these rows add the check of each file against its row.
+Files stay in huggingface_hub's cache (`HF_HOME`, `HF_HUB_OFFLINE` respected);
+only `config.json` and `*.safetensors` are fetched. A model built from them
+computes what their library computes: exact-erf GELU, and transformers'
+LayerNorm epsilon of 1e-12 (`approximate_gelu=` and `layer_norm_epsilon=`
+override).
+
+| variant | `weights=` | format | classes | resolution | pre_logits |
+|---|---|---|---|---|---|
 """
 
 OFFLINE = """
@@ -66,13 +93,16 @@ OFFLINE = """
 
 The official files live in the public bucket `gs://vit_models`. When a
 download fails, keras_vit stops within seconds and names the URL and the cache
-path: fetch the file elsewhere, copy it to that path, and call again, or pass
-the file's path as `weights=`.
+path in one line: fetch the file elsewhere, copy it to that path, and call
+again, set `KERAS_VIT_WEIGHTS_URL` to a mirror, or pass the file's path as
+`weights=`. Files of the old flat cache layout (`keras_vit/ViT-B_16.npz`,
+which two tags shared) are never used.
 
 No published checksums exist for these files. keras_vit records a file's
 sha256 the first time it uses it (in `$KERAS_HOME/keras_vit/checksums.json`)
 and refuses it if it changes later; pin a known hash yourself with
-`keras_vit.pin_checksum(filename, sha256)`.
+`keras_vit.pin_checksum(key, sha256)`, the key being the file's path inside
+the cache (`Checkpoint.cache_key`, e.g. `vit_models/imagenet21k/ViT-B_16.npz`).
 
 The numbers a model built from these files computes are checked against timm
 loading the same file (`tests/test_parity.py`), on random weights written
@@ -100,9 +130,17 @@ def render():
                      f"{v.heads} | {v.total_stride} | {pooling} | {count} |\n")
     lines.append(WEIGHTS)
     for c in catalogue():
+        if c.hub:
+            continue
         size = f"{c.size_mib:g}" if c.size_mib else "-"
         lines.append(f"| {c.variant} | `{c.tag}` | {c.classes:,} | {c.resolution} | "
                      f"{c.representation_size or '-'} | {size} | [{c.filename}]({c.url}) |\n")
+    lines.append(HUB)
+    for c in catalogue():
+        if c.hub:
+            classes = f"{c.classes:,}" if c.classes else "none (headless)"
+            lines.append(f"| {c.variant} | [`{c.tag}`](https://huggingface.co/{c.hub}) | {c.format} | "
+                         f"{classes} | {c.resolution} | {c.representation_size or '-'} |\n")
     lines.append(OFFLINE)
     with open(HYBRIDS) as f:  # hand-written prose on the hybrids, kept beside this script
         lines.append("\n" + f.read())

@@ -1,32 +1,56 @@
-"""The catalogue of official checkpoints: look-up, download into a cache, checksums.
+"""The catalogue of checkpoints: look-up, download into a cache, checks before use.
 
-The catalogue itself is data (`catalogue.json` beside this file). Files are
-cached under `$KERAS_HOME/keras_vit/` (default `~/.keras/keras_vit/`), as
-Keras caches its own downloads.
+The catalogue itself is data (`catalogue.json` beside this file). Official
+files are cached under `$KERAS_HOME/keras_vit/` (default `~/.keras/keras_vit/`),
+as Keras caches its own downloads, at a path that mirrors the file's URL
+(`vit_models/imagenet21k/ViT-B_16.npz`), so two tags' files never share a
+path. Hub entries (`hf://owner/name`) live in huggingface_hub's own cache.
+
+Every file, downloaded or found in the cache, is checked against its entry
+(architecture, classes, pre_logits width, resolution) from its headers before
+it is used; a download becomes visible at its cache path only whole and
+checked, so an interrupted or wrong download leaves nothing a later call uses.
 """
 
 import dataclasses
 import functools
 import hashlib
+import http.client
 import json
 import os
-import shutil
+import time
 import urllib.request
 from importlib import resources
 
-from keras_vit.checkpoints.errors import WeightsUnavailableError
-from keras_vit.checkpoints.formats.npz import inspect_npz
+from keras_vit.checkpoints.errors import CheckpointError, WeightsUnavailableError
+from keras_vit.checkpoints.formats import inspect_checkpoint, is_checkpoint_path
+from keras_vit.checkpoints.layout import (
+    HEAD_KERNEL_KEY,
+    POS_EMBED_KEY,
+    PRE_LOGITS_KERNEL_KEY,
+    describe_architecture,
+    square_grid,
+)
 
 __all__ = ["Checkpoint", "catalogue", "find_checkpoint", "resolve_weights", "pin_checksum",
-           "cache_dir"]
+           "cache_dir", "OFFICIAL_BASE_URL", "WEIGHTS_URL_ENV"]
 
-# How long one network step may stall before the download gives up.
+# The prefix of every official URL, and the variable that points it at a mirror.
+OFFICIAL_BASE_URL = "https://storage.googleapis.com/vit_models"
+WEIGHTS_URL_ENV = "KERAS_VIT_WEIGHTS_URL"
+# A download is refused when some DOWNLOAD_TIMEOUT_S window brings fewer than
+# MIN_BYTES_PER_WINDOW bytes: a dead server and a trickling one both fail in
+# about that time, instead of one socket timeout per byte forever.
 DOWNLOAD_TIMEOUT_S = 10
+MIN_BYTES_PER_WINDOW = 64 << 10
+# Which numerics each source's library computes (tanh GELU, LayerNorm epsilon).
+NUMERICS = {"npz": (True, 1e-6), "timm": (False, 1e-6), "transformers": (False, 1e-12),
+            "keras_hub": (False, 1e-6)}
 
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
-    """One official weight file: where it lives and what the model needs to match it."""
+    """One weight file: where it lives and what the model needs to match it."""
 
     variant: str
     tag: str
@@ -37,20 +61,52 @@ class Checkpoint:
     size_mib: float | None = None
     sha256: str | None = None
     source: str = ""
-    local_path: str | None = None  # set for a user's own .npz file
+    local_path: str | None = None  # set for a user's own file or directory
+    format: str = "npz"  # npz, timm, transformers or keras_hub
+    hub: str | None = None  # a Hugging Face repository id, for hf:// entries
+    revision: str | None = None
+    # The numerics of the source's library; None: the format's (NUMERICS).
+    approximate_gelu: bool | None = None
+    layer_norm_epsilon: float | None = None
 
     @property
     def filename(self):
-        return os.path.basename(self.local_path or self.url)
+        return os.path.basename(self.local_path or self.url or self.hub)
+
+    @property
+    def cache_key(self):
+        """The file's path inside the cache, unique per source: the URL's path."""
+        url = self.url
+        if url.startswith(OFFICIAL_BASE_URL + "/"):
+            return "vit_models/" + url[len(OFFICIAL_BASE_URL) + 1:]
+        scheme, _, rest = url.partition("://")
+        return rest.replace(":", "_")
 
     @property
     def cached_path(self):
-        return os.path.join(cache_dir(), self.filename)
+        return os.path.join(cache_dir(), *self.cache_key.split("/"))
+
+    @property
+    def download_url(self):
+        """The URL, with the official prefix replaced by $KERAS_VIT_WEIGHTS_URL when set."""
+        mirror = os.environ.get(WEIGHTS_URL_ENV, "").rstrip("/")
+        if mirror and self.url.startswith(OFFICIAL_BASE_URL + "/"):
+            return mirror + self.url[len(OFFICIAL_BASE_URL):]
+        return self.url
+
+    @property
+    def numerics(self):
+        """(approximate_gelu, layer_norm_epsilon) of the library that made the file."""
+        gelu, epsilon = NUMERICS[self.format]
+        return (gelu if self.approximate_gelu is None else self.approximate_gelu,
+                epsilon if self.layer_norm_epsilon is None else self.layer_norm_epsilon)
 
     def path(self):
-        """A local path of the file, downloading it into the cache if needed."""
+        """A local path of the file, checked against this entry, downloading it if needed."""
         if self.local_path:
             return self.local_path
+        if self.hub:
+            return _hub_download(self)
         return _download(self)
 
 
@@ -68,8 +124,9 @@ def find_checkpoint(variant, tag):
         return matches[0]
     tags = sorted({c.tag for c in catalogue()})
     if tag not in tags:
-        raise ValueError(f"Unknown weights {tag!r}. Use None, the path of an .npz file, or one "
-                         f"of the catalogue tags: {', '.join(tags)}.")
+        raise ValueError(f"Unknown weights {tag!r}. Use None, the path of a checkpoint file or "
+                         f"directory, hf://owner/name, or one of the catalogue tags: "
+                         f"{', '.join(tags)}.")
     available = sorted(c.tag for c in catalogue() if c.variant == variant.name)
     raise ValueError(f"There are no {tag!r} weights for {variant.name}. Available for this "
                      f"variant: {', '.join(available) or 'none'}.")
@@ -82,14 +139,25 @@ def resolve_weights(variant, weights, image_size=None):
     if not isinstance(weights, (str, os.PathLike)):
         raise TypeError(f"weights must be None, a catalogue tag or a path, got {type(weights).__name__}.")
     weights = os.fspath(weights)
-    if weights.endswith(".npz") or os.path.sep in weights:
-        if not os.path.isfile(weights):
+    if weights.startswith("hf://"):
+        return _hub_checkpoint(variant, weights)
+    if is_checkpoint_path(weights):
+        if not os.path.exists(weights):
             raise FileNotFoundError(f"No checkpoint file at {weights!r}.")
-        info = inspect_npz(weights)
-        return Checkpoint(variant=variant.name, tag="file", url=None, classes=info.classes,
-                          resolution=info.resolution(variant), local_path=weights,
-                          representation_size=info.representation_size)
+        return _local_checkpoint(variant, weights)
     return find_checkpoint(variant, weights)
+
+
+def _local_checkpoint(variant, path, **fields):
+    info = inspect_checkpoint(path)
+    if info.heads is not None and info.heads != variant.heads:  # shapes cannot show this one
+        raise CheckpointError(f"{path} has {info.heads} attention heads; {variant.name} has "
+                              f"{variant.heads}. Nothing was loaded.")
+    return Checkpoint(variant=variant.name, tag="file", url=None, classes=info.classes,
+                      resolution=info.resolution(variant), local_path=path,
+                      representation_size=info.representation_size, format=info.format,
+                      layer_norm_epsilon=info.layer_norm_epsilon,
+                      approximate_gelu=info.approximate_gelu, **fields)
 
 
 def cache_dir():
@@ -106,23 +174,24 @@ def _pins():
     try:
         with open(_pins_path()) as f:
             return json.load(f)
-    except FileNotFoundError:
+    except (FileNotFoundError, json.JSONDecodeError):
         return {}
 
 
-def pin_checksum(filename, sha256):
-    """Records the sha256 a checkpoint file must have; later loads verify it.
+def pin_checksum(key, sha256):
+    """Records the sha256 a cached checkpoint file must have; later loads verify it.
 
-    `filename` is the file's base name (`Checkpoint.filename`). Without a pin,
-    keras_vit records the hash of a file the first time it uses it, so a file
-    that changes or is damaged in the cache afterwards is detected.
+    `key` is the file's path inside the cache (`Checkpoint.cache_key`, e.g.
+    "vit_models/imagenet21k/ViT-B_16.npz"). Without a pin, keras_vit records
+    the hash of a file the first time it uses it (after checking its contents
+    against its entry), so a file that changes in the cache afterwards is caught.
     """
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower()):
         raise ValueError(f"A sha256 is 64 hexadecimal digits, got {sha256!r}.")
     pins = _pins()
-    pins[filename] = sha256.lower()
+    pins[key] = sha256.lower()
     os.makedirs(cache_dir(), exist_ok=True)
-    tmp = _pins_path() + ".tmp"
+    tmp = f"{_pins_path()}.tmp-{os.getpid()}"  # per process: two writers never share it
     with open(tmp, "w") as f:
         json.dump(pins, f, indent=1)
     os.replace(tmp, _pins_path())  # atomic: never a half-written pin file
@@ -130,35 +199,153 @@ def pin_checksum(filename, sha256):
 
 def _download(checkpoint):
     """The cached file of `checkpoint`, fetched first when absent or not the pinned file."""
-    expected = checkpoint.sha256 or _pins().get(checkpoint.filename)
+    pinned = _pins().get(checkpoint.cache_key)
+    expected = checkpoint.sha256 or pinned
     path = checkpoint.cached_path
-    if not (os.path.exists(path) and (not expected or _sha256(path) == expected)):
+    if os.path.exists(path) and (not expected or _sha256(path) == expected):
+        check_contents(checkpoint, path)  # on every hit: the file is what the entry says
+    else:
+        _fetch(checkpoint, path, expected)
+    if not expected:  # trust on first use, after the contents check
         try:
-            _fetch(checkpoint.url, path)
-        except OSError as error:  # URLError, timeouts and refused connections are OSErrors
-            raise WeightsUnavailableError(_offline_message(checkpoint, error)) from error
-        if expected and _sha256(path) != expected:
-            raise WeightsUnavailableError(
-                f"{path} does not have the sha256 recorded for it ({expected}); the download "
-                "is damaged or the file changed. Delete the file and call again.")
-    if not expected:  # trust on first use: later damage to the cached file is caught
-        pin_checksum(checkpoint.filename, _sha256(path))
+            pin_checksum(checkpoint.cache_key, _sha256(path))
+        except OSError:  # a read-only cache: the file is checked on every use anyway
+            pass
     return path
 
 
-def _fetch(url, path):
-    """Downloads `url` to `path` through a temporary file, renamed into place when whole."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+def check_contents(checkpoint, path, shown_path=None):
+    """Raises `CheckpointError` when the file at `path` is not what `checkpoint` declares."""
+    from keras_vit.variants import get_variant
+
+    variant = get_variant(checkpoint.variant)
+    shown = shown_path or path
+    try:
+        info = inspect_checkpoint(path, format=checkpoint.format)
+    except CheckpointError as error:
+        raise CheckpointError(f"{shown} is not a readable {checkpoint.format} checkpoint, so it "
+                              f"cannot be the {checkpoint.tag!r} {checkpoint.variant} weights "
+                              f"({error}); it was not used.") from error
+    found = _summary(info.shapes, variant)
+    wanted = {"architecture": _architecture(variant), "classes": checkpoint.classes,
+              "pre_logits width": checkpoint.representation_size,
+              "resolution": checkpoint.resolution}
+    wrong = [f"{k} {found[k]} where the entry says {v}" for k, v in wanted.items()
+             if found[k] != v]
+    if wrong:
+        raise CheckpointError(
+            f"{shown} is not the {checkpoint.tag!r} {checkpoint.variant} file its catalogue "
+            f"entry describes: it has {'; '.join(wrong)}. It was not used; delete it and call "
+            f"again to fetch the right file.")
+
+
+def _architecture(variant):
+    return f"{variant.name} (width {variant.width}, depth {variant.depth}, patch {variant.patch_size})"
+
+
+def _summary(shapes, variant):
+    """What a checkpoint's official-key shapes say, in the terms of a catalogue entry."""
+    arrays = {k: _Shape(s) for k, s in shapes.items()}
+    head, pre = shapes.get(HEAD_KERNEL_KEY), shapes.get(PRE_LOGITS_KERNEL_KEY)
+    pos = shapes.get(POS_EMBED_KEY)
+    grid = pos and square_grid(pos[1] - ("cls" in shapes))
+    return {"architecture": describe_architecture(arrays), "classes": head[-1] if head else None,
+            "pre_logits width": pre[-1] if pre else None,
+            "resolution": grid[0] * variant.total_stride if grid else None}
+
+
+class _Shape:
+    """Stands for an array where only its shape is known (header-only checks)."""
+
+    def __init__(self, shape):
+        self.shape, self.ndim = tuple(shape), len(shape)
+
+
+def _fetch(checkpoint, path, expected):
+    """Downloads the file to `path` through a private temporary file, renamed into place only
+    when whole, of the pinned sha256 and of the entry's contents."""
+    url = checkpoint.download_url
+    directory = os.path.dirname(path)
     partial = f"{path}.part-{os.getpid()}"
     try:
-        # The timeout bounds each network step of this request alone; no global setting.
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, \
-                open(partial, "wb") as f:
-            shutil.copyfileobj(response, f, 1 << 20)
-        os.replace(partial, path)
+        os.makedirs(directory, exist_ok=True)
+        _remove_stale_parts(path)
+        handle = open(partial, "wb")
+    except OSError as error:
+        raise WeightsUnavailableError(
+            f"Cannot write {path} ({error.strerror or error}): the cache is not writable; set "
+            f"KERAS_HOME to a writable directory, or copy the file from {url} to {path} "
+            "by hand.") from error
+    try:
+        with handle:
+            _stream(url, handle)
+        if expected and _sha256(partial) != expected:
+            raise WeightsUnavailableError(
+                f"The file downloaded from {url} does not have the sha256 recorded for "
+                f"{path} ({expected}); it was not kept. If the file changed on purpose, delete "
+                f"that entry from {_pins_path()} and call again.")
+        try:
+            check_contents(checkpoint, partial, shown_path=f"the file downloaded from {url}")
+        except CheckpointError as error:
+            hint = (" (it is an HTML page: a proxy or login page? set "
+                    f"{WEIGHTS_URL_ENV} to a mirror, or copy the file to {path} by hand)"
+                    if _looks_like_html(partial) else "")
+            raise WeightsUnavailableError(f"{error}{hint}") from error
+        os.replace(partial, path)  # atomic: a reader sees no file or the whole, checked one
+    except (OSError, http.client.HTTPException) as error:  # URLError, timeouts, refused or cut
+        # connections, a full disk
+        raise WeightsUnavailableError(_offline_message(checkpoint, error)) from error
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
+
+
+def _stream(url, handle):
+    """Copies `url` into `handle`, refusing a stalled or truncated transfer."""
+    # The timeout bounds each network step of this request alone; no global setting.
+    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+        length = response.headers.get("Content-Length")
+        total, window_start, window_bytes = 0, time.monotonic(), 0
+        while chunk := response.read1(1 << 20):
+            handle.write(chunk)
+            total += len(chunk)
+            window_bytes += len(chunk)
+            if time.monotonic() - window_start >= DOWNLOAD_TIMEOUT_S:
+                if window_bytes < MIN_BYTES_PER_WINDOW:
+                    raise TimeoutError(f"the download stalled: {window_bytes} bytes in the last "
+                                       f"{DOWNLOAD_TIMEOUT_S} s")
+                window_start, window_bytes = time.monotonic(), 0
+        if length is not None and total != int(length):
+            raise ConnectionError(f"the connection closed after {total} of {length} bytes")
+
+
+def _remove_stale_parts(path):
+    """Deletes temporary files that killed downloads of `path` left behind."""
+    directory, base = os.path.split(path)
+    for name in os.listdir(directory):
+        if name.startswith(base + ".part-"):
+            pid = name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _alive(int(pid)):
+                try:
+                    os.unlink(os.path.join(directory, name))
+                except OSError:
+                    pass
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _looks_like_html(path):
+    with open(path, "rb") as f:
+        start = f.read(512).lstrip().lower()
+    return start.startswith((b"<!doctype html", b"<html"))
 
 
 def _sha256(path):
@@ -171,12 +358,51 @@ def _sha256(path):
 
 def _offline_message(checkpoint, error):
     size = f" ({checkpoint.size_mib:.0f} MiB)" if checkpoint.size_mib else ""
-    return (
-        f"Could not download the {checkpoint.tag!r} weights for {checkpoint.variant}{size}.\n"
-        f"  URL:   {checkpoint.url}\n"
-        f"  cache: {checkpoint.cached_path}\n"
-        f"  cause: {error}\n"
-        "Without network access, fetch the file on another machine (e.g. `gsutil cp "
-        f"{checkpoint.url.replace('https://storage.googleapis.com/', 'gs://')} .` or a browser), "
-        "copy it to the cache path above, and call again; or pass the file's path as "
-        "weights='/path/to/file.npz'.")
+    path = checkpoint.cached_path
+    old = os.path.join(cache_dir(), checkpoint.filename)
+    stale = (f" (The old-layout file {old} was not used: that flat layout gave two tags' files "
+             "one name.)" if os.path.exists(old) else "")
+    gs = checkpoint.url.replace("https://storage.googleapis.com/", "gs://")
+    return (f"Could not download the {checkpoint.tag!r} weights for {checkpoint.variant}{size} "
+            f"from {checkpoint.download_url} ({error}). Without network access, fetch the file on "
+            f"another machine (`gsutil cp {gs} .` or a browser) and copy it to the cache path "
+            f"{path}, set {WEIGHTS_URL_ENV} to a mirror, or pass the file's path as "
+            f"weights='/path/to/file.npz'.{stale}")
+
+
+def _hub_checkpoint(variant, weights):
+    """`hf://owner/name[@revision]`: the catalogue's entry for it, else one read from the
+    repository's files (fetched through huggingface_hub, which keeps its own cache)."""
+    repo, _, revision = weights[len("hf://"):].partition("@")
+    for c in catalogue():
+        if c.hub == repo and c.variant == variant.name and (not revision or revision == c.revision):
+            return c
+    others = sorted({c.variant for c in catalogue() if c.hub == repo})
+    if others:
+        raise ValueError(f"{weights} holds {' or '.join(others)} weights (catalogue), not "
+                         f"{variant.name}; build {others[0]} to use them.")
+    return _local_checkpoint(variant, _hub_snapshot(repo, revision or None, weights), hub=repo,
+                             revision=revision or None)
+
+
+def _hub_download(checkpoint):
+    directory = _hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}")
+    check_contents(checkpoint, directory)
+    return directory
+
+
+def _hub_snapshot(repo, revision, weights):
+    try:
+        import huggingface_hub
+    except ImportError as error:
+        raise ImportError(f"weights={weights!r} needs huggingface_hub: "
+                          "pip install 'keras_vit[hub]'.") from error
+    try:  # only the config and the safetensors weights: pickled files are never fetched
+        return huggingface_hub.snapshot_download(
+            repo, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.h5"])
+    except Exception as error:  # the hub raises many kinds; all mean "not here"
+        cause = " ".join(str(error).split())  # one line, however the hub formats it
+        raise WeightsUnavailableError(
+            f"Could not fetch {weights} through huggingface_hub ({type(error).__name__}: "
+            f"{cause}). Offline, download the repository elsewhere (`hf download {repo}`) into "
+            "the Hugging Face cache ($HF_HOME), or pass the directory's path as weights=.") from error

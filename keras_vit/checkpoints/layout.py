@@ -13,11 +13,14 @@ import re
 
 import numpy as np
 
+from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.variants import VARIANTS
 
 __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "is_head_key",
            "square_grid", "describe_architecture", "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
-           "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "TRUNK_PREFIXES"]
+           "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "TRUNK_PREFIXES", "timm_to_official",
+           "official_to_timm", "transformers_to_official", "keras_hub_key", "split_heads",
+           "released_shape", "keras_hub_shapes"]
 
 POS_EMBED_KEY = "Transformer/posembed_input/pos_embedding"
 HEAD_KERNEL_KEY = "head/kernel"  # (features, classes): the head's class count
@@ -173,3 +176,234 @@ def describe_architecture(arrays):
                 and (not hybrid or kernel.shape[2] == v.trunk_channels):
             return f"{v.name} (width {v.width}, depth {depth}, patch {kernel.shape[0]})"
     return f"a ViT of width {kernel.shape[3]}, depth {depth}, patch {kernel.shape[0]}"
+
+
+# --- other libraries' layouts, translated into the official one -----------------------------
+# Each reader in formats/ reads its file format; the key names are translated here, so the
+# official layout is still spelled in one place. Keys a translation does not know pass through
+# with a "library:" prefix, so that the strict loader names them as unexpected.
+
+def timm_to_official(sd, heads=None, source="the checkpoint"):
+    """timm arrays -> official-key arrays, attention split into `heads` heads (None: kept
+    (D, D), enough for header checks). Keys it does not know pass through unchanged
+    (prefixed "timm:"), so that the strict loader names them as unexpected."""
+    if "patch_embed.backbone.stem.conv.weight" in sd:
+        raise CheckpointError(f"{source} is a timm hybrid (ResNet + ViT) state dict; keras_vit reads "
+                              "hybrids from the official .npz layout only.")
+    out = {}
+    for key, a in sd.items():
+        m = re.fullmatch(r"blocks\.(\d+)\.(.+)", key)
+        if m:
+            _block_to_official(out, f"Transformer/encoderblock_{m.group(1)}", m.group(2), a, key,
+                               heads)
+        elif key == "patch_embed.proj.weight":
+            out["embedding/kernel"] = a.transpose(2, 3, 1, 0)
+        elif key == "patch_embed.proj.bias":
+            out["embedding/bias"] = a
+        elif key == "cls_token":
+            out["cls"] = a
+        elif key == "pos_embed":
+            out["Transformer/posembed_input/pos_embedding"] = a
+        elif key in ("norm.weight", "norm.bias"):
+            out["Transformer/encoder_norm/" + ("scale" if key.endswith("weight") else "bias")] = a
+        elif key == "head.weight":
+            out["head/kernel"] = a.T
+        elif key == "head.bias":
+            out["head/bias"] = a
+        else:
+            out["timm:" + key] = a
+    return out
+
+
+def _block_to_official(out, b, rest, a, key, heads):
+    ln = {"norm1": "LayerNorm_0", "norm2": "LayerNorm_2"}
+    mha = f"{b}/MultiHeadDotProductAttention_1"
+    m = re.fullmatch(r"(norm1|norm2)\.(weight|bias)", rest)
+    if m:
+        out[f"{b}/{ln[m.group(1)]}/{'scale' if m.group(2) == 'weight' else 'bias'}"] = a
+    elif rest in ("attn.qkv.weight", "attn.qkv.bias"):
+        d = a.shape[0] // 3
+        for j, name in enumerate(("query", "key", "value")):
+            part = a[j * d:(j + 1) * d]
+            if rest.endswith("weight"):
+                out[f"{mha}/{name}/kernel"] = split_heads(part.T, heads, axis=1)
+            else:
+                out[f"{mha}/{name}/bias"] = split_heads(part, heads, axis=0)
+    elif rest == "attn.proj.weight":
+        out[f"{mha}/out/kernel"] = split_heads(a.T, heads, axis=0)
+    elif rest == "attn.proj.bias":
+        out[f"{mha}/out/bias"] = a
+    elif m := re.fullmatch(r"mlp\.fc([12])\.(weight|bias)", rest):
+        dense = f"{b}/MlpBlock_3/Dense_{int(m.group(1)) - 1}"
+        if m.group(2) == "weight":
+            out[f"{dense}/kernel"] = a.T
+        else:
+            out[f"{dense}/bias"] = a
+    else:
+        out["timm:" + key] = a
+
+
+def split_heads(a, heads, axis):
+    """(.., D, ..) -> (.., heads, D // heads, ..) at `axis`: the official attention shapes."""
+    if heads is None or a.shape[axis] % heads:
+        return a  # the loader then names the shape mismatch
+    shape = list(a.shape)
+    shape[axis:axis + 1] = [heads, shape[axis] // heads]
+    return a.reshape(shape)
+
+
+def official_to_timm(arrays):
+    """Official-key arrays (heads split as (D, H, hd)) -> timm's VisionTransformer keys."""
+    if "conv_root/kernel" in arrays:
+        raise ValueError("save_safetensors writes timm's plain ViT layout; a hybrid's ResNet trunk "
+                         "has no equivalent there. Use save_npz, which timm's npz loader reads.")
+    if "pre_logits/kernel" in arrays:
+        raise ValueError("timm's ViT layout has no pre_logits layer; save this model with "
+                         "save_npz, or build it with representation_size=None.")
+    sd = {"patch_embed.proj.weight": arrays["embedding/kernel"].transpose(3, 2, 0, 1),
+          "patch_embed.proj.bias": arrays["embedding/bias"],
+          "pos_embed": arrays["Transformer/posembed_input/pos_embedding"],
+          "norm.weight": arrays["Transformer/encoder_norm/scale"],
+          "norm.bias": arrays["Transformer/encoder_norm/bias"]}
+    if "cls" in arrays:
+        sd["cls_token"] = arrays["cls"]
+    i = 0
+    while f"Transformer/encoderblock_{i}/LayerNorm_0/scale" in arrays:
+        b, t = f"Transformer/encoderblock_{i}", f"blocks.{i}"
+        mha = f"{b}/MultiHeadDotProductAttention_1"
+        d = arrays[f"{b}/LayerNorm_0/scale"].shape[0]
+        sd[f"{t}.norm1.weight"] = arrays[f"{b}/LayerNorm_0/scale"]
+        sd[f"{t}.norm1.bias"] = arrays[f"{b}/LayerNorm_0/bias"]
+        sd[f"{t}.norm2.weight"] = arrays[f"{b}/LayerNorm_2/scale"]
+        sd[f"{t}.norm2.bias"] = arrays[f"{b}/LayerNorm_2/bias"]
+        qkv = ("query", "key", "value")
+        sd[f"{t}.attn.qkv.weight"] = np.concatenate(
+            [arrays[f"{mha}/{n}/kernel"].reshape(d, d).T for n in qkv])
+        sd[f"{t}.attn.qkv.bias"] = np.concatenate([arrays[f"{mha}/{n}/bias"].reshape(d) for n in qkv])
+        sd[f"{t}.attn.proj.weight"] = arrays[f"{mha}/out/kernel"].reshape(d, d).T
+        sd[f"{t}.attn.proj.bias"] = arrays[f"{mha}/out/bias"]
+        for j in (0, 1):
+            sd[f"{t}.mlp.fc{j + 1}.weight"] = arrays[f"{b}/MlpBlock_3/Dense_{j}/kernel"].T
+            sd[f"{t}.mlp.fc{j + 1}.bias"] = arrays[f"{b}/MlpBlock_3/Dense_{j}/bias"]
+        i += 1
+    if "head/kernel" in arrays:
+        sd["head.weight"] = arrays["head/kernel"].T
+        sd["head.bias"] = arrays["head/bias"]
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sd.items()}
+
+
+_TRANSFORMERS_BLOCK = {
+    "attention.attention.query": "q", "attention.q_proj": "q",
+    "attention.attention.key": "k", "attention.k_proj": "k",
+    "attention.attention.value": "v", "attention.v_proj": "v",
+    "attention.output.dense": "o", "attention.o_proj": "o",
+    "layernorm_before": "ln0", "layernorm_after": "ln2",
+    "intermediate.dense": "fc1", "mlp.fc1": "fc1", "output.dense": "fc2", "mlp.fc2": "fc2",
+}
+
+
+def transformers_to_official(sd, heads=None):
+    out = {}
+    for key, a in sd.items():
+        name = key.removeprefix("vit.")
+        m = re.fullmatch(r"(?:encoder\.layer|layers)\.(\d+)\.(.+)\.(weight|bias)", name)
+        if m and m.group(2) in _TRANSFORMERS_BLOCK:
+            _transformers_block(out, f"Transformer/encoderblock_{m.group(1)}",
+                                _TRANSFORMERS_BLOCK[m.group(2)], m.group(3), a, heads)
+        elif name == "embeddings.patch_embeddings.projection.weight":
+            out["embedding/kernel"] = a.transpose(2, 3, 1, 0)
+        elif name == "embeddings.patch_embeddings.projection.bias":
+            out["embedding/bias"] = a
+        elif name == "embeddings.cls_token":
+            out["cls"] = a
+        elif name == "embeddings.position_embeddings":
+            out["Transformer/posembed_input/pos_embedding"] = a
+        elif name in ("layernorm.weight", "layernorm.bias"):
+            out["Transformer/encoder_norm/" + ("scale" if name.endswith("weight") else "bias")] = a
+        elif name in ("pooler.dense.weight", "classifier.weight"):
+            out[("pre_logits" if name.startswith("pooler") else "head") + "/kernel"] = a.T
+        elif name in ("pooler.dense.bias", "classifier.bias"):
+            out[("pre_logits" if name.startswith("pooler") else "head") + "/bias"] = a
+        else:
+            out["transformers:" + key] = a  # the strict loader names it as unexpected
+    return out
+
+
+def _transformers_block(out, b, part, kind, a, heads):
+    mha = f"{b}/MultiHeadDotProductAttention_1"
+    if part in ("ln0", "ln2"):
+        out[f"{b}/LayerNorm_{part[2]}/{'scale' if kind == 'weight' else 'bias'}"] = a
+    elif part in ("q", "k", "v"):
+        name = {"q": "query", "k": "key", "v": "value"}[part]
+        if kind == "weight":
+            out[f"{mha}/{name}/kernel"] = split_heads(a.T, heads, axis=1)
+        else:
+            out[f"{mha}/{name}/bias"] = split_heads(a, heads, axis=0)
+    elif part == "o":
+        out[f"{mha}/out/{'kernel' if kind == 'weight' else 'bias'}"] = \
+            split_heads(a.T, heads, axis=0) if kind == "weight" else a
+    else:
+        dense = f"{b}/MlpBlock_3/Dense_{int(part[2]) - 1}"
+        out[f"{dense}/{'kernel' if kind == 'weight' else 'bias'}"] = a.T if kind == "weight" else a
+
+
+_KERAS_HUB_BLOCK = {"ln_1/gamma": "LayerNorm_0/scale", "ln_1/beta": "LayerNorm_0/bias",
+          "ln_2/gamma": "LayerNorm_2/scale", "ln_2/beta": "LayerNorm_2/bias",
+          "mlp/dense_1/kernel": "MlpBlock_3/Dense_0/kernel",
+          "mlp/dense_1/bias": "MlpBlock_3/Dense_0/bias",
+          "mlp/dense_2/kernel": "MlpBlock_3/Dense_1/kernel",
+          "mlp/dense_2/bias": "MlpBlock_3/Dense_1/bias",
+          "mha/attention_output/kernel": "MultiHeadDotProductAttention_1/out/kernel",
+          "mha/attention_output/bias": "MultiHeadDotProductAttention_1/out/bias"}
+
+
+def keras_hub_key(path):
+    m = re.search(r"transformer_block_(\d+)/(.+)$", path)
+    if m:
+        b = f"Transformer/encoderblock_{int(m.group(1)) - 1}"
+        rest = m.group(2)
+        if rest in _KERAS_HUB_BLOCK:
+            return f"{b}/{_KERAS_HUB_BLOCK[rest]}"
+        qkv = re.fullmatch(r"mha/(query|key|value)/(kernel|bias)", rest)
+        if qkv:
+            return f"{b}/MultiHeadDotProductAttention_1/{qkv.group(1)}/{qkv.group(2)}"
+    for suffix, key in (("class_token", "cls"), ("patch_embedding/kernel", "embedding/kernel"),
+                        ("patch_embedding/bias", "embedding/bias"),
+                        ("vit_encoder/ln/gamma", "Transformer/encoder_norm/scale"),
+                        ("vit_encoder/ln/beta", "Transformer/encoder_norm/bias"),
+                        ("pre_logits/kernel", "pre_logits/kernel"),
+                        ("pre_logits/bias", "pre_logits/bias"),
+                        ("output_dense/kernel", "head/kernel"), ("output_dense/bias", "head/bias"),
+                        ("predictions/kernel", "head/kernel"), ("predictions/bias", "head/bias")):
+        if path.endswith(suffix):
+            return key
+    if path.endswith("position_embedding/embeddings"):
+        return "Transformer/posembed_input/pos_embedding"
+    return "keras_hub:" + path  # the strict loader names it as unexpected
+
+
+def released_shape(key, shape):
+    """The shape `key` has in released files: hybrids store GroupNorm parameters (1, 1, 1, C)."""
+    is_group_norm = is_trunk_key(key) and key.split("/")[-2].startswith("gn")
+    return (1, 1, 1, *shape) if is_group_norm else tuple(shape)
+
+
+def keras_hub_shapes(config, task_config=None):
+    """The official-key shapes of a keras-hub ViT backbone of `config` (and of its image
+    classifier's pre_logits and head, given the task's config): its configs, not its h5
+    file, are the cheap header."""
+    d, p = config["hidden_dim"], config["patch_size"]
+    h, w, c = config["image_shape"]
+    p = p if isinstance(p, int) else p[0]
+    has_cls = config.get("use_class_token", True)
+    shapes = {"embedding/kernel": (p, p, c, d), POS_EMBED_KEY: (1, (h // p) * (w // p) + has_cls, d)}
+    if has_cls:
+        shapes["cls"] = (1, 1, d)
+    for i in range(config["num_layers"]):
+        shapes[f"Transformer/encoderblock_{i}/LayerNorm_0/scale"] = (d,)
+    if task_config is not None:
+        hidden = task_config.get("intermediate_dim")
+        if hidden:
+            shapes[PRE_LOGITS_KERNEL_KEY] = (d, hidden)
+        shapes[HEAD_KERNEL_KEY] = (hidden or d, task_config.get("num_classes"))
+    return shapes

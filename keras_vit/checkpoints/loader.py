@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.formats.npz import read_npz
+from keras_vit.checkpoints.formats import read_checkpoint
 from keras_vit.checkpoints.layout import (
     DROPPABLE_PREFIXES,
     POS_EMBED_KEY,
@@ -28,7 +28,11 @@ __all__ = ["load_weights", "load_resnet_weights"]
 
 
 def load_weights(model, checkpoint):
-    """Loads an official-layout checkpoint (a path or a dict of arrays) into `model`.
+    """Loads a checkpoint (a path or a dict of official-key arrays) into `model`.
+
+    A path is an official `.npz`, a timm `.safetensors`, a transformers
+    `save_pretrained` directory or a keras-hub preset directory; each is read
+    into the official keys first (`keras_vit.checkpoints.formats`).
 
     Raises `CheckpointError` naming every missing key, unexpected key and
     mismatched shape; on any error no variable has changed. The head is
@@ -54,7 +58,9 @@ def load_resnet_weights(model, checkpoint):
 def _load(model, checkpoint, trunk_only):
     is_path = isinstance(checkpoint, (str, os.PathLike))
     source = os.fspath(checkpoint) if is_path else "the checkpoint"
-    arrays = normalize_keys(read_npz(source) if is_path else dict(checkpoint))
+    # Every format is read into the official keys; the checks below are the same for all.
+    arrays = normalize_keys(read_checkpoint(source, heads=_heads(model)) if is_path
+                            else dict(checkpoint))
     rows = layout(model)
     if trunk_only:
         rows = [r for r in rows if is_trunk_key(r.keys[0])]
@@ -103,6 +109,13 @@ def _load(model, checkpoint, trunk_only):
         # second host copy of the weights.
         variable.assign(value.astype(variable.dtype, copy=False))
     return model
+
+
+def _heads(model):
+    """The attention heads of `model`'s blocks (None without blocks): formats that store
+    (D, D) attention kernels are split into the official (D, heads, head_dim)."""
+    names = {layer.name for layer in model.layers}
+    return model.get_layer("encoderblock_0").num_heads if "encoderblock_0" in names else None
 
 
 def _num_prefix_tokens(model):

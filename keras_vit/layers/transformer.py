@@ -158,20 +158,22 @@ class TransformerBlock(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, mlp_dim, dropout=0.0, attention_dropout=0.0,
-                 approximate_gelu=True, **kwargs):
+                 approximate_gelu=True, layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
+        # transformers' google/vit-* models use 1e-12; the official ones 1e-6.
+        self.layer_norm_epsilon = layer_norm_epsilon
         self.mlp_dim = mlp_dim
         self.dropout = dropout
         self.attention_dropout = attention_dropout
         self.approximate_gelu = approximate_gelu
         policy = self.dtype_policy
-        self.norm_0 = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="LayerNorm_0",
+        self.norm_0 = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="LayerNorm_0",
                                                       dtype=policy)
         self.attention = MultiHeadSelfAttention(num_heads, dropout=attention_dropout,
                                                 name="MultiHeadDotProductAttention_1", dtype=policy)
         self.attention_output_dropout = keras.layers.Dropout(dropout, dtype=policy)
-        self.norm_2 = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="LayerNorm_2",
+        self.norm_2 = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="LayerNorm_2",
                                                       dtype=policy)
         self.mlp = MlpBlock(mlp_dim, dropout=dropout, approximate_gelu=approximate_gelu,
                             name="MlpBlock_3", dtype=policy)
@@ -209,6 +211,7 @@ class TransformerBlock(keras.layers.Layer):
             "dropout": self.dropout,
             "attention_dropout": self.attention_dropout,
             "approximate_gelu": self.approximate_gelu,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
         }
 
 

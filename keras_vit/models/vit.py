@@ -26,7 +26,8 @@ _POOLINGS = ("token", "gap", None)
 
 def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         pooling="default", classifier_activation=None, representation_size="auto",
-        dropout=0.0, attention_dropout=0.0, approximate_gelu=True, channels=3, name=None):
+        dropout=0.0, attention_dropout=0.0, approximate_gelu=None, channels=3, name=None,
+        layer_norm_epsilon=None):
     """Builds a Vision Transformer and optionally loads official weights.
 
     Args:
@@ -34,8 +35,11 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
             "B/16-gap", "R50+ViT-B_16", "R50+B/16". See `keras_vit.VARIANTS`.
         weights: None (random), a catalogue tag ("imagenet21k",
             "imagenet21k+imagenet2012", "augreg-in21k",
-            "augreg-in21k-ft-in1k-224", "augreg-in21k-ft-in1k-384"), or the
-            path of an official-layout `.npz` file.
+            "augreg-in21k-ft-in1k-224", "augreg-in21k-ft-in1k-384", or a hub
+            entry such as "hf-google-in21k-ft-in1k-224"), "hf://owner/name" (a
+            transformers or timm repository, through huggingface_hub), or the
+            path of an official `.npz`, a timm `.safetensors`, a transformers
+            `save_pretrained` directory or a keras-hub preset directory.
         image_size: int or (height, width); both must be multiples of the
             variant's stride. Hybrids take any size whose ResNet feature map
             (ceil(size / ResNet stride), SAME padding) their patch tiles: any
@@ -60,7 +64,12 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         dropout: dropout rate after the dense layers and the position embedding.
         attention_dropout: dropout rate on the attention weights.
         approximate_gelu: tanh-approximate GELU as the official models compute
-            it (True), or exact erf GELU (False).
+            it (True), or exact erf GELU (False). None (default): what the
+            weights' source computes: tanh for official files and random
+            weights, erf for timm, transformers and keras-hub weights.
+        layer_norm_epsilon: the LayerNorms' epsilon. None (default): the
+            source's: 1e-6, or a transformers config's `layer_norm_eps` (1e-12
+            for google/vit-*), or a keras-hub config's `layer_norm_epsilon`.
         channels: input channels.
         name: model name; defaults to the official variant name, with "+"
             spelled "_" ("R50_ViT-B_16") as TensorFlow scopes require.
@@ -86,9 +95,14 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"{rate_name} must be in [0, 1), got {rate}.")
 
+    # A model computes what its weights' library computes, unless the caller says otherwise.
+    source_gelu, source_epsilon = source.numerics if source else (True, LAYER_NORM_EPSILON)
+    approximate_gelu = source_gelu if approximate_gelu is None else approximate_gelu
+    epsilon = source_epsilon if layer_norm_epsilon is None else layer_norm_epsilon
+
     head = _Head(include_top, classes, pooling, classifier_activation, representation_size)
     model = _build(variant, image_size, channels, head, dropout, attention_dropout,
-                   approximate_gelu, name or _default_name(variant))
+                   approximate_gelu, name or _default_name(variant), epsilon)
     if source is not None:
         load_weights(model, source.path())
     return model
@@ -156,7 +170,7 @@ class _Head:
 
 
 def _build(variant, image_size, channels, head, dropout, attention_dropout, approximate_gelu,
-           name):
+           name, epsilon=LAYER_NORM_EPSILON):
     images = keras.Input((*image_size, channels), name="images")
     x = images
     if variant.is_hybrid:
@@ -171,12 +185,13 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
     for i in range(variant.depth):
         block = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
                                  attention_dropout=attention_dropout,
-                                 approximate_gelu=approximate_gelu, name=f"encoderblock_{i}")
+                                 approximate_gelu=approximate_gelu, layer_norm_epsilon=epsilon,
+                                 name=f"encoderblock_{i}")
         # Class-token pooling reads one token of the last block; computing only that one
         # gives the same output for ~7% less work (ViT-B/16). pooling=None keeps them all.
         last = i == variant.depth - 1
         x = block(x, first_token_only=last and head.pooling == "token")
-    x = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="encoder_norm")(x)
+    x = keras.layers.LayerNormalization(epsilon=epsilon, name="encoder_norm")(x)
     if head.pooling is not None:
         x = TokenPooling(head.pooling, num_prefix_tokens=int(has_cls),
                          name=f"{head.pooling}_pool")(x)

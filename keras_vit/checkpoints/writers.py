@@ -1,0 +1,54 @@
+"""Back out: any keras_vit model written in the official `.npz` or timm's safetensors layout.
+
+The arrays come from the same key table the loader reads (`layout.layout`), run
+backwards, so a saved model reloads bit-identically. Both writers write a
+temporary file and rename it into place: a kill at any moment leaves the old
+file or the new one, never a torn one.
+"""
+
+import os
+
+import numpy as np
+
+from keras_vit.checkpoints.formats.safetensors import write_safetensors
+from keras_vit.checkpoints.layout import layout, official_to_timm, released_shape
+
+__all__ = ["official_arrays", "save_npz", "save_safetensors"]
+
+
+def official_arrays(model):
+    """{official key: NumPy array} of every weight of `model`, in the released shapes."""
+    arrays = {}
+    for row in layout(model):
+        value = np.asarray(row.variable.numpy(), dtype=np.float32)
+        parts = np.split(value, len(row.keys), axis=-1) if len(row.keys) > 1 else [value]
+        for key, part, shape in zip(row.keys, parts, row.shapes):
+            arrays[key] = part.reshape(released_shape(key, shape))
+    return arrays
+
+
+def save_npz(model, path):
+    """Writes `model` as an official-layout `.npz` (vit_jax's `checkpoint.load`, timm's npz
+    loader and keras_vit all read it), atomically."""
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        raise ValueError(f"save_npz writes an .npz file; got the path {path!r}.")
+    arrays = official_arrays(model)
+    tmp = f"{path}.tmp-{os.getpid()}.npz"
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def save_safetensors(model, path):
+    """Writes a plain keras_vit ViT as timm's VisionTransformer state dict (safetensors),
+    atomically. Hybrids and models with pre_logits have no timm equivalent: use save_npz."""
+    path = os.fspath(path)
+    if not path.endswith(".safetensors"):
+        raise ValueError(f"save_safetensors writes a .safetensors file; got the path {path!r}.")
+    write_safetensors(official_to_timm(official_arrays(model)), path, metadata={"format": "pt"})
+    return path
