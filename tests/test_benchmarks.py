@@ -120,3 +120,15 @@ def test_attention_formulations_agree_with_the_layer(capsys):
     attention.main(["--batch", "1", "--tokens", "5", "--width", "16", "--heads", "2", "--repeats", "1"])
     printed = capsys.readouterr().out
     assert "keras_vit layer" in printed and "split_projections (xla)" in printed
+
+
+def test_attention_paths_benchmark_times_both_paths(capsys):
+    from benchmarks import attention
+
+    cpu = attention.main(["--paths", "--batch", "1", "--tokens", "5", "--width", "16",
+                          "--heads", "2", "--repeats", "2"])
+    printed = capsys.readouterr().out
+    assert set(cpu) == {"dot_product_attention", "dot_product_attention +backward",
+                        "explicit matmul-softmax", "explicit matmul-softmax +backward"}
+    assert all(len(times) == 2 and min(times) >= 0 for times in cpu.values())
+    assert "backend tensorflow" in printed and "paths differ by" in printed
