@@ -92,3 +92,30 @@ def test_resume_after_sigkill_on_jax_data_parallel(tmp_path):
     rerun_epochs = sum(f"Epoch {k}/4" in rerun.stdout for k in range(1, 5))
     assert rerun_epochs <= 4 - killed_after + 1, rerun.stdout[-2000:]
     assert report["accuracy"] > 0.2  # four epochs learn something (chance: 0.1)
+
+
+def test_tpu_recipe_of_the_docs(python, tmp_path):
+    """docs/distributed.md's JAX recipe, as written, with digits and the demo ViT in place of
+    tf_flowers and B/16 (no download), on two virtual devices standing in for TPU cores."""
+    from tests import snippets
+
+    blocks = [b for b in snippets.read_blocks(os.path.join(ROOT, "docs", "distributed.md"), ROOT)
+              if b.language == "python" and "strategy=\"data-parallel\"" in b.code]
+    assert len(blocks) == 1, "the JAX recipe block of docs/distributed.md moved"
+    smoke = ("import keras_vit.training.run as run\n"
+             "original = run.train\n"
+             "def train(dataset, model=None, weights=None, output=None, **kwargs):\n"
+             "    assert (dataset, model, weights) == ('tf_flowers', 'B/16', 'imagenet21k')\n"
+             "    return original('digits', model='demo', steps=4, verbose=0,\n"
+             f"                    output={str(tmp_path / 'run')!r}, **kwargs)\n"
+             "import keras_vit\n"
+             "keras_vit.train = train\n")
+    script = tmp_path / "recipe.py"
+    script.write_text(smoke + blocks[0].code)
+    run = python([str(script)], timeout=400, env=JAX_ENV)
+    assert run.returncode == 0, run.stderr[-3000:]
+    strategy, replicas, _ = run.stdout.strip().splitlines()[-1].split()
+    assert (strategy, replicas) == ("DataParallel", "2"), run.stdout[-2000:]
+    with open(tmp_path / "run" / "report.json") as f:
+        report = json.load(f)
+    assert report["precision"] == "mixed_bfloat16" and report["optimizer_iterations"] == 4
