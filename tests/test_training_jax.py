@@ -48,13 +48,21 @@ def test_data_and_model_parallel_end_with_the_one_device_weights(python):
         assert result[name]["max_abs_diff"] < 1e-5, result
 
 
-def test_tensorflow_names_fail_clearly_on_jax(python):
+def test_tensorflow_names_and_impossible_splits_fail_clearly_on_jax(python):
     code = ("import keras_vit\n"
+            "from keras_vit.training.distribute import get_strategy\n"
+            "from keras_vit.variants import Variant\n"
             "try:\n    keras_vit.train('digits', steps=1, strategy='mirrored')\n"
+            "except ValueError as error:\n    print('ERROR', error)\n"
+            "odd = Variant('ViT-odd_4', width=96, depth=1, mlp_dim=96, heads=3, patch_size=4)\n"
+            "try:\n    get_strategy('model-parallel', odd)\n"
             "except ValueError as error:\n    print('ERROR', error)\n")
     run = python(["-c", code], timeout=120, env=JAX_ENV)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "ERROR strategy \"mirrored\" is tf.distribute" in run.stdout, run.stdout[-2000:]
+    errors = [line for line in run.stdout.splitlines() if line.startswith("ERROR ")]
+    assert len(errors) == 2, run.stdout[-2000:]
+    assert errors[0].startswith('ERROR strategy "mirrored" is tf.distribute')
+    assert "over 2 devices, which must divide its 3 heads" in errors[1]
 
 
 @pytest.mark.slow  # two digits runs, about three minutes on two shared cores
