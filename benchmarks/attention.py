@@ -1,6 +1,12 @@
 """Which self-attention formulation is fastest on this machine's TensorFlow?
 
     python -m benchmarks.attention [--batch 8] [--repeats 8]
+    KERAS_BACKEND=jax python -m benchmarks.attention --paths   # or torch, tensorflow
+
+`--paths` times keras_vit's layer itself on the current Keras backend, both of
+its paths (`keras.ops.dot_product_attention` and the explicit matmul-softmax-
+matmul), compiled as the backend compiles (jax.jit, tf.function; torch eager),
+forward and forward+backward: the numbers behind `use_fused_attention`.
 
 Times one ViT-B/16 attention sub-layer (197 tokens, width 768, 12 heads) in
 five formulations written out here and as keras_vit's own layer, each as a
@@ -67,6 +73,96 @@ def formulations(qkv_kernel, qkv_bias, out_kernel, out_bias, heads):
                                     einsum_heads_major, split_projections)}
 
 
+def compiled_paths(layer, backend):
+    """name -> function of x for both paths of `layer`, forward and forward+backward."""
+    import keras
+
+    def forward(fused):
+        def call(x):
+            layer.fused_attention = fused  # read while tracing; each path traces once
+            return layer(x)
+        return call
+
+    functions = {}
+    for fused in (True, False):
+        name = "dot_product_attention" if fused else "explicit matmul-softmax"
+        if backend == "jax":
+            import jax
+
+            def loss(variables, x, fused=fused):  # gradient with respect to x and weights
+                values = dict(zip((v.path for v in layer.weights), variables))
+                with keras.StatelessScope(state_mapping=[(v, values[v.path])
+                                                         for v in layer.weights]):
+                    return forward(fused)(x).sum()
+            grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+            variables = [v.value for v in layer.weights]
+            functions[name] = jax.jit(forward(fused))
+            functions[f"{name} +backward"] = lambda x, g=grad, v=variables: g(v, x)
+        elif backend == "tensorflow":
+            import tensorflow as tf
+
+            functions[name] = tf.function(forward(fused))
+
+            @tf.function
+            def train_step(x, fused=fused):
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    total = tf.reduce_sum(forward(fused)(x))
+                return tape.gradient(total, [x, *layer.trainable_variables])
+            functions[f"{name} +backward"] = train_step
+        else:  # torch, eager
+            import torch
+
+            call = forward(fused)
+
+            def no_grad(x, f=call):
+                with torch.no_grad():
+                    return f(x)
+
+            def with_grad(x, f=call):
+                x = x.detach().requires_grad_(True)
+                f(x).sum().backward()
+                return x.grad
+            functions[name], functions[f"{name} +backward"] = no_grad, with_grad
+    return functions
+
+
+def time_paths(args):
+    import keras
+
+    from keras_vit.layers import MultiHeadSelfAttention
+
+    backend = keras.backend.backend()
+    rng = np.random.default_rng(0)
+    x = keras.ops.convert_to_tensor(
+        rng.standard_normal((args.batch, args.tokens, args.width), dtype=np.float32))
+    layer = MultiHeadSelfAttention(args.heads)
+    layer.build(x.shape)
+    for variable in layer.weights:
+        variable.assign(rng.standard_normal(variable.shape, dtype=np.float32) * 0.05)
+    functions = compiled_paths(layer, backend)
+    outputs = {name: keras.ops.convert_to_numpy(f(x)) for name, f in functions.items()
+               if not name.endswith("backward")}
+    error = float(np.abs(np.subtract(*outputs.values())).max())
+    if error > 1e-4:
+        raise AssertionError(f"the two attention paths differ by {error}")
+    for f in functions.values():  # compile, warm up
+        f(x)
+    cpu = {name: [] for name in functions}
+    for _ in range(args.repeats):
+        for name, f in functions.items():
+            start = time.process_time()
+            keras.tree.map_structure(keras.ops.convert_to_numpy, f(x))
+            cpu[name].append(time.process_time() - start)
+    print(f"backend {backend}, batch {args.batch}, {args.tokens} tokens, width {args.width}, "
+          f"{args.heads} heads; paths differ by {error:.1e}; load average "
+          f"{os.getloadavg()[0]:.2f}; CPU ms per call, median (min-max)")
+    for name, times in cpu.items():
+        print(f"  {name:36s} {1e3 * statistics.median(times):8.1f} "
+              f"({1e3 * min(times):.1f}-{1e3 * max(times):.1f})")
+    return cpu
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=8)
@@ -74,7 +170,11 @@ def main(argv=None):
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--tokens", type=int, default=197)
+    parser.add_argument("--paths", action="store_true",
+                        help="time keras_vit's two attention paths on the current backend")
     args = parser.parse_args(argv)
+    if args.paths:
+        return time_paths(args)
     import tensorflow as tf
 
     from keras_vit.layers import MultiHeadSelfAttention

@@ -162,14 +162,25 @@ def _jax_candidate(name, model, arch):
     return Candidate(name, "jax", infer, train)
 
 
-def timm_candidates(arch):
+def timm_candidates(arch, compiled=False):
+    """timm's VisionTransformer eager, and with `compiled` also under `torch.compile`."""
+    out = [_timm_candidate(arch, False)]
+    if compiled:
+        out.append(_timm_candidate(arch, True))
+    return out
+
+
+def _timm_candidate(arch, compiled):
     import torch
 
     VisionTransformer = import_timm().models.vision_transformer.VisionTransformer
-    model = VisionTransformer(img_size=arch.image_size, patch_size=arch.patch_size,
-                              embed_dim=arch.width, depth=arch.depth, num_heads=arch.heads,
-                              mlp_ratio=arch.mlp_dim / arch.width, num_classes=arch.classes)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    module = VisionTransformer(img_size=arch.image_size, patch_size=arch.patch_size,
+                               embed_dim=arch.width, depth=arch.depth, num_heads=arch.heads,
+                               mlp_ratio=arch.mlp_dim / arch.width, num_classes=arch.classes)
+    optimizer = torch.optim.SGD(module.parameters(), lr=1e-3)
+    # torch.compile (inductor) needs a C++ compiler on a CPU; a failure shows at the first
+    # call, which the runner reports as this candidate being unavailable.
+    model = torch.compile(module) if compiled else module
     inputs = {}
 
     def batch_inputs(batch):
@@ -180,13 +191,13 @@ def timm_candidates(arch):
         return inputs[batch]
 
     def infer(batch):
-        model.eval()
+        module.eval()
         images = batch_inputs(batch)[0]  # made outside inference mode: training reuses it
         with torch.inference_mode():
             return model(images).numpy()
 
     def train(batch):
-        model.train()
+        module.train()
         images, labels = batch_inputs(batch)
         optimizer.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(images), labels)
@@ -194,7 +205,8 @@ def timm_candidates(arch):
         optimizer.step()
         return loss.item()
 
-    return [Candidate("timm VisionTransformer", "torch", infer, train)]
+    name = "timm VisionTransformer" + (" (torch.compile)" if compiled else "")
+    return Candidate(name, "torch", infer, train)
 
 
 def import_timm():

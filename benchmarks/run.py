@@ -38,6 +38,9 @@ def parse_args(argv=None):
     parser.add_argument("--only", default="keras_vit,keras_hub,timm", help="candidates to run")
     parser.add_argument("--modes", default="graph,xla", help="Keras execution modes: graph, xla")
     parser.add_argument("--bf16", action="store_true", help="also time keras_vit under mixed_bfloat16")
+    parser.add_argument("--torch-compile", default=None, action=argparse.BooleanOptionalAction,
+                        help="also time timm under torch.compile (default: on, off with --quick: "
+                             "compiling takes minutes on a CPU)")
     parser.add_argument("--no-loading", action="store_true", help="skip the checkpoint-loading part")
     parser.add_argument("--load-repeats", type=int, default=3, help="fresh processes per loading measurement")
     parser.add_argument("--load-variants", default=None, help="variants for loading, e.g. B/16,L/16")
@@ -89,7 +92,8 @@ def build_candidates(arch, args, notes):
     if "keras_hub" in only:
         builders.append(("keras_hub", lambda: cands.keras_hub_candidates(arch, modes)))
     if "timm" in only:
-        builders.append(("timm", lambda: cands.timm_candidates(arch)))
+        compiled = args.torch_compile if args.torch_compile is not None else not args.quick
+        builders.append(("timm", lambda: cands.timm_candidates(arch, compiled)))
     out = []
     for name, build in builders:
         try:
@@ -99,7 +103,7 @@ def build_candidates(arch, args, notes):
     return out
 
 
-def time_round_robin(candidates, kind, batch, repeats, gemm):
+def time_round_robin(candidates, kind, batch, repeats, gemm, notes=None):
     """Times each candidate and the GEMM in turn, `repeats` rounds, after one warm-up call each.
 
     Returns `{name: {"wall": [images/s], "cpu": [images per CPU-second]}}` and
@@ -107,8 +111,15 @@ def time_round_robin(candidates, kind, batch, repeats, gemm):
     per round, so that each model's rate can be divided by the peak measured
     under the same load.
     """
-    for candidate in candidates:
-        getattr(candidate, kind)(batch)  # traces, compiles, allocates
+    for candidate in list(candidates):
+        try:
+            getattr(candidate, kind)(batch)  # traces, compiles, allocates
+        except RuntimeError as error:  # e.g. torch.compile without a working C++ compiler
+            if notes is None:
+                raise
+            notes.append(f"{candidate.name} unavailable ({kind}, batch {batch}): "
+                         f"{type(error).__name__}: {str(error)[:300]}")
+            candidates.remove(candidate)  # the caller's list: no row for it from here on
     timings = {c.name: {"wall": [], "cpu": []} for c in candidates}
     peak = {"wall": [], "cpu": []}
     for _ in range(repeats):
@@ -216,7 +227,8 @@ def main(argv=None):
     for kind, section, sizes, passes in (("infer", "inference", batches, 1),
                                          ("train", "training", train_batches, 3)):
         for batch in sizes:
-            timings, round_peak = time_round_robin(candidates, kind, batch, repeats, gemm)
+            timings, round_peak = time_round_robin(candidates, kind, batch, repeats, gemm,
+                                                   report["notes"])
             report[section][str(batch)] = {
                 c.name: _throughput(timings[c.name], round_peak, passes * (c.forward_flops or forward_flops))
                 for c in candidates}

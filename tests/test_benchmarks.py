@@ -120,3 +120,31 @@ def test_attention_formulations_agree_with_the_layer(capsys):
     attention.main(["--batch", "1", "--tokens", "5", "--width", "16", "--heads", "2", "--repeats", "1"])
     printed = capsys.readouterr().out
     assert "keras_vit layer" in printed and "split_projections (xla)" in printed
+
+
+def test_attention_paths_benchmark_times_both_paths(capsys):
+    from benchmarks import attention
+
+    cpu = attention.main(["--paths", "--batch", "1", "--tokens", "5", "--width", "16",
+                          "--heads", "2", "--repeats", "2"])
+    printed = capsys.readouterr().out
+    assert set(cpu) == {"dot_product_attention", "dot_product_attention +backward",
+                        "explicit matmul-softmax", "explicit matmul-softmax +backward"}
+    assert all(len(times) == 2 and min(times) >= 0 for times in cpu.values())
+    assert "backend tensorflow" in printed and "paths differ by" in printed
+
+
+@pytest.mark.slow  # torch.compile of a tiny ViT, forward and training: minutes on 2 cores
+def test_quick_run_times_timm_under_torch_compile(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--torch-compile",
+                          "--only", "timm", "--no-loading", "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "results.json").read_text())
+    compiled = "timm VisionTransformer (torch.compile)"
+    for section in ("inference", "training"):
+        rows = report[section]["2"]
+        # Timed, or reported unavailable with the reason (no C++ compiler, say).
+        assert (compiled in rows and rows[compiled]["images_per_s"]["median"] > 0) or any(
+            note.startswith(f"{compiled} unavailable") for note in report["notes"]), report["notes"]

@@ -49,8 +49,6 @@ SKIPPED = {
         "downloads tf_flowers",
     ("docs/fine-tuning.md", "--strategy mirrored"): "downloads tf_flowers; several GPUs",
     ("docs/fine-tuning.md", "export TF_CONFIG"): "needs a cluster of machines",
-    ("docs/fine-tuning.md", 'os.environ["KERAS_BACKEND"] = "jax"'):
-        "needs the JAX backend in a fresh process (JAX is not a dependency)",
     ("docs/performance.md", "python -m benchmarks.run --quick"):
         "installs the peers and runs the hour-long benchmark; tests/test_benchmarks.py runs "
         "the --quick mode",

@@ -60,8 +60,10 @@ def add_parser(commands):
         help=f"peak learning rate after warmup (default: {scratch['learning_rate']} for digits, "
              f"{finetune.learning_rate} for finetune)")
     add("--strategy", choices=STRATEGIES, default="auto",
-        help="tf.distribute strategy; auto picks TPU, multi-worker (TF_CONFIG), several "
-             "GPUs, else one device (default: auto)")
+        help="TensorFlow: mirrored, multiworker, tpu (tf.distribute; auto picks TPU, "
+             "multi-worker (TF_CONFIG), several GPUs, else one device). JAX: data-parallel, "
+             "model-parallel (keras.distribution; auto is data-parallel over several "
+             "devices) (default: auto)")
     add("--precision", choices=PRECISIONS, default="float32",
         help="dtype policy: mixed_bfloat16 on A100/H100/TPU, mixed_float16 on T4/V100 "
              "(default: float32)")

@@ -10,7 +10,7 @@ import math
 import keras
 from keras import ops
 
-__all__ = ["MultiHeadSelfAttention", "MlpBlock", "TransformerBlock"]
+__all__ = ["MultiHeadSelfAttention", "MlpBlock", "TransformerBlock", "use_fused_attention"]
 
 LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 breaks parity
 
@@ -27,6 +27,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     weights, `(batch, heads, queries, tokens)`. With `first_token_only=True`
     only the first token queries (keys and values still come from every
     token) and the output is `(batch, 1, D)`.
+
+    Without attention weights to return (and without attention dropout while
+    training), the attention runs as `keras.ops.dot_product_attention` where
+    `use_fused_attention` says that is faster: the fused (flash) kernels of
+    GPUs and TPUs. Both paths give the same result to float32 rounding.
     """
 
     def __init__(self, num_heads, dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
@@ -35,6 +40,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        # None: `use_fused_attention` decides; True/False force a path (tests, benchmarks).
+        self.fused_attention = None
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -63,6 +70,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # split (not indexing): its gradient is one concat, not three zero-padded copies
             query, key, value = ops.split(_dense(flat, kernel, bias), 3, axis=-1)
             queries = tokens
+        if not return_attention_scores and (not training or not self.dropout) \
+                and use_fused_attention(self.fused_attention):
+            # (batch, tokens, heads, head_dim) in and out: no transposes; the backend's
+            # kernel computes the softmax in float32 like the explicit path below.
+            heads = (self.num_heads, self.head_dim)
+            attended = ops.dot_product_attention(
+                ops.reshape(query, (batch, queries, *heads)), ops.reshape(key, (batch, tokens, *heads)),
+                ops.reshape(value, (batch, tokens, *heads)), scale=1.0 / math.sqrt(self.head_dim))
+            return self._project(attended, batch, queries, width, return_attention_scores, None)
         scale = ops.cast(1.0 / math.sqrt(self.head_dim), x.dtype)
         query = self._heads(query * scale, batch, queries, (0, 2, 1, 3))
         key = self._heads(key, batch, tokens, (0, 2, 3, 1))  # transposed for query @ key
@@ -70,8 +86,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         scores = ops.matmul(query, key)
         weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), x.dtype)
         attended = ops.matmul(self.attention_dropout(weights, training=training), value)
-        attended = ops.reshape(ops.transpose(attended, (0, 2, 1, 3)), (-1, width))
-        out = _dense(attended, ops.cast(self.out_kernel, x.dtype), ops.cast(self.out_bias, x.dtype))
+        attended = ops.transpose(attended, (0, 2, 1, 3))
+        return self._project(attended, batch, queries, width, return_attention_scores, weights)
+
+    def _project(self, attended, batch, queries, width, return_attention_scores, weights):
+        """`(batch, queries, heads, head_dim)` -> the output projection, `(batch, queries, D)`."""
+        attended = ops.reshape(attended, (-1, width))
+        dtype = attended.dtype
+        out = _dense(attended, ops.cast(self.out_kernel, dtype), ops.cast(self.out_bias, dtype))
         out = ops.reshape(out, (batch, queries, width))
         if return_attention_scores:
             return out, weights
@@ -213,6 +235,26 @@ class TransformerBlock(keras.layers.Layer):
             "approximate_gelu": self.approximate_gelu,
             "layer_norm_epsilon": self.layer_norm_epsilon,
         }
+
+
+def use_fused_attention(setting=None):
+    """Whether attention runs as `keras.ops.dot_product_attention` (True) or as today's
+    matmul-softmax-matmul; `setting` True/False forces it, None decides by backend and device.
+    """
+    if setting is not None:
+        return bool(setting)
+    backend = keras.backend.backend()
+    # Why: GPUs and TPUs get fused flash/cuDNN/Pallas kernels (memory linear in tokens). On
+    # CPU, `python -m benchmarks.attention --paths` (CPU ms, forward / forward+backward, this
+    # 2-core EPYC, 2026-11-23) for ViT-B/16 batch 8 and L/16 at 384 px batch 2 said:
+    # JAX: the fused op is slower (112/329 vs 95/305; 255/723 vs 183/547), so explicit on CPU;
+    # torch: its SDPA is faster (165/486 vs 180/530; 206/653 vs 308/817), so always fused;
+    # TensorFlow: no fused kernel, the op is the same matmuls, slower (94/269 vs 90/250).
+    if backend == "jax":
+        import jax
+
+        return jax.default_backend() != "cpu"
+    return backend == "torch"
 
 
 def _dense(x, kernel, bias):

@@ -2,6 +2,7 @@
 
     recipes.py      Recipe, RECIPES, the optimizer and schedule of a recipe
     distribute.py   strategies; SGD/AdamW clipping the global gradient; multi_worker_fit
+    jax_distribution.py  keras.distribution on the JAX backend (data and model parallel)
     run.py          train(): fit with resumable state, checkpoints and logs
     report.py       report.json, curves.png, confusion.png
 

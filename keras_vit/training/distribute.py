@@ -1,6 +1,7 @@
-"""tf.distribute for training: choosing a strategy, and the Keras work-arounds it needs.
+"""Choosing how a run is distributed, and the Keras work-arounds tf.distribute needs.
 
-- `get_strategy`: one device, MirroredStrategy, MultiWorkerMirroredStrategy or TPUStrategy.
+- `get_strategy`: on TensorFlow, one device, MirroredStrategy, MultiWorkerMirroredStrategy
+  or TPUStrategy; on JAX, a `keras.distribution` (`jax_distribution.py`) or one device.
 - `SGD`, `AdamW`: clip the gradient summed over replicas, so a clipped step under a
   strategy equals the one-device step. Keras clips each replica's gradient before the
   sum (its `BaseOptimizer._clip_gradients`, which these override).
@@ -19,10 +20,13 @@ import os
 import keras
 import tensorflow as tf
 
-__all__ = ["STRATEGIES", "get_strategy", "strategy_name", "is_chief", "worker_output", "SGD",
-           "AdamW", "multi_worker_fit", "KNOWN_KERAS"]
+__all__ = ["STRATEGIES", "get_strategy", "strategy_name", "run_scope", "num_replicas", "is_chief",
+           "worker_output", "SGD", "AdamW", "multi_worker_fit", "KNOWN_KERAS"]
 
-STRATEGIES = ("auto", "mirrored", "multiworker", "tpu", "none")
+TF_STRATEGIES = ("mirrored", "multiworker", "tpu")  # tf.distribute: the TensorFlow backend
+# keras.distribution: the JAX backend (jax_distribution.DISTRIBUTIONS)
+JAX_STRATEGIES = ("data-parallel", "model-parallel")
+STRATEGIES = ("auto", *TF_STRATEGIES, *JAX_STRATEGIES, "none")
 # The Keras releases whose private code the work-arounds below were checked against.
 KNOWN_KERAS = ((3, 10), (3, 15))
 
@@ -60,7 +64,16 @@ def strategy_name(name="auto"):
     """What "auto" resolves to here; other names are checked and returned."""
     if name not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {name!r}.")
-    if name != "auto":
+    backend = keras.backend.backend()
+    if backend != "tensorflow" and name in TF_STRATEGIES:
+        raise ValueError(f'strategy "{name}" is tf.distribute, which needs the TensorFlow '
+                         f'backend; this is {backend}: use "auto", "data-parallel" or '
+                         '"model-parallel" (JAX), or set KERAS_BACKEND=tensorflow.')
+    if backend == "tensorflow" and name in JAX_STRATEGIES:
+        raise ValueError(f'strategy "{name}" is keras.distribution on the JAX backend; this '
+                         'is TensorFlow: set KERAS_BACKEND=jax, or use "auto", "mirrored", '
+                         '"multiworker" or "tpu".')
+    if name != "auto" or backend != "tensorflow":
         return name
     if _tpu_configured():
         return "tpu"
@@ -71,15 +84,27 @@ def strategy_name(name="auto"):
     return "none"
 
 
-def get_strategy(name="auto"):
-    """A tf.distribute strategy: "auto", "mirrored", "multiworker", "tpu" or "none".
+def get_strategy(name="auto", variant=None):
+    """How to distribute: "auto", "mirrored", "multiworker", "tpu", "data-parallel",
+    "model-parallel" or "none".
 
-    "auto" picks a TPU when one is configured (TPU_NAME, COLAB_TPU_ADDR or a
-    TPU VM's /dev/accel0), MultiWorkerMirroredStrategy when TF_CONFIG lists
-    several workers, MirroredStrategy with several GPUs, else the default.
+    On TensorFlow, a tf.distribute strategy: "auto" picks a TPU when one is
+    configured (TPU_NAME, COLAB_TPU_ADDR or a TPU VM's /dev/accel0),
+    MultiWorkerMirroredStrategy when TF_CONFIG lists several workers,
+    MirroredStrategy with several GPUs, else the default. On JAX, a
+    `keras.distribution.DataParallel` or `ModelParallel` (see
+    `jax_distribution.get_distribution`; `variant` checks the model split), or
+    the default tf.distribute strategy for one device.
     """
     name = strategy_name(name)
-    if name == "none":
+    if keras.backend.backend() == "jax":
+        from keras_vit.training import jax_distribution
+
+        distribution = jax_distribution.get_distribution(name, variant)
+        return distribution if distribution is not None else tf.distribute.get_strategy()
+    if keras.backend.backend() != "tensorflow" and name != "none" and name != "auto":
+        raise ValueError(f'strategy "{name}" needs the TensorFlow or JAX backend.')
+    if name in ("none", "auto"):  # "auto" stays here only on backends without a strategy
         return tf.distribute.get_strategy()
     if name == "mirrored":
         return tf.distribute.MirroredStrategy()
@@ -101,8 +126,35 @@ def get_strategy(name="auto"):
     return tf.distribute.TPUStrategy(resolver)
 
 
+def _is_keras_distribution(strategy):
+    # Their base class is not public; these are the two keras_vit creates.
+    return isinstance(strategy, (keras.distribution.DataParallel, keras.distribution.ModelParallel))
+
+
+def run_scope(strategy):
+    """The context the whole run (fit, predict) needs on top of building in `strategy.scope()`.
+
+    A tf.distribute model remembers its strategy; a keras.distribution must be the
+    current one while `fit` lays out each batch and the optimizer's state.
+    """
+    return strategy.scope() if _is_keras_distribution(strategy) else contextlib.nullcontext()
+
+
+def num_replicas(strategy):
+    """How many ways each batch is split."""
+    if _is_keras_distribution(strategy):
+        from keras_vit.training import jax_distribution
+
+        return jax_distribution.num_replicas(strategy)
+    return strategy.num_replicas_in_sync
+
+
 def is_chief(strategy):
     """Whether this process writes the run's outputs (always, except on non-chief workers)."""
+    if _is_keras_distribution(strategy):
+        from keras_vit.training import jax_distribution
+
+        return jax_distribution.process_index() == 0
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return True
     task = _tf_config().get("task", {})
@@ -114,6 +166,10 @@ def worker_output(output, strategy):
     """Non-chief workers write to DIR/worker-<index> so that files never collide."""
     if is_chief(strategy):
         return output
+    if _is_keras_distribution(strategy):
+        from keras_vit.training import jax_distribution
+
+        return os.path.join(output, f"worker-{jax_distribution.process_index()}")
     task = _tf_config().get("task", {})
     return os.path.join(output, f"{task.get('type', 'worker')}-{task.get('index', 0)}")
 
@@ -122,6 +178,10 @@ def worker_output(output, strategy):
 
 class _ClipAfterAllReduce:
     def _clip_gradients(self, grads):
+        if keras.backend.backend() != "tensorflow":
+            # keras.distribution (JAX) differentiates the global batch: the gradient is
+            # already the all-reduced one, and Keras' clipping of it is the right one.
+            return super()._clip_gradients(grads)
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync if context is not None else 1
         if not self.global_clipnorm or replicas == 1:

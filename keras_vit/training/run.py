@@ -27,7 +27,13 @@ import tensorflow as tf
 from keras_vit.data import DEMO_VARIANT, get_preset, load_dataset, make_pipeline
 from keras_vit.models import ViT
 from keras_vit.training import report
-from keras_vit.training.distribute import get_strategy, multi_worker_fit, worker_output
+from keras_vit.training.distribute import (
+    get_strategy,
+    multi_worker_fit,
+    num_replicas,
+    run_scope,
+    worker_output,
+)
 from keras_vit.training.recipes import PRECISIONS, Recipe, accumulation_steps, get_recipe, make_optimizer
 from keras_vit.variants import Variant, get_variant
 
@@ -95,7 +101,9 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
             wins over `epochs`.
         epochs: overrides the recipe's length in epochs.
         lr: overrides the recipe's peak learning rate.
-        strategy: "auto", "mirrored", "multiworker", "tpu" or "none".
+        strategy: "auto", "none"; on TensorFlow "mirrored", "multiworker", "tpu"
+            (tf.distribute); on JAX "data-parallel", "model-parallel"
+            (keras.distribution; "auto" is data-parallel over several devices).
         precision: "float32", "mixed_bfloat16" or "mixed_float16".
         output: the run's folder. Re-running with the same folder resumes.
         data_dir: TFDS data_dir holding prepared datasets.
@@ -144,7 +152,7 @@ def _resolve_variant(model):
 
 
 def _fit_and_report(run):
-    strategy = get_strategy(run.strategy)
+    strategy = get_strategy(run.strategy, run.variant)
     output = worker_output(run.output, strategy)
     os.makedirs(output, exist_ok=True)
     splits = load_dataset(run.dataset, data_dir=run.data_dir)
@@ -184,19 +192,18 @@ def _fit_and_report(run):
                                         save_best_only=True,
                                         initial_value_threshold=best_so_far),
     ]
-    with multi_worker_fit(model, strategy, train_data.element_spec):
+    with run_scope(strategy), multi_worker_fit(model, strategy, train_data.element_spec):
         model.fit(train_data, epochs=epochs, steps_per_epoch=per_epoch,
                   validation_data=eval_data, callbacks=callbacks, verbose=run.verbose,
                   shuffle=False)  # the pipeline shuffles
-    model.save(os.path.join(output, "model.keras"))
-
-    logits = model.predict(eval_data.map(lambda x, y: x), verbose=0)
+        model.save(os.path.join(output, "model.keras"))
+        logits = model.predict(eval_data.map(lambda x, y: x), verbose=0)
     labels = np.concatenate([y for _, y in splits.test.batch(1024).as_numpy_iterator()])
     summary = {
         "dataset": splits.name, "num_train": splits.num_train, "num_test": splits.num_test,
         "model": run.variant.name, "weights": run.weights, "image_size": image_size,
         "recipe": dataclasses.asdict(recipe), "strategy": type(strategy).__name__,
-        "replicas": strategy.num_replicas_in_sync, "precision": run.precision,
+        "replicas": num_replicas(strategy), "precision": run.precision,
         "epochs": epochs, "steps_per_epoch": per_epoch, "optimizer_updates": total_updates,
         "gradient_accumulation_steps": accumulation,
         "optimizer_iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),

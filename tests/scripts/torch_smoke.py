@@ -1,0 +1,26 @@
+"""Run as a script with KERAS_BACKEND=torch: argv = weights file, images .npy, output folder.
+
+Loads the weights into the demo ViT, writes its logits for the images next to them
+(logits.npy), then runs a short `keras_vit.train` into the output folder. Prints one
+JSON line (RESULT ...)."""
+
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+
+from keras_vit.layers.transformer import use_fused_attention
+from keras_vit.training import DEMO_VARIANT, build_model, train
+
+assert keras.backend.backend() == "torch", keras.backend.backend()
+weights, images, output = sys.argv[1:4]
+model = build_model(DEMO_VARIANT, None, 16, 10)
+model.load_weights(weights)
+logits = keras.ops.convert_to_numpy(model(np.load(images)))
+np.save(os.path.join(os.path.dirname(images), "logits.npy"), logits)
+report = train("digits", steps=6, output=output, verbose=0)
+print("RESULT " + json.dumps({
+    "fused_attention": use_fused_attention(), "strategy": report["strategy"],
+    "optimizer_iterations": report["optimizer_iterations"], "accuracy": report["accuracy"]}))

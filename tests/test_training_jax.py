@@ -1,0 +1,129 @@
+"""Training on the JAX backend with keras.distribution, in subprocesses (the backend and
+the two virtual CPU devices are fixed before Keras and JAX start; this process runs
+TensorFlow)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.test_training_run import read_log
+
+pytest.importorskip("jax", reason="the JAX backend needs jax (pip install -e '.[jax]')")
+
+# Two virtual devices on one CPU: JAX's documented way to test sharding without accelerators.
+JAX_ENV = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+
+def result_of(stdout):
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, stdout[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_data_and_model_parallel_end_with_the_one_device_weights(python):
+    run = python(["tests/scripts/jax_distribution.py"], timeout=400, env=JAX_ENV)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = result_of(run.stdout)
+    assert result["devices"] == 2
+    single = result["none"]
+    assert single["iterations"] == 3  # 6 batches of 4, accumulated in pairs: 3 updates
+    assert result["max_abs_update"] > 1e-3  # the updates moved the weights
+    # Clipping was active: the same run without it ends elsewhere.
+    assert result["clipping_changed_weights_by"] > 1e-2
+    data, model = result["data-parallel"], result["model-parallel"]
+    assert data["strategy"] == "DataParallel" and data["replicas"] == 2
+    assert data["qkv_devices"] == 2 and data["qkv_shard_shape"] == [64, 192]  # replicated
+    assert model["strategy"] == "ModelParallel"
+    assert model["qkv_devices"] == 2 and model["qkv_shard_shape"] == [64, 96]  # split
+    for name in ("data-parallel", "model-parallel"):
+        assert result[name]["iterations"] == 3
+        # 1e-5: float32 sums over the batch and the split matmuls in another order
+        # (seen: 1.5e-8 for both).
+        assert result[name]["max_abs_diff"] < 1e-5, result
+
+
+def test_tensorflow_names_and_impossible_splits_fail_clearly_on_jax(python):
+    code = ("import keras_vit\n"
+            "from keras_vit.training.distribute import get_strategy\n"
+            "from keras_vit.variants import Variant\n"
+            "try:\n    keras_vit.train('digits', steps=1, strategy='mirrored')\n"
+            "except ValueError as error:\n    print('ERROR', error)\n"
+            "odd = Variant('ViT-odd_4', width=96, depth=1, mlp_dim=96, heads=3, patch_size=4)\n"
+            "try:\n    get_strategy('model-parallel', odd)\n"
+            "except ValueError as error:\n    print('ERROR', error)\n")
+    run = python(["-c", code], timeout=120, env=JAX_ENV)
+    assert run.returncode == 0, run.stderr[-3000:]
+    errors = [line for line in run.stdout.splitlines() if line.startswith("ERROR ")]
+    assert len(errors) == 2, run.stdout[-2000:]
+    assert errors[0].startswith('ERROR strategy "mirrored" is tf.distribute')
+    assert "over 2 devices, which must divide its 3 heads" in errors[1]
+
+
+@pytest.mark.slow  # two digits runs, about three minutes on two shared cores
+def test_resume_after_sigkill_on_jax_data_parallel(tmp_path):
+    """The TensorFlow resume test, on JAX with DataParallel over two devices."""
+    output = str(tmp_path / "run")
+    command = [sys.executable, "-m", "keras_vit.cli", "train", "--dataset", "digits",
+               "--epochs", "4", "--output", output]
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2", **JAX_ENV}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    log = os.path.join(output, "log.csv")
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if os.path.exists(log) and len(read_log(output)) >= 1:
+                break
+            time.sleep(0.2)
+        assert process.poll() is None, "the run ended before it could be killed"
+        assert len(read_log(output)) >= 1, "no epoch was logged in time"
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait()
+    killed_after = len(read_log(output))
+    assert killed_after < 4
+    rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=400)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert [int(r["epoch"]) for r in read_log(output)] == [0, 1, 2, 3]
+    with open(os.path.join(output, "report.json")) as f:
+        report = json.load(f)
+    assert report["strategy"] == "DataParallel" and report["replicas"] == 2
+    assert report["optimizer_iterations"] == 4 * 22  # the optimizer state was restored too
+    rerun_epochs = sum(f"Epoch {k}/4" in rerun.stdout for k in range(1, 5))
+    assert rerun_epochs <= 4 - killed_after + 1, rerun.stdout[-2000:]
+    assert report["accuracy"] > 0.2  # four epochs learn something (chance: 0.1)
+
+
+def test_tpu_recipe_of_the_docs(python, tmp_path):
+    """docs/distributed.md's JAX recipe, as written, with digits and the demo ViT in place of
+    tf_flowers and B/16 (no download), on two virtual devices standing in for TPU cores."""
+    from tests import snippets
+
+    blocks = [b for b in snippets.read_blocks(os.path.join(ROOT, "docs", "distributed.md"), ROOT)
+              if b.language == "python" and "strategy=\"data-parallel\"" in b.code]
+    assert len(blocks) == 1, "the JAX recipe block of docs/distributed.md moved"
+    smoke = ("import keras_vit.training.run as run\n"
+             "original = run.train\n"
+             "def train(dataset, model=None, weights=None, output=None, **kwargs):\n"
+             "    assert (dataset, model, weights) == ('tf_flowers', 'B/16', 'imagenet21k')\n"
+             "    return original('digits', model='demo', steps=4, verbose=0,\n"
+             f"                    output={str(tmp_path / 'run')!r}, **kwargs)\n"
+             "import keras_vit\n"
+             "keras_vit.train = train\n")
+    script = tmp_path / "recipe.py"
+    script.write_text(smoke + blocks[0].code)
+    run = python([str(script)], timeout=400, env=JAX_ENV)
+    assert run.returncode == 0, run.stderr[-3000:]
+    strategy, replicas, _ = run.stdout.strip().splitlines()[-1].split()
+    assert (strategy, replicas) == ("DataParallel", "2"), run.stdout[-2000:]
+    with open(tmp_path / "run" / "report.json") as f:
+        report = json.load(f)
+    assert report["precision"] == "mixed_bfloat16" and report["optimizer_iterations"] == 4
