@@ -85,6 +85,19 @@ def load_model(args):
                classes=args.classes)
 
 
+def labels_beside(model_path):
+    """The labels.txt `keras-vit train` wrote beside a .keras file, or None."""
+    if not model_path or not model_path.endswith(".keras"):
+        return None
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "labels.txt")
+    return path if os.path.isfile(path) else None
+
+
+def warn(prog, message):
+    """A warning under the policy's format: one line on stderr; the command goes on."""
+    print(f"{prog}: warning: {message}", file=sys.stderr)
+
+
 def _image_size(pixels):
     if pixels is None:
         return None
