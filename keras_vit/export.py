@@ -202,6 +202,10 @@ def _write_atomically(path, content):
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    # mkstemp creates 0600; a model file gets the mode any new file gets (0666 less the umask).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         with os.fdopen(handle, "wb") as f:
             f.write(content)

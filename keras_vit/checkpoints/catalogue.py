@@ -68,8 +68,10 @@ def find_checkpoint(variant, tag):
         return matches[0]
     tags = sorted({c.tag for c in catalogue()})
     if tag not in tags:
-        raise ValueError(f"Unknown weights {tag!r}. Use None, the path of an .npz file, or one "
-                         f"of the catalogue tags: {', '.join(tags)}.")
+        from keras_vit._names import did_you_mean
+
+        raise ValueError(f"Unknown weights {tag!r}.{did_you_mean(tag, tags)} Use None, the path of "
+                         f"an .npz file, or one of the catalogue tags: {', '.join(tags)}.")
     available = sorted(c.tag for c in catalogue() if c.variant == variant.name)
     raise ValueError(f"There are no {tag!r} weights for {variant.name}. Available for this "
                      f"variant: {', '.join(available) or 'none'}.")

@@ -22,7 +22,20 @@ class Parser(argparse.ArgumentParser):
     """argparse, with usage errors reported under the one error policy."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{_choice_hint(message)} (see {self.prog} --help)\n")
+
+
+def _choice_hint(message):
+    """argparse's "invalid choice: 'x' (choose from ...)" gains a "did you mean"."""
+    import re
+
+    from keras_vit._names import did_you_mean
+
+    found = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)", message)
+    if not found:
+        return ""
+    choices = [c.strip().strip("'\"") for c in found.group(2).split(",")]
+    return did_you_mean(found.group(1), choices)
 
 
 def user_errors():
