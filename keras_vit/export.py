@@ -27,7 +27,8 @@ import tensorflow as tf
 from keras_vit.labels import imagenet_label_names, read_labels
 from keras_vit.preprocessing import decode_images, preprocess_input
 
-__all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head"]
+__all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head",
+           "model_input"]
 
 # A TFLite file is one FlatBuffer, which cannot exceed 2 GiB.
 TFLITE_MAX_BYTES = 2 ** 31
@@ -122,10 +123,11 @@ def _archive(model, labels, top_k, image_size, with_bytes):
     if top_k <= 0:
         raise ValueError(f"top_k must be a positive int, got {top_k}.")
     softmax_head = has_softmax_head(model)
+    to_model_input = model_input(model)
     label_table = None if labels is None else tf.constant(list(labels), tf.string)
 
     def classify(pixels):
-        scores = tf.cast(model(preprocess_input(pixels), training=False), tf.float32)
+        scores = tf.cast(model(to_model_input(pixels), training=False), tf.float32)
         # A softmax head returns probabilities; their log is a valid set of logits.
         logits = tf.math.log(scores) if softmax_head else scores
         probabilities = scores if softmax_head else tf.nn.softmax(logits, axis=-1)
@@ -179,6 +181,18 @@ def has_softmax_head(model):
     except ValueError:
         return False
     return getattr(head, "activation", None) is keras.activations.softmax
+
+
+def model_input(model):
+    """What turns [0, 255] pixels into `model`'s input: `preprocess_input`, or nothing for a
+    model built with `include_preprocessing=True` (its "preprocessing" layer does it)."""
+    try:
+        layer = model.get_layer("preprocessing")
+    except ValueError:
+        return preprocess_input
+    if isinstance(layer, keras.layers.Rescaling):
+        return lambda pixels: pixels
+    return preprocess_input
 
 
 def _resolve_labels(labels, classes):

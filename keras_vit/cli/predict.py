@@ -81,14 +81,15 @@ def predict(args):
 def _predict_keras(model, paths, labels, top):
     import keras
 
-    from keras_vit.export import has_softmax_head
+    from keras_vit.export import has_softmax_head, model_input
     from keras_vit.labels import imagenet_label_names
-    from keras_vit.preprocessing import load_image, preprocess_input
+    from keras_vit.preprocessing import load_image
 
     size = model.input_shape[1:3]
     pixels = np.stack([load_image(path, size, channels=model.input_shape[-1]) for path in paths])
     # A direct call: for a handful of images, model.predict's compilation costs more than it saves.
-    scores = np.concatenate([keras.ops.convert_to_numpy(model(preprocess_input(pixels[i:i + 32]),
+    to_model_input = model_input(model)
+    scores = np.concatenate([keras.ops.convert_to_numpy(model(to_model_input(pixels[i:i + 32]),
                                                               training=False))
                              for i in range(0, len(pixels), 32)])
     probabilities = scores if has_softmax_head(model) else keras.ops.convert_to_numpy(
