@@ -96,8 +96,27 @@ def test_a_bad_argument_in_a_fresh_process(python):
         "(see keras-vit train --help)")
 
 
+def test_help_imports_no_tensorflow(tmp_path):
+    """`keras-vit --help`, run as pip's script runs it: Keras and TensorFlow stay unimported.
+
+    (benchmarks/cli_startup.py times it.)"""
+    from benchmarks.cli_startup import run_help, write_launcher
+
+    _, result = run_help(write_launcher(str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: keras-vit")
+    for command in ("info", "train", "predict", "export", "analyze"):
+        assert command in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == "heavy modules: []", result.stderr
+    # A sub-command still runs, loading the core when it needs it (the import did not).
+    _, info = run_help(write_launcher(str(tmp_path)), ["info"])
+    assert info.returncode == 0, info.stderr[-2000:]
+    assert "ViT-B_16" in info.stdout and "imagenet21k" in info.stdout
+
+
 def test_every_model_command_takes_the_same_model_flags():
     commands = build_parser().parse_args(["info"]).commands
     for name in ("predict", "export", "analyze"):
+        commands[name].complete()  # sub-commands add some flags on first use
         flags = {option for action in commands[name]._actions for option in action.option_strings}
         assert {"--model", "--weights", "--image-size", "--classes"} <= flags, name

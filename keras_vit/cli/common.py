@@ -19,7 +19,33 @@ class CommandError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with usage errors reported under the one error policy."""
+    """argparse, with usage errors reported under the one error policy.
+
+    `populate(parser)`, when given, adds the arguments the first time this parser
+    parses or prints its help: a sub-command whose flags' help text needs Keras or
+    TensorFlow (recipes, presets) costs nothing until that sub-command is used, so
+    `keras-vit --help` stays fast.
+    """
+
+    def __init__(self, *args, populate=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._populate = populate
+
+    def complete(self):
+        """Adds the deferred arguments now (once); returns the parser."""
+        populate, self._populate = self._populate, None
+        if populate is not None:
+            populate(self)
+        return self
+
+    def parse_known_args(self, args=None, namespace=None):
+        return super(Parser, self.complete()).parse_known_args(args, namespace)
+
+    def format_usage(self):
+        return super(Parser, self.complete()).format_usage()
+
+    def format_help(self):
+        return super(Parser, self.complete()).format_help()
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}{_choice_hint(message)} (see {self.prog} --help)\n")

@@ -22,16 +22,23 @@ from keras_vit.cli.common import (
     load_model,
     warn,
 )
-from keras_vit.preprocessing import IMAGE_FORMATS
 
 __all__ = ["add_parser", "run", "predict"]
 
 
 def add_parser(commands):
     """Registers `predict` on an argparse sub-parsers object."""
-    parser = commands.add_parser(
-        "predict", help="print the top classes of image files",
-        description=f"Print the most probable classes of {IMAGE_FORMATS} images.")
+    parser = commands.add_parser("predict", help="print the top classes of image files",
+                                 populate=_add_arguments)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _add_arguments(parser):
+    """On first use: the description names the image formats, which Keras' module holds."""
+    from keras_vit.preprocessing import IMAGE_FORMATS
+
+    parser.description = f"Print the most probable classes of {IMAGE_FORMATS} images."
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help='an architecture ("B/16", ...) or a saved .keras file')
@@ -43,8 +50,6 @@ def add_parser(commands):
                         help="class names, one per line (default: the labels.txt beside a "
                              ".keras --model, else ImageNet's for 1000- and 21843-class heads)")
     parser.add_argument("--top", type=int, default=5, help="classes printed per image (default: 5)")
-    parser.set_defaults(run=run)
-    return parser
 
 
 def run(args):

@@ -17,16 +17,22 @@ has finished it says so and rewrites nothing. Another configuration on the same
 
 def add_parser(commands):
     """Adds the `train` sub-command to an argparse sub-parsers object."""
-    from keras_vit.data.presets import PRESETS
-    from keras_vit.training import PRECISIONS, RECIPES, STRATEGIES
-
     train = commands.add_parser(
-        "train", help="fine-tune or train a ViT on a dataset",
+        "train", help="fine-tune or train a ViT on a dataset", populate=_add_arguments,
         description="Fine-tune (recipe finetune) or train from scratch (recipe scratch) a ViT "
                     "with model.fit on a tf.data pipeline; writes backup/, best.keras, log.csv, "
                     "report.json, curves.png, confusion.png, model.keras, labels.txt and run.json to "
                     "--output.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.set_defaults(run=run)
+    return train
+
+
+def _add_arguments(train):
+    """The flags, whose help quotes the recipes and presets (importing Keras): on first use."""
+    from keras_vit.data.presets import PRESETS
+    from keras_vit.training import PRECISIONS, RECIPES, STRATEGIES
+
     finetune = RECIPES["finetune"]
     digits = PRESETS["digits"]
     scratch = {**vars(RECIPES[digits.recipe]), **digits.overrides(digits.recipe)}
@@ -78,8 +84,6 @@ def add_parser(commands):
         help="TFDS data_dir holding prepared datasets (default: TFDS' own, "
              "~/tensorflow_datasets)")
     add("--seed", type=int, default=0, help="random seed (default: 0)")
-    train.set_defaults(run=run)
-    return train
 
 
 def _model_name(model):
