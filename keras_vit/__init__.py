@@ -129,7 +129,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY) | set(_SUBPACKAGES))
+    return sorted(set(globals()) | set(__all__) | set(_SUBPACKAGES))
 
 
 _renamed.install()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 
@@ -14,6 +15,12 @@ def our_lines(stderr):
     """stderr without TensorFlow's C++ start-up log, which no Python setting silences."""
     tf_log = ("I0000 ", "W0000 ", "E0000 ", "WARNING: All log messages before absl")
     return [line for line in stderr.splitlines() if line.strip() and not line.startswith(tf_log)]
+
+
+def _steps_shown(stdout):
+    """The step numbers of Keras' progress lines ("7/22 ━━━ ..."), colour codes removed."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", stdout)
+    return {int(m.group(1)) for m in re.finditer(r"^\s*(\d+)/22 ", plain, re.MULTILINE)}
 
 
 def _snapshot(output):
@@ -58,10 +65,14 @@ def test_same_command_finished_then_changed_then_overwritten(tmp_path, python):
         assert f.read() == report_before
     assert _snapshot(output) == before
 
-    # 3. --overwrite: a new run, whose report describes the new learning rate.
-    fresh = python([*TRAIN, "--output", output, "--lr", "0.01", "--overwrite"], timeout=300)
+    # 3. --overwrite: a new run, whose report describes the new learning rate; --verbose
+    # shows progress per step (without it, one "22/22" line per epoch, as in run 1).
+    fresh = python([*TRAIN, "--output", output, "--lr", "0.01", "--overwrite", "--verbose"],
+                   timeout=300)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert "22/22" in fresh.stdout and "val_accuracy" in fresh.stdout  # an epoch ran
+    assert len(_steps_shown(fresh.stdout)) > 2, fresh.stdout[-2000:]
+    assert _steps_shown(first.stdout) == {22}, first.stdout[-2000:]
     with open(os.path.join(output, "report.json")) as f:
         report = json.load(f)
     assert report["recipe"]["learning_rate"] == 0.01
