@@ -3,9 +3,11 @@
 import json
 import os
 import re
+import shutil
 
 import pytest
 
+from tests.conftest import run_python
 from tests.test_training_run import read_log
 
 TRAIN = ["-m", "keras_vit.cli", "train", "--dataset", "digits", "--epochs", "1"]
@@ -34,10 +36,21 @@ def _snapshot(output):
     return files
 
 
-def test_same_command_finished_then_changed_then_overwritten(tmp_path, python):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One finished one-epoch digits run (folder, completed process), shared by the tests."""
+    output = str(tmp_path_factory.mktemp("trained") / "run")
+    result = run_python([*TRAIN, "--output", output], timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output, result
+
+
+def test_same_command_finished_then_changed_then_overwritten(tmp_path, python, trained):
     output = str(tmp_path / "run")
-    first = python([*TRAIN, "--output", output], timeout=300)
-    assert first.returncode == 0, first.stderr[-3000:]
+    # A copy of a finished run: its run.json names no path (digits is built in), so the
+    # same command recognises it here.
+    shutil.copytree(trained[0], output)
+    first = trained[1]
     with open(os.path.join(output, "labels.txt")) as f:
         assert f.read().splitlines() == [str(i) for i in range(10)]
     before = _snapshot(output)
@@ -98,7 +111,7 @@ def test_changed_configuration_names_what_differs(tmp_path, flag):
     assert sorted(os.listdir(output)) == ["run.json"]
 
 
-def test_predict_on_a_trained_model_prints_its_class_names(tmp_path, python):
+def test_predict_on_a_trained_model_prints_its_class_names(tmp_path, python, trained):
     """labels.txt, written by train beside model.keras, names predict's classes."""
     import numpy as np
     from PIL import Image
@@ -106,8 +119,7 @@ def test_predict_on_a_trained_model_prints_its_class_names(tmp_path, python):
     from keras_vit.data import load_digits
 
     output = str(tmp_path / "run")
-    trained = python([*TRAIN, "--output", output], timeout=300)
-    assert trained.returncode == 0, trained.stderr[-3000:]
+    shutil.copytree(trained[0], output)
     # Class names no model could invent: the folder's, written in labels.txt's place.
     names = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
     with open(os.path.join(output, "labels.txt")) as f:

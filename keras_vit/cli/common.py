@@ -119,6 +119,9 @@ def load_model(args):
             raise CommandError(f"{args.model} is a saved model; {', '.join(given)} cannot change it.")
         if not os.path.isfile(args.model):
             raise CommandError(f"No .keras file at {args.model}.")
+        # A model.keras from `keras-vit train` names its optimizer (keras_vit's SGD or AdamW),
+        # registered when keras_vit.training is imported; the parser no longer imports it.
+        import keras_vit.training  # noqa: F401
         return keras.saving.load_model(args.model)
     return ViT(args.model, weights=args.weights, image_size=_image_size(args.image_size),
                classes=args.classes)
