@@ -27,7 +27,8 @@ import tensorflow as tf
 from keras_vit.labels import imagenet_label_names, read_labels
 from keras_vit.preprocessing import decode_images, preprocess_input
 
-__all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head"]
+__all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head",
+           "model_input"]
 
 # A TFLite file is one FlatBuffer, which cannot exceed 2 GiB.
 TFLITE_MAX_BYTES = 2 ** 31
@@ -69,7 +70,7 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     # The leading dot keeps TF Serving, which loads integer-named folders only, away.
     staging = tempfile.mkdtemp(prefix=f".export-{version}-", dir=export_dir)
     try:
-        archive.write_out(os.path.join(staging, "model"), verbose=False)
+        archive.write_out(os.path.join(staging, "model"), verbose=False, options=_save_options())
         if os.path.exists(target):
             shutil.rmtree(target)
         os.rename(os.path.join(staging, "model"), target)
@@ -93,7 +94,8 @@ def export_tflite(model, path, top_k=5):
         raise ValueError(f"{model.name} has {weight_bytes / 2 ** 30:.1f} GiB of float32 weights; "
                          "a TFLite file holds at most 2 GiB. Export a smaller variant.")
     with tempfile.TemporaryDirectory() as saved_model:
-        _archive(model, None, top_k, size, with_bytes=False).write_out(saved_model, verbose=False)
+        _archive(model, None, top_k, size, with_bytes=False).write_out(saved_model, verbose=False,
+                                                                       options=_save_options())
         converter = tf.lite.TFLiteConverter.from_saved_model(saved_model,
                                                              signature_keys=["serving_default"])
         # Builtins only: no Flex (TensorFlow) ops, which phones' TFLite runtimes lack.
@@ -122,10 +124,13 @@ def _archive(model, labels, top_k, image_size, with_bytes):
     if top_k <= 0:
         raise ValueError(f"top_k must be a positive int, got {top_k}.")
     softmax_head = has_softmax_head(model)
+    to_model_input = model_input(model)
     label_table = None if labels is None else tf.constant(list(labels), tf.string)
+    archive = keras.export.ExportArchive()
+    call = _tensorflow_call(model, image_size, archive)
 
     def classify(pixels):
-        scores = tf.cast(model(preprocess_input(pixels), training=False), tf.float32)
+        scores = tf.cast(call(to_model_input(pixels)), tf.float32)
         # A softmax head returns probabilities; their log is a valid set of logits.
         logits = tf.math.log(scores) if softmax_head else scores
         probabilities = scores if softmax_head else tf.nn.softmax(logits, axis=-1)
@@ -141,17 +146,55 @@ def _archive(model, labels, top_k, image_size, with_bytes):
     def serve_bytes(image_bytes):
         return classify(decode_images(image_bytes, image_size))
 
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serving_default", serve_images,
-                         [tf.TensorSpec((None, *image_size, 3), tf.float32, name="images")])
+    endpoints = [("serving_default", serve_images,
+                  tf.TensorSpec((None, *image_size, 3), tf.float32, name="images"))]
     if with_bytes:
-        archive.add_endpoint("serve_bytes", serve_bytes,
-                             [tf.TensorSpec((None,), tf.string, name="image_bytes")])
-        # A signature has one input dtype: gRPC clients holding uint8 pixels use this one.
-        archive.add_endpoint("serve_uint8", serve_images,
-                             [tf.TensorSpec((None, *image_size, 3), tf.uint8, name="images")])
+        endpoints += [
+            ("serve_bytes", serve_bytes, tf.TensorSpec((None,), tf.string, name="image_bytes")),
+            # A signature has one input dtype: gRPC clients holding uint8 pixels use this one.
+            ("serve_uint8", serve_images,
+             tf.TensorSpec((None, *image_size, 3), tf.uint8, name="images"))]
+    for name, function, spec in endpoints:
+        if keras.backend.backend() == "tensorflow":
+            archive.add_endpoint(name, function, [spec])
+        else:
+            # The model is already TensorFlow (below); the rest is TensorFlow code, which
+            # JAX cannot trace: hand the archive a traced tf.function, which it keeps as is.
+            traced = tf.function(function, input_signature=[spec])
+            traced.get_concrete_function()
+            archive.add_endpoint(name, traced)
     return archive
+
+
+def _save_options():
+    """None on TensorFlow; elsewhere, no custom gradients: saving the ones jax2tf attaches
+    fails ("Found invalid capture ... when saving custom gradients"), and serving needs none."""
+    if keras.backend.backend() == "tensorflow":
+        return None
+    return tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+
+
+def _tensorflow_call(model, image_size, archive):
+    """`model`'s forward pass as a TensorFlow callable, tracked by `archive`.
+
+    On the TensorFlow backend that is the model itself. On another backend (JAX),
+    Keras' own export converts the model alone (jax2tf) into a SavedModel, which is
+    loaded back as a TensorFlow function; the signatures around it (decoding,
+    softmax, top-k, labels) are TensorFlow code that JAX could not trace.
+    """
+    if keras.backend.backend() == "tensorflow":
+        archive.track(model)
+        return lambda images: model(images, training=False)
+    channels = model.input_shape[-1]
+    inner = keras.export.ExportArchive()
+    inner.track(model)
+    inner.add_endpoint("call", lambda images: model(images, training=False),
+                       [tf.TensorSpec((None, *image_size, channels), tf.float32, name="images")])
+    with tempfile.TemporaryDirectory() as folder:
+        inner.write_out(os.path.join(folder, "model"), verbose=False, options=_save_options())
+        converted = tf.saved_model.load(os.path.join(folder, "model"))
+    archive.track(converted)
+    return converted.call
 
 
 def _image_size(model):
@@ -181,6 +224,18 @@ def has_softmax_head(model):
     return getattr(head, "activation", None) is keras.activations.softmax
 
 
+def model_input(model):
+    """What turns [0, 255] pixels into `model`'s input: `preprocess_input`, or nothing for a
+    model built with `include_preprocessing=True` (its "preprocessing" layer does it)."""
+    try:
+        layer = model.get_layer("preprocessing")
+    except ValueError:
+        return preprocess_input
+    if isinstance(layer, keras.layers.Rescaling):
+        return lambda pixels: pixels
+    return preprocess_input
+
+
 def _resolve_labels(labels, classes):
     if labels is None:
         return None
@@ -202,6 +257,10 @@ def _write_atomically(path, content):
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    # mkstemp creates 0600; a model file gets the mode any new file gets (0666 less the umask).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         with os.fdopen(handle, "wb") as f:
             f.write(content)

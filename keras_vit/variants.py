@@ -152,7 +152,10 @@ def get_variant(name):
         raise TypeError(f"A variant name must be a string, got {type(name).__name__}.")
     variant = _BY_KEY.get(_canonical_key(name))
     if variant is None:
+        from keras_vit._names import did_you_mean
+
         known = ", ".join(f'"{v.short_name}"' for v in VARIANTS.values())
-        raise ValueError(f"Unknown ViT variant {name!r}. Known variants: {known} "
+        hint = did_you_mean(name, [v.short_name for v in VARIANTS.values()] + list(VARIANTS))
+        raise ValueError(f"Unknown ViT variant {name!r}.{hint} Known variants: {known} "
                          '(official spellings such as "ViT-B_16" work too).')
     return variant

@@ -1,5 +1,7 @@
 """Every sub-command follows one error policy: one line on stderr, nothing on stdout, exit 2."""
 
+import os
+
 import pytest
 
 from keras_vit.cli import build_parser, main
@@ -19,6 +21,17 @@ BAD = [
     ("export", ["export", "--model", "{tmp}/missing.keras", "--output", "{tmp}/out"]),
     ("analyze", ["analyze", "{tmp}/missing.png", "--model", "Ti/16"]),
     ("analyze", ["analyze", "{tmp}/a.png", "--model", "Ti/16", "--image-size", "1", "2", "3"]),
+]
+
+# Near-miss names: the one line also says which name was meant.
+NEAR_MISSES = [
+    (["train", "--recipe", "finetun"], '"finetune"'),
+    (["train", "--model", "B/17", "--output", "{tmp}/run"], '"B/16"'),
+    (["train", "--dataset", "tf_flower", "--output", "{tmp}/run"], '"tf_flowers"'),
+    (["train", "--dataset", "digit", "--output", "{tmp}/run"], '"digits"'),
+    (["export", "--model", "Ti/16", "--weights", "imagenet21", "--output", "{tmp}/out"],
+     '"imagenet21k"'),
+    (["export", "--model", "Ti/16", "--output", "{tmp}/out", "--format", "tflit"], '"tflite"'),
 ]
 
 
@@ -47,6 +60,32 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(command, argv, tmp_path, cap
     assert lines[0].startswith(f"keras-vit {command}: error: "), err
 
 
+@pytest.mark.parametrize("argv,meant", NEAR_MISSES, ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_a_near_miss_name_says_which_was_meant(argv, meant, tmp_path, capsys):
+    code, out, err = _run([arg.format(tmp=tmp_path) for arg in argv], capsys)
+    assert code == 2, err
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"keras-vit {argv[0]}: error: ")
+    assert f"Did you mean {meant}?" in lines[0], err
+    assert len(lines[0]) < 600, "the line lists no catalogue of names"
+    assert not os.path.exists(tmp_path / "run"), "a refused run writes nothing"
+
+
+def test_predict_with_random_weights_warns(tmp_path, capsys):
+    from PIL import Image
+
+    path = str(tmp_path / "a.png")
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(path)
+    code, out, err = _run(["predict", path, "--model", "Ti/16", "--image-size", "32"], capsys)
+    assert code == 0, err
+    assert err.splitlines() == [
+        "keras-vit predict: warning: --model Ti/16 without --weights has random weights, so these "
+        "predictions mean nothing; add --weights (keras-vit info lists them)."]
+    assert out.splitlines()[0] == path and len(out.splitlines()) == 6
+
+
 def test_a_bad_argument_in_a_fresh_process(python):
     """The installed entry point behaves the same: exit status 2, the error as the last line."""
     result = python(["-m", "keras_vit.cli", "train", "--epochs", "many"], timeout=300)
@@ -57,8 +96,27 @@ def test_a_bad_argument_in_a_fresh_process(python):
         "(see keras-vit train --help)")
 
 
+def test_help_imports_no_tensorflow(tmp_path):
+    """`keras-vit --help`, run as pip's script runs it: Keras and TensorFlow stay unimported.
+
+    (benchmarks/cli_startup.py times it.)"""
+    from benchmarks.cli_startup import run_help, write_launcher
+
+    _, result = run_help(write_launcher(str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: keras-vit")
+    for command in ("info", "train", "predict", "export", "analyze"):
+        assert command in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == "heavy modules: []", result.stderr
+    # A sub-command still runs, loading the core when it needs it (the import did not).
+    _, info = run_help(write_launcher(str(tmp_path)), ["info"])
+    assert info.returncode == 0, info.stderr[-2000:]
+    assert "ViT-B_16" in info.stdout and "imagenet21k" in info.stdout
+
+
 def test_every_model_command_takes_the_same_model_flags():
     commands = build_parser().parse_args(["info"]).commands
     for name in ("predict", "export", "analyze"):
+        commands[name].complete()  # sub-commands add some flags on first use
         flags = {option for action in commands[name]._actions for option in action.option_strings}
         assert {"--model", "--weights", "--image-size", "--classes"} <= flags, name

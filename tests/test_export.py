@@ -240,7 +240,12 @@ def test_versions_are_numbered_and_never_half_written(exported, tmp_path, monkey
 
 def test_tflite_uses_builtin_ops_and_matches_keras(tmp_path):
     model = tiny_classifier(seed=2)
-    path = export_tflite(model, str(tmp_path / "vit.tflite"))
+    old_umask = os.umask(0o022)
+    try:
+        path = export_tflite(model, str(tmp_path / "vit.tflite"))
+    finally:
+        os.umask(old_umask)
+    assert os.stat(path).st_mode & 0o777 == 0o644  # what `touch` gives under umask 022, not 0600
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tf.lite.Interpreter's notice about ai_edge_litert
         interpreter = tf.lite.Interpreter(model_path=path)
@@ -323,7 +328,12 @@ def test_export_command_then_predict_from_the_saved_model(tmp_path, capsys):
 
     export_dir = str(tmp_path / "serving")
     assert cli.main(["export", "--model", str(tmp_path / "tiny.keras"), "--output", export_dir]) == 0
-    assert os.path.join("serving", "1") in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert os.path.join("serving", "1") in printed
+    # Every signature the SavedModel has, as TensorFlow itself lists them.
+    signatures = sorted(tf.saved_model.load(os.path.join(export_dir, "1")).signatures)
+    assert signatures == ["serve_bytes", "serve_uint8", "serving_default"]
+    assert printed.rstrip().endswith(f"(signatures: {', '.join(signatures)})")
     assert cli.main(["predict", *paths, "--saved-model", export_dir]) == 0
     assert_prints_top5(capsys.readouterr().out, paths, probabilities)
 

@@ -137,3 +137,28 @@ def test_moved_names_still_resolve_with_a_deprecation_warning(module, name, new)
     assert value is getattr(importlib.import_module(new), name)
     with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
         _ = importlib.import_module(module).nonsense
+
+
+LAZY_UNDER_THE_SCRIPT = """
+import sys
+import keras_vit
+
+assert "keras" not in sys.modules and "tensorflow" not in sys.modules, "the core loaded eagerly"
+names = {name: getattr(keras_vit, name) for name in keras_vit.__all__}
+from keras_vit import models, preprocessing, training, variants
+
+assert names["ViT"] is models.ViT and names["ViT_B16"] is models.ViT_B16
+assert names["preprocess_input"] is preprocessing.preprocess_input
+assert names["VARIANTS"] is variants.VARIANTS and names["train"] is training.train
+assert set(keras_vit.__all__) <= set(dir(keras_vit))
+print("lazy core OK")
+"""
+
+
+def test_under_the_keras_vit_script_every_public_name_loads_on_first_use(tmp_path, python):
+    """Run as the `keras-vit` script, the import defers the core; every name still resolves."""
+    script = tmp_path / "keras-vit"  # the name pip gives the entry point's script
+    script.write_text(LAZY_UNDER_THE_SCRIPT)
+    result = python([str(script)], timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "lazy core OK"

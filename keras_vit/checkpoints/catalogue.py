@@ -124,9 +124,11 @@ def find_checkpoint(variant, tag):
         return matches[0]
     tags = sorted({c.tag for c in catalogue()})
     if tag not in tags:
-        raise ValueError(f"Unknown weights {tag!r}. Use None, the path of a checkpoint file or "
-                         f"directory, hf://owner/name, or one of the catalogue tags: "
-                         f"{', '.join(tags)}.")
+        from keras_vit._names import did_you_mean
+
+        raise ValueError(f"Unknown weights {tag!r}.{did_you_mean(tag, tags)} Use None, the path "
+                         "of a checkpoint file or directory, hf://owner/name, or one of the "
+                         f"catalogue tags: {', '.join(tags)}.")
     available = sorted(c.tag for c in catalogue() if c.variant == variant.name)
     raise ValueError(f"There are no {tag!r} weights for {variant.name}. Available for this "
                      f"variant: {', '.join(available) or 'none'}.")

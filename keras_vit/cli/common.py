@@ -19,10 +19,49 @@ class CommandError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with usage errors reported under the one error policy."""
+    """argparse, with usage errors reported under the one error policy.
+
+    `populate(parser)`, when given, adds the arguments the first time this parser
+    parses or prints its help: a sub-command whose flags' help text needs Keras or
+    TensorFlow (recipes, presets) costs nothing until that sub-command is used, so
+    `keras-vit --help` stays fast.
+    """
+
+    def __init__(self, *args, populate=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._populate = populate
+
+    def complete(self):
+        """Adds the deferred arguments now (once); returns the parser."""
+        populate, self._populate = self._populate, None
+        if populate is not None:
+            populate(self)
+        return self
+
+    def parse_known_args(self, args=None, namespace=None):
+        return super(Parser, self.complete()).parse_known_args(args, namespace)
+
+    def format_usage(self):
+        return super(Parser, self.complete()).format_usage()
+
+    def format_help(self):
+        return super(Parser, self.complete()).format_help()
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{_choice_hint(message)} (see {self.prog} --help)\n")
+
+
+def _choice_hint(message):
+    """argparse's "invalid choice: 'x' (choose from ...)" gains a "did you mean"."""
+    import re
+
+    from keras_vit._names import did_you_mean
+
+    found = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)", message)
+    if not found:
+        return ""
+    choices = [c.strip().strip("'\"") for c in found.group(2).split(",")]
+    return did_you_mean(found.group(1), choices)
 
 
 def user_errors():
@@ -80,9 +119,25 @@ def load_model(args):
             raise CommandError(f"{args.model} is a saved model; {', '.join(given)} cannot change it.")
         if not os.path.isfile(args.model):
             raise CommandError(f"No .keras file at {args.model}.")
+        # A model.keras from `keras-vit train` names its optimizer (keras_vit's SGD or AdamW),
+        # registered when keras_vit.training is imported; the parser no longer imports it.
+        import keras_vit.training  # noqa: F401
         return keras.saving.load_model(args.model)
     return ViT(args.model, weights=args.weights, image_size=_image_size(args.image_size),
                classes=args.classes)
+
+
+def labels_beside(model_path):
+    """The labels.txt `keras-vit train` wrote beside a .keras file, or None."""
+    if not model_path or not model_path.endswith(".keras"):
+        return None
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "labels.txt")
+    return path if os.path.isfile(path) else None
+
+
+def warn(prog, message):
+    """A warning under the policy's format: one line on stderr; the command goes on."""
+    print(f"{prog}: warning: {message}", file=sys.stderr)
 
 
 def _image_size(pixels):

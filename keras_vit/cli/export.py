@@ -8,7 +8,7 @@ TensorFlow and Keras are imported when the command runs, so `--help` stays fast.
 
 import os
 
-from keras_vit.cli.common import CommandError, add_model_options, load_model
+from keras_vit.cli.common import CommandError, add_model_options, labels_beside, load_model
 
 __all__ = ["add_parser", "run"]
 
@@ -31,7 +31,8 @@ def add_parser(commands):
                         help="saved_model version (default: the next free integer)")
     parser.add_argument("--labels",
                         help='a text file with one class name per line, "imagenet", or "none" '
-                             "(default: ImageNet names for 1000- and 21843-class heads)")
+                             "(default: the labels.txt beside a .keras --model, else ImageNet "
+                             "names for 1000- and 21843-class heads)")
     parser.add_argument("--top-k", type=int, default=5,
                         help="classes listed per image in class_ids and labels (default: 5)")
     parser.set_defaults(run=run)
@@ -55,17 +56,31 @@ def _export(args):
     if args.format == "tflite":
         export.export_tflite(model, args.output, top_k=args.top_k)
         return f"Wrote {args.output}"
-    labels = _labels(args.labels, model.output_shape[-1])
+    labels = _labels(args.labels, model.output_shape[-1], labels_beside(args.model))
     path = export.export_saved_model(model, args.output, version=args.version, labels=labels,
                                      top_k=args.top_k)
-    return f"Wrote {path} (signatures: serving_default, serve_bytes)"
+    return f"Wrote {path} (signatures: {', '.join(_signatures(path))})"
 
 
-def _labels(option, classes):
+def _signatures(folder):
+    """The signature names in a SavedModel's saved_model.pb, read without loading the graph.
+
+    Read back from what was written, so the message cannot drift from the export.
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(folder, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    return sorted({name for graph in proto.meta_graphs for name in graph.signature_def
+                   if not name.startswith("__")})  # __saved_model_init_op is TF's, not a signature
+
+
+def _labels(option, classes, beside=None):
     from keras_vit.labels import imagenet_label_names
 
     if option is None:
-        return imagenet_label_names(classes)
+        return beside or imagenet_label_names(classes)
     if option == "none":
         return None
     return option  # "imagenet" or a file; export_saved_model checks the count

@@ -4,25 +4,41 @@
     keras-vit predict cat.jpg --saved-model serving/vit
 
 Prints, per image, its path and then one line per class: the probability and
-the label (ImageNet names for 1000- and 21843-class heads, the names of
---labels FILE, else "class <index>").
+the label: the names of --labels FILE, else the labels.txt `keras-vit train`
+wrote beside a .keras model, else ImageNet names for 1000- and 21843-class
+heads, else "class <index>". An architecture without --weights has random
+weights: its predictions mean nothing, and a warning on stderr says so.
 """
 
 import os
 
 import numpy as np
 
-from keras_vit.cli.common import CommandError, add_model_options, given_model_options, load_model
-from keras_vit.preprocessing import IMAGE_FORMATS
+from keras_vit.cli.common import (
+    CommandError,
+    add_model_options,
+    given_model_options,
+    labels_beside,
+    load_model,
+    warn,
+)
 
 __all__ = ["add_parser", "run", "predict"]
 
 
 def add_parser(commands):
     """Registers `predict` on an argparse sub-parsers object."""
-    parser = commands.add_parser(
-        "predict", help="print the top classes of image files",
-        description=f"Print the most probable classes of {IMAGE_FORMATS} images.")
+    parser = commands.add_parser("predict", help="print the top classes of image files",
+                                 populate=_add_arguments)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _add_arguments(parser):
+    """On first use: the description names the image formats, which Keras' module holds."""
+    from keras_vit.preprocessing import IMAGE_FORMATS
+
+    parser.description = f"Print the most probable classes of {IMAGE_FORMATS} images."
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help='an architecture ("B/16", ...) or a saved .keras file')
@@ -30,10 +46,10 @@ def add_parser(commands):
                         help="an exported SavedModel: a version folder, or the base folder "
                              "(its highest version is used)")
     add_model_options(parser, model_help=False)
-    parser.add_argument("--labels", metavar="FILE", help="class names, one per line")
+    parser.add_argument("--labels", metavar="FILE",
+                        help="class names, one per line (default: the labels.txt beside a "
+                             ".keras --model, else ImageNet's for 1000- and 21843-class heads)")
     parser.add_argument("--top", type=int, default=5, help="classes printed per image (default: 5)")
-    parser.set_defaults(run=run)
-    return parser
 
 
 def run(args):
@@ -52,28 +68,33 @@ def predict(args):
         if not os.path.isfile(path):
             raise CommandError(f"No image file at {path}.")
     labels = None
-    if args.labels:
+    labels_file = args.labels or (None if args.saved_model else labels_beside(args.model))
+    if labels_file:
         from keras_vit.labels import read_labels
-        labels = read_labels(args.labels)
+        labels = read_labels(labels_file)
     if args.saved_model:
         given = given_model_options(args)
         if given:
             raise CommandError(f"{', '.join(given)} apply to --model, not to --saved-model.")
         return _predict_saved_model(args.saved_model, args.images, labels, args.top)
+    if not args.model.endswith(".keras") and args.weights is None:
+        warn("keras-vit predict", f"--model {args.model} without --weights has random weights, so "
+             "these predictions mean nothing; add --weights (keras-vit info lists them).")
     return _predict_keras(load_model(args), args.images, labels, args.top)
 
 
 def _predict_keras(model, paths, labels, top):
     import keras
 
-    from keras_vit.export import has_softmax_head
+    from keras_vit.export import has_softmax_head, model_input
     from keras_vit.labels import imagenet_label_names
-    from keras_vit.preprocessing import load_image, preprocess_input
+    from keras_vit.preprocessing import load_image
 
     size = model.input_shape[1:3]
     pixels = np.stack([load_image(path, size, channels=model.input_shape[-1]) for path in paths])
     # A direct call: for a handful of images, model.predict's compilation costs more than it saves.
-    scores = np.concatenate([keras.ops.convert_to_numpy(model(preprocess_input(pixels[i:i + 32]),
+    to_model_input = model_input(model)
+    scores = np.concatenate([keras.ops.convert_to_numpy(model(to_model_input(pixels[i:i + 32]),
                                                               training=False))
                              for i in range(0, len(pixels), 32)])
     probabilities = scores if has_softmax_head(model) else keras.ops.convert_to_numpy(

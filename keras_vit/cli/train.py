@@ -10,20 +10,29 @@ EPILOG = """examples:
   keras-vit train --dataset path/to/flower_photos --model S/16 --weights augreg-in21k \\
       --image-size 224 --output runs/folder
 
-Re-running a command with the same --output resumes an interrupted run."""
+Re-running a command with the same --output resumes an interrupted run; once the run
+has finished it says so and rewrites nothing. Another configuration on the same
+--output is refused: start it with --overwrite (deletes the old run) or another --output."""
 
 
 def add_parser(commands):
     """Adds the `train` sub-command to an argparse sub-parsers object."""
+    train = commands.add_parser(
+        "train", help="fine-tune or train a ViT on a dataset", populate=_add_arguments,
+        description="Fine-tune (recipe finetune) or train from scratch (recipe scratch) a ViT "
+                    "with model.fit on a tf.data pipeline; writes backup/, best.keras, log.csv, "
+                    "report.json, curves.png, confusion.png, model.keras, labels.txt and run.json to "
+                    "--output.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.set_defaults(run=run)
+    return train
+
+
+def _add_arguments(train):
+    """The flags, whose help quotes the recipes and presets (importing Keras): on first use."""
     from keras_vit.data.presets import PRESETS
     from keras_vit.training import PRECISIONS, RECIPES, STRATEGIES
 
-    train = commands.add_parser(
-        "train", help="fine-tune or train a ViT on a dataset",
-        description="Fine-tune (recipe finetune) or train from scratch (recipe scratch) a ViT "
-                    "with model.fit on a tf.data pipeline; writes backup/, best.keras, log.csv, "
-                    "report.json, curves.png, confusion.png and model.keras to --output.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     finetune = RECIPES["finetune"]
     digits = PRESETS["digits"]
     scratch = {**vars(RECIPES[digits.recipe]), **digits.overrides(digits.recipe)}
@@ -68,13 +77,15 @@ def add_parser(commands):
         help="dtype policy: mixed_bfloat16 on A100/H100/TPU, mixed_float16 on T4/V100 "
              "(default: float32)")
     add("--output", default="runs/keras_vit",
-        help="folder for every output; re-run to resume (default: runs/keras_vit)")
+        help="folder for every output; re-run the same command to resume (default: runs/keras_vit)")
+    add("--overwrite", action="store_true",
+        help="delete the run already in --output (its outputs only) and start a new one")
+    add("--verbose", action="store_true",
+        help="a progress bar updated every step (default: one line per epoch)")
     add("--data-dir", default=None,
         help="TFDS data_dir holding prepared datasets (default: TFDS' own, "
              "~/tensorflow_datasets)")
     add("--seed", type=int, default=0, help="random seed (default: 0)")
-    train.set_defaults(run=run)
-    return train
 
 
 def _model_name(model):
@@ -88,7 +99,7 @@ def run(args):
                    image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
                    epochs=args.epochs, lr=args.lr, recipe=args.recipe, strategy=args.strategy,
                    precision=args.precision, output=args.output, data_dir=args.data_dir,
-                   seed=args.seed, verbose=2)
+                   seed=args.seed, verbose=1 if args.verbose else 2, overwrite=args.overwrite)
     skipped = report["skipped_files"]["count"]
     print(f"held-out accuracy {report['accuracy']:.4f} on {report['num_test']} images"
           + (f"; skipped {skipped} unreadable files" if skipped else "")

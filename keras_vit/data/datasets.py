@@ -148,9 +148,14 @@ def load_tfds(name, data_dir=None):
                                       "pip install tensorflow-datasets") from error
     try:
         builder = tfds.builder(name, data_dir=data_dir)
-    except tfds.core.DatasetNotFoundError as error:
+    except tfds.core.DatasetNotFoundError:
+        from keras_vit._names import did_you_mean
+
+        # Not TFDS' own message: it lists every one of its ~450 datasets.
+        hint = did_you_mean(name, ["digits", *tfds.list_builders()])
         raise ValueError(f"Unknown dataset {name!r}: not 'digits', not an existing folder, "
-                         f"and not a TFDS name ({error}).") from None
+                         f"and not a TFDS name.{hint} TFDS' names: "
+                         "https://www.tensorflow.org/datasets/catalog/overview") from None
     if not _is_prepared(builder):
         _prepare(builder, name)
     splits = builder.info.splits

@@ -8,12 +8,16 @@ __all__ = ["TokenPooling"]
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class TokenPooling(keras.layers.Layer):
-    """`(batch, n, D) -> (batch, D)`: the class token, or the mean of the patch tokens."""
+    """`(batch, n, D) -> (batch, D)`: the class token, or the mean or maximum of the patch tokens.
+
+    "max" is the `pooling="max"` of keras.applications (per feature, over the patches);
+    no official checkpoint was trained with it, so it is for feature extraction.
+    """
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
-        if mode not in ("token", "gap"):
-            raise ValueError(f'mode must be "token" or "gap", got {mode!r}.')
+        if mode not in ("token", "gap", "max"):
+            raise ValueError(f'mode must be "token", "gap" or "max", got {mode!r}.')
         if mode == "token" and num_prefix_tokens < 1:
             raise ValueError('mode="token" needs a class token (num_prefix_tokens >= 1).')
         self.mode = mode
@@ -22,6 +26,8 @@ class TokenPooling(keras.layers.Layer):
     def call(self, tokens):
         if self.mode == "token":
             return tokens[:, 0]
+        if self.mode == "max":
+            return ops.max(tokens[:, self.num_prefix_tokens:], axis=1)
         return ops.mean(tokens[:, self.num_prefix_tokens:], axis=1)
 
     def compute_output_shape(self, input_shape):

@@ -21,13 +21,16 @@ __all__ = ["ViT", "ViT_Ti16", "ViT_S16", "ViT_S32", "ViT_B8", "ViT_B16", "ViT_B3
            "ViT_L16", "ViT_L32", "ViT_H14", "ViT_R_Ti16", "ViT_R26_S32", "ViT_R26_B32",
            "ViT_R50_B16", "ViT_R50_L32"]
 
-_POOLINGS = ("token", "gap", None)
+_POOLINGS = ("token", "gap", "max", None)
+# keras.applications' spellings: "avg" is the mean of the patch tokens ("gap"); "max" their
+# maximum, per feature (features only: no official head was trained on it).
+_POOLING_ALIASES = {"avg": "gap", "max": "max"}
 
 
 def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         pooling="default", classifier_activation=None, representation_size="auto",
         dropout=0.0, attention_dropout=0.0, approximate_gelu=None, channels=3, name=None,
-        layer_norm_epsilon=None):
+        layer_norm_epsilon=None, input_shape=None, input_tensor=None, include_preprocessing=False):
     """Builds a Vision Transformer and optionally loads official weights.
 
     Args:
@@ -50,9 +53,11 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         classes: head size. Defaults to the checkpoint's class count, else
             1000. A head whose size differs from the checkpoint's starts at
             zero, as official fine-tuning does.
-        pooling: "token" (the class token), "gap" (mean of the patch tokens),
-            or None (the whole normalised token sequence; `include_top=False`
-            only). Defaults to the variant's own classifier. With "token" the
+        pooling: "token" (the class token), "gap" or "avg" (mean of the patch
+            tokens), "max" (their maximum per feature, as keras.applications;
+            `include_top=False` only), or None (the whole normalised token
+            sequence; `include_top=False` only). Defaults to the variant's own
+            classifier. With "token" the
             last encoder block computes the class token alone (the pooled
             output is the same, for less work), so to read every token's
             final features build with `pooling=None`.
@@ -73,12 +78,27 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         channels: input channels.
         name: model name; defaults to the official variant name, with "+"
             spelled "_" ("R50_ViT-B_16") as TensorFlow scopes require.
+        input_shape: `(height, width, channels)`, as keras.applications: the
+            same as `image_size=(height, width), channels=channels`. The size
+            must be fixed (no None): the position embeddings are per patch.
+        input_tensor: a Keras tensor (e.g. `keras.Input(...)` or a layer's
+            output) to build the model on, as keras.applications; its shape
+            gives the input shape, and the model's input is its source.
+        include_preprocessing: start the model with a `keras.layers.Rescaling`
+            layer ("preprocessing") mapping pixels in [0, 255] to [-1, 1], so
+            the model takes raw pixels and `preprocess_input` is not needed.
 
     Returns:
         A `keras.Model` mapping images `(batch, height, width, channels)` in
-        [-1, 1] (see `keras_vit.preprocess_input`) to logits `(batch,
-        classes)`, pooled features `(batch, D)` or tokens `(batch, n, D)`.
+        [-1, 1] (see `keras_vit.preprocess_input`; in [0, 255] with
+        `include_preprocessing=True`) to logits `(batch, classes)`, pooled
+        features `(batch, D)` or tokens `(batch, n, D)`.
     """
+    image_size, channels = _input_arguments(input_shape, input_tensor, image_size, channels)
+    if not isinstance(include_preprocessing, bool):
+        raise ValueError(f"include_preprocessing must be True or False, got {include_preprocessing!r}.")
+    if isinstance(pooling, str) and pooling in _POOLING_ALIASES:
+        pooling = _POOLING_ALIASES[pooling]
     variant = get_variant(variant)
     source = resolve_weights(variant, weights, image_size)
     image_size = _image_size(image_size, source, variant)
@@ -102,10 +122,40 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
 
     head = _Head(include_top, classes, pooling, classifier_activation, representation_size)
     model = _build(variant, image_size, channels, head, dropout, attention_dropout,
-                   approximate_gelu, name or _default_name(variant), epsilon)
+                   approximate_gelu, name or _default_name(variant), epsilon, input_tensor,
+                   include_preprocessing)
     if source is not None:
         load_weights(model, source.path())
     return model
+
+
+def _input_arguments(input_shape, input_tensor, image_size, channels):
+    """keras.applications' input_shape and input_tensor as (image_size, channels)."""
+    if input_tensor is not None:
+        if not keras.backend.is_keras_tensor(input_tensor):
+            raise ValueError("input_tensor must be a Keras tensor (keras.Input(...) or a layer's "
+                             f"output), got {type(input_tensor).__name__}.")
+        tensor_shape = tuple(input_tensor.shape[1:])
+        if input_shape is not None and tuple(input_shape) != tensor_shape:
+            raise ValueError(f"input_shape {tuple(input_shape)} differs from input_tensor's "
+                             f"shape {tensor_shape}; give one of them.")
+        input_shape = tensor_shape
+    if input_shape is None:
+        return image_size, channels
+    if (isinstance(input_shape, str) or not hasattr(input_shape, "__len__") or len(input_shape) != 3
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in input_shape)):
+        raise ValueError("input_shape must be (height, width, channels) with fixed positive sizes "
+                         f"(a ViT's position embeddings are per patch), got {input_shape!r}.")
+    height, width, depth = input_shape
+    if image_size is not None:
+        size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+        if size != (height, width):
+            raise ValueError(f"image_size {image_size!r} differs from input_shape {tuple(input_shape)}; "
+                             "give one of them.")
+    if channels not in (3, depth):  # 3 is the default: input_shape decides
+        raise ValueError(f"channels={channels} differs from input_shape {tuple(input_shape)}; "
+                         "give one of them.")
+    return (height, width), depth
 
 
 def _default_name(variant):
@@ -148,7 +198,10 @@ def _check_hybrid_image_size(variant, image_size):
 
 def _check_head_arguments(variant, include_top, pooling, classifier_activation):
     if pooling not in _POOLINGS:
-        raise ValueError(f'pooling must be "token", "gap" or None, got {pooling!r}.')
+        raise ValueError(f'pooling must be "token", "gap" (or "avg"), "max" or None, got {pooling!r}.')
+    if pooling == "max" and include_top:
+        raise ValueError('pooling="max" gives features (include_top=False); no official head '
+                         'was trained on it. With the head use "token" or "gap".')
     if pooling == "token" and variant.classifier == "gap":
         raise ValueError(f'{variant.short_name} has no class token; use pooling="gap" or None.')
     if include_top and pooling is None:
@@ -170,9 +223,15 @@ class _Head:
 
 
 def _build(variant, image_size, channels, head, dropout, attention_dropout, approximate_gelu,
-           name, epsilon=LAYER_NORM_EPSILON):
-    images = keras.Input((*image_size, channels), name="images")
-    x = images
+           name, epsilon=LAYER_NORM_EPSILON, input_tensor=None, include_preprocessing=False):
+    if input_tensor is None:
+        images = x = keras.Input((*image_size, channels), name="images")
+    else:  # as keras.applications: the model starts at the tensor's own inputs
+        images, x = keras.utils.get_source_inputs(input_tensor), input_tensor
+    if include_preprocessing:
+        # Keras' own layer: a .keras file of this model loads without custom objects.
+        # x * (1 / 127.5) - 1: [0, 255] -> [-1, 1], as keras_vit.preprocess_input.
+        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")(x)
     if variant.is_hybrid:
         x = ResNetStem(variant.resnet_stages, variant.resnet_width, name="resnet")(x)
     x = PatchEncoder(variant.width, variant.patch_size, name="embedding")(x)

@@ -55,7 +55,10 @@ RECIPES = {
 def get_recipe(name, **overrides):
     """A copy of `RECIPES[name]` with `overrides` (fields of `Recipe`) applied."""
     if name not in RECIPES:
-        raise ValueError(f"Unknown recipe {name!r}; choose one of {sorted(RECIPES)}.")
+        from keras_vit._names import did_you_mean
+
+        raise ValueError(f"Unknown recipe {name!r};{did_you_mean(name, RECIPES)} choose one of "
+                         f"{sorted(RECIPES)}.")
     unknown = set(overrides) - {f.name for f in dataclasses.fields(Recipe)}
     if unknown:
         raise ValueError(f"Unknown recipe fields: {sorted(unknown)}.")

@@ -11,10 +11,19 @@ report and plots. Every output lives in one `output` folder:
     report.json    accuracy, per-class precision/recall/F1, confusion matrix, skipped files
     curves.png, confusion.png
     model.keras    the final model
+    labels.txt     the class names, one a line, in the head's order (read by predict, export)
+    run.json       the run's configuration, and whether it finished
+
+Re-running: `run.json` is compared with the new call before anything is
+written. The same configuration resumes an interrupted run, or, when the run
+finished, returns its report and rewrites nothing; a different configuration
+is refused (`RunConflictError`) unless `overwrite=True`, which deletes the
+previous run's outputs first, so `report.json` only ever describes what ran.
 """
 
 import csv
 import dataclasses
+import json
 import math
 import os
 import shutil
@@ -37,7 +46,12 @@ from keras_vit.training.distribute import (
 from keras_vit.training.recipes import PRECISIONS, Recipe, accumulation_steps, get_recipe, make_optimizer
 from keras_vit.variants import Variant, get_variant
 
-__all__ = ["train", "build_model"]
+__all__ = ["train", "build_model", "RunConflictError", "RUN_OUTPUTS"]
+
+# What a run writes into its folder; --overwrite deletes these and nothing else.
+RUN_OUTPUTS = ("backup", "best.keras", "log.csv", "report.json", "curves.png", "confusion.png",
+               "model.keras", "labels.txt", "run.json")
+RUN_FILE = "run.json"
 
 MAX_EPOCHS_FOR_STEPS = 10  # a --steps run is cut into at most this many logged epochs
 
@@ -56,6 +70,10 @@ class _Run:
     data_dir: str | None
     seed: int
     verbose: object
+
+
+class RunConflictError(ValueError):
+    """`output` holds a run with another configuration (a ValueError: bad input)."""
 
 
 def build_model(variant, weights, image_size, classes, dropout=0.0):
@@ -78,7 +96,7 @@ def _plan(recipe, num_train, steps, epochs, accumulation):
 
 def train(dataset="digits", model=None, weights=None, image_size=None, batch_size=None,
           steps=None, epochs=None, lr=None, recipe=None, strategy="auto", precision="float32",
-          output="runs/keras_vit", data_dir=None, seed=0, verbose="auto"):
+          output="runs/keras_vit", data_dir=None, seed=0, verbose="auto", overwrite=False):
     """Trains (or fine-tunes) a ViT and writes every output into `output`.
 
     Defaults come from the dataset's preset (`keras_vit.data.PRESETS`): digits
@@ -105,10 +123,14 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
             (tf.distribute); on JAX "data-parallel", "model-parallel"
             (keras.distribution; "auto" is data-parallel over several devices).
         precision: "float32", "mixed_bfloat16" or "mixed_float16".
-        output: the run's folder. Re-running with the same folder resumes.
+        output: the run's folder. Re-running with the same folder and the same
+            configuration resumes; when that run finished, its report is
+            returned and nothing is rewritten. Another configuration on the
+            same folder raises `RunConflictError`.
         data_dir: TFDS data_dir holding prepared datasets.
         seed: random seed.
-        verbose: `model.fit`'s verbosity.
+        verbose: `model.fit`'s verbosity (1: a progress bar updated every step).
+        overwrite: delete a previous run's outputs in `output` and start again.
 
     Returns:
         The report dict that is also written to `output/report.json`.
@@ -133,14 +155,126 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     if recipe.steps is None and not recipe.epochs:
         raise ValueError("Give steps or epochs.")
 
+    config = _run_config(dataset, variant, weights, recipe, precision, seed)
+    finished = _check_previous_run(output, config, overwrite)
+    if finished is not None:
+        return finished
+
     keras.utils.set_random_seed(seed)
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(precision)
     try:
         return _fit_and_report(_Run(dataset, variant, weights, recipe, strategy, precision,
-                                    output, data_dir, seed, verbose))
+                                    output, data_dir, seed, verbose), config)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
+
+
+def _run_config(dataset, variant, weights, recipe, precision, seed):
+    """What decides a run's result, as JSON values; where the data lives and the strategy don't."""
+    if isinstance(dataset, str) and os.path.isdir(dataset):
+        dataset = os.path.abspath(dataset)
+    return {"dataset": dataset, "model": variant.name if variant.name in _known_variants()
+            else dataclasses.asdict(variant), "weights": weights,
+            "recipe": dataclasses.asdict(recipe), "precision": precision, "seed": seed}
+
+
+def _known_variants():
+    from keras_vit.variants import VARIANTS
+
+    return {*VARIANTS, DEMO_VARIANT.name}
+
+
+def _flatten(config, prefix=""):
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _read_run_file(output):
+    path = os.path.join(output, RUN_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            state = json.load(f)
+        return state if isinstance(state.get("config"), dict) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _check_previous_run(output, config, overwrite):
+    """None to go on (fresh, resumed or overwritten); a finished run's report to stop."""
+    if overwrite:
+        _delete_run(output)
+        return None
+    previous = _read_run_file(output)
+    if previous is None:
+        if any(os.path.exists(os.path.join(output, n)) for n in ("backup", "report.json")):
+            raise RunConflictError(
+                f"{output} holds a run without a readable {RUN_FILE}, so this command cannot tell "
+                "whether it is the same run; start a new run with --overwrite (deletes it) or "
+                "another --output.")
+        return None
+    old, new = _flatten(json.loads(json.dumps(previous["config"]))), _flatten(
+        json.loads(json.dumps(config)))  # through JSON: tuples and lists compare alike
+    differences = [f"{key} {old.get(key)!r} -> {new.get(key)!r}"
+                   for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+    if differences:
+        raise RunConflictError(
+            f"{output} holds another run ({'; '.join(differences)}); re-run its own command to "
+            "resume it, or start a new run with --overwrite (deletes it) or another --output.")
+    report_path = os.path.join(output, "report.json")
+    if previous.get("finished") and os.path.exists(report_path):
+        with open(report_path) as f:
+            report_ = json.load(f)
+        print(f"keras_vit: the run in {output} already finished; nothing was trained or "
+              "rewritten (start a new run with --overwrite or another --output).")
+        return report_
+    return None
+
+
+def _delete_run(output):
+    """Removes what a run writes (RUN_OUTPUTS), nothing else the folder holds."""
+    for name in RUN_OUTPUTS:
+        path = os.path.join(output, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+
+
+def _write_json(path, value):
+    """Written beside `path` and renamed: a kill leaves the old file or the new one."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(value, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _write_labels(path, class_names):
+    names = [str(name) for name in class_names]
+    bad = [name for name in names if "\n" in name or "\r" in name or not name]
+    if bad:
+        raise ValueError(f"Class names must be non-empty single lines, got {bad[:3]!r}.")
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(f"{name}\n" for name in names))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _resolve_variant(model):
@@ -151,11 +285,13 @@ def _resolve_variant(model):
     return get_variant(model)
 
 
-def _fit_and_report(run):
+def _fit_and_report(run, config):
     strategy = get_strategy(run.strategy, run.variant)
     output = worker_output(run.output, strategy)
+    splits = load_dataset(run.dataset, data_dir=run.data_dir)  # before any write: a typo writes nothing
     os.makedirs(output, exist_ok=True)
-    splits = load_dataset(run.dataset, data_dir=run.data_dir)
+    # Recorded before the first epoch, so a killed run is recognised when its command comes again.
+    _write_json(os.path.join(output, RUN_FILE), {"config": config, "finished": False})
     recipe = run.recipe
     accumulation = accumulation_steps(recipe.global_batch_size, recipe.batch_size)
     epochs, per_epoch, total_updates = _plan(recipe, splits.num_train, recipe.steps,
@@ -198,6 +334,7 @@ def _fit_and_report(run):
                   shuffle=False)  # the pipeline shuffles
         model.save(os.path.join(output, "model.keras"))
         logits = model.predict(eval_data.map(lambda x, y: x), verbose=0)
+    _write_labels(os.path.join(output, "labels.txt"), splits.class_names)
     labels = np.concatenate([y for _, y in splits.test.batch(1024).as_numpy_iterator()])
     summary = {
         "dataset": splits.name, "num_train": splits.num_train, "num_test": splits.num_test,
@@ -209,8 +346,11 @@ def _fit_and_report(run):
         "optimizer_iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         "parameters": model.count_params(),
     }
-    return report.write_report(output, labels, np.argmax(logits, axis=-1), splits.class_names,
-                               summary, skipped_files=splits.skipped_files)
+    result = report.write_report(output, labels, np.argmax(logits, axis=-1), splits.class_names,
+                                 summary, skipped_files=splits.skipped_files)
+    # Last: only a run whose every output was written counts as finished.
+    _write_json(os.path.join(output, RUN_FILE), {"config": config, "finished": True})
+    return result
 
 
 def _best_logged(path, key):
