@@ -6,6 +6,12 @@ Every way into a model goes through these functions: `keras-vit predict` and
 `resize_image` in its pipeline). So one file gives one array wherever it
 enters. TensorFlow (for its image decoders) is imported when an image is
 decoded, not with this module.
+
+Every decode first reads the image's declared width and height from its header
+(`declared_image_size`, in TensorFlow ops, so it runs inside an exported
+SavedModel as well) and refuses an image over `max_pixels` before the decoder
+allocates anything: a 400 KB PNG can declare 12000 x 12000 pixels, and decoding
+it would take 430 MB.
 """
 
 import os
@@ -14,12 +20,17 @@ import re
 import numpy as np
 from keras import ops
 
-__all__ = ["preprocess_input", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "decode_image",
+__all__ = ["preprocess_input", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "MAX_PIXELS", "decode_image",
+           "declared_image_size", "check_pixel_budget",
            "resize_image", "decode_images", "load_image", "image_paths", "not_an_image"]
 
 # What tf.io.decode_image reads; GIFs give their first frame.
 IMAGE_FORMATS = "JPEG, PNG, GIF, BMP or WebP"
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
+# The default pixel budget: width x height of the largest image decoded. Real photos
+# (a 24-megapixel camera, a 48-megapixel phone's default 12) fit; decompression bombs do not.
+MAX_PIXELS = 40_000_000
+_BUDGET_MESSAGE = "over the pixel budget"
 
 
 def preprocess_input(images):
@@ -38,15 +49,83 @@ def preprocess_input(images):
     return ops.cast(images, "float32") / 127.5 - 1.0
 
 
-def decode_image(data, channels=3):
+def decode_image(data, channels=3, max_pixels=MAX_PIXELS):
     """Encoded image bytes (a scalar string tensor) -> uint8 `(H, W, channels)`.
 
     Grey, palette and RGBA images become `channels` channels (3: RGB, 1: grey).
-    Raises `tf.errors.InvalidArgumentError` for bytes that are not such an image.
+    Raises `tf.errors.InvalidArgumentError` for bytes that are not such an image,
+    and, before decoding, for an image whose header declares more than
+    `max_pixels` pixels (width x height; None: no limit).
     """
     import tensorflow as tf
 
+    if max_pixels is not None:
+        data = check_pixel_budget(data, max_pixels)
     return tf.io.decode_image(data, channels=channels, expand_animations=False)
+
+
+def declared_image_size(data):
+    """The (height, width) an encoded image's header declares, as int64 scalar tensors.
+
+    Reads the header only (TensorFlow ops: it works eagerly, in `tf.data` and in
+    an exported graph): JPEG through `tf.io.extract_jpeg_shape`, PNG (IHDR),
+    GIF (logical screen), BMP and WebP (VP8, VP8L, VP8X) from their fixed
+    offsets. (0, 0) for bytes of no such format, which the decoder then refuses.
+    """
+    import tensorflow as tf
+
+    data = tf.convert_to_tensor(data, tf.string)
+    # The first 32 bytes, zero-padded, as integers: every field read below lies in them.
+    head = tf.strings.substr(tf.strings.substr(data, 0, 32) + b"\0" * 32, 0, 32)
+    byte = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+
+    def little(at, count):
+        return sum(byte[at + i] * 256 ** i for i in range(count))
+
+    def big(at, count):
+        return sum(byte[at + i] * 256 ** (count - 1 - i) for i in range(count))
+
+    def signed32(value):  # BMP's fields are int32; a negative height means top-down rows
+        return tf.abs(tf.where(value >= 2 ** 31, value - 2 ** 32, value))
+
+    def starts(magic, at=0):
+        return tf.equal(tf.strings.substr(head, at, len(magic)), magic)
+
+    def jpeg():
+        shape = tf.cast(tf.io.extract_jpeg_shape(data), tf.int64)
+        return shape[0], shape[1]
+
+    def vp8l():
+        bits = little(21, 4)
+        return bits // 16384 % 16384 + 1, bits % 16384 + 1
+
+    is_webp = starts(b"RIFF") & starts(b"WEBP", 8)
+    return tf.case([
+        (starts(b"\xff\xd8\xff"), jpeg),
+        (starts(b"\x89PNG\r\n\x1a\n"), lambda: (big(20, 4), big(16, 4))),
+        (starts(b"GIF8"), lambda: (little(8, 2), little(6, 2))),
+        (starts(b"BM"), lambda: (signed32(little(22, 4)), signed32(little(18, 4)))),
+        (is_webp & starts(b"VP8 ", 12), lambda: (little(28, 2) % 16384, little(26, 2) % 16384)),
+        (is_webp & starts(b"VP8L", 12), vp8l),
+        (is_webp & starts(b"VP8X", 12), lambda: (little(27, 3) + 1, little(24, 3) + 1)),
+    ], default=lambda: (tf.constant(0, tf.int64), tf.constant(0, tf.int64)), exclusive=False)
+
+
+def check_pixel_budget(data, max_pixels=MAX_PIXELS):
+    """`data` (encoded image bytes), once its header declares at most `max_pixels` pixels.
+
+    Raises `tf.errors.InvalidArgumentError` otherwise (eagerly, or when the graph
+    runs): the decoder that follows never sees the image.
+    """
+    import tensorflow as tf
+
+    height, width = declared_image_size(data)
+    fits = height * width <= int(max_pixels)
+    check = tf.debugging.Assert(fits, [tf.strings.format(
+        "the image is {} x {} pixels, " + _BUDGET_MESSAGE + " of {} pixels",
+        (width, height, tf.constant(int(max_pixels), tf.int64)))])
+    with tf.control_dependencies([check]):
+        return tf.identity(data)
 
 
 def resize_image(image, size):
@@ -59,21 +138,23 @@ def resize_image(image, size):
     return tf.image.resize(image, tuple(size), method="bilinear", antialias=False)
 
 
-def decode_images(image_bytes, image_size, channels=3):
+def decode_images(image_bytes, image_size, channels=3, max_pixels=MAX_PIXELS):
     """A string tensor `(batch,)` of encoded images -> float32 `(batch, H, W, channels)` pixels
-    in [0, 255] at `image_size`; images of any size."""
+    in [0, 255] at `image_size`; images of any size up to `max_pixels` pixels."""
     import tensorflow as tf
 
     image_size = tuple(image_size)
-    return tf.map_fn(lambda data: resize_image(decode_image(data, channels), image_size),
+    return tf.map_fn(lambda data: resize_image(decode_image(data, channels, max_pixels),
+                                               image_size),
                      image_bytes,
                      fn_output_signature=tf.TensorSpec((*image_size, channels), tf.float32))
 
 
-def load_image(path, image_size, channels=3):
+def load_image(path, image_size, channels=3, max_pixels=MAX_PIXELS):
     """An image file -> float32 `(H, W, channels)` NumPy pixels in [0, 255] at `image_size`.
 
-    Raises `ValueError` naming the file when it is missing or not an image.
+    Raises `ValueError` naming the file when it is missing, not an image, or
+    larger than `max_pixels` pixels.
     """
     import tensorflow as tf
 
@@ -82,7 +163,7 @@ def load_image(path, image_size, channels=3):
     with open(path, "rb") as f:
         data = f.read()
     try:
-        image = decode_image(tf.constant(data), channels)
+        image = decode_image(tf.constant(data), channels, max_pixels)
     except tf.errors.InvalidArgumentError as error:
         raise not_an_image(path, error) from None
     return resize_image(image, image_size).numpy()
@@ -90,7 +171,10 @@ def load_image(path, image_size, channels=3):
 
 def not_an_image(path, error):
     """The `ValueError` for a file TensorFlow failed to decode, with its one useful line."""
-    return ValueError(f"{path} is not a {IMAGE_FORMATS} image ({_reason(error.message)}).")
+    reason = _reason(error.message)
+    if _BUDGET_MESSAGE in reason:
+        return ValueError(f"{path} is too large to decode: {reason}.")
+    return ValueError(f"{path} is not a {IMAGE_FORMATS} image ({reason}).")
 
 
 def image_paths(entries):
@@ -111,6 +195,10 @@ def image_paths(entries):
 
 def _reason(message):
     """TensorFlow's one useful line, without the graph-execution context around it."""
+    budget = re.search(r"the image is \d+ x \d+ pixels, " + _BUDGET_MESSAGE + r" of \d+ pixels",
+                       message)
+    if budget:  # from tf.debugging.Assert, whose wording differs eagerly and in a graph
+        return budget.group(0)
     for line in reversed(message.splitlines()):
         line = re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:.*", "", line).strip()
         if line and not line.startswith(("Graph execution", "Detected at", "<stack", "in user code",

@@ -12,7 +12,13 @@ import os
 
 import numpy as np
 
-from keras_vit.cli.common import CommandError, add_model_options, given_model_options, load_model
+from keras_vit.cli.common import (
+    CommandError,
+    add_max_pixels_option,
+    add_model_options,
+    given_model_options,
+    load_model,
+)
 from keras_vit.preprocessing import IMAGE_FORMATS
 
 __all__ = ["add_parser", "run", "predict"]
@@ -32,6 +38,8 @@ def add_parser(commands):
     add_model_options(parser, model_help=False)
     parser.add_argument("--labels", metavar="FILE", help="class names, one per line")
     parser.add_argument("--top", type=int, default=5, help="classes printed per image (default: 5)")
+    add_max_pixels_option(parser, "images (with --model; a SavedModel keeps the limit it was "
+                                  "exported with)")
     parser.set_defaults(run=run)
     return parser
 
@@ -60,10 +68,10 @@ def predict(args):
         if given:
             raise CommandError(f"{', '.join(given)} apply to --model, not to --saved-model.")
         return _predict_saved_model(args.saved_model, args.images, labels, args.top)
-    return _predict_keras(load_model(args), args.images, labels, args.top)
+    return _predict_keras(load_model(args), args.images, labels, args.top, args.max_pixels)
 
 
-def _predict_keras(model, paths, labels, top):
+def _predict_keras(model, paths, labels, top, max_pixels):
     import keras
 
     from keras_vit.export import has_softmax_head
@@ -71,7 +79,8 @@ def _predict_keras(model, paths, labels, top):
     from keras_vit.preprocessing import load_image, preprocess_input
 
     size = model.input_shape[1:3]
-    pixels = np.stack([load_image(path, size, channels=model.input_shape[-1]) for path in paths])
+    pixels = np.stack([load_image(path, size, channels=model.input_shape[-1], max_pixels=max_pixels)
+                       for path in paths])
     # A direct call: for a handful of images, model.predict's compilation costs more than it saves.
     scores = np.concatenate([keras.ops.convert_to_numpy(model(preprocess_input(pixels[i:i + 32]),
                                                               training=False))
