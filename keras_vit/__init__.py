@@ -9,7 +9,9 @@ training code, tf.distribute work-around or plotting library.
 
 import importlib
 
-from keras_vit import _renamed
+# _tf_log first, before anything imports Keras (_renamed does not): running as `keras-vit`,
+# it quiets TensorFlow's C++ start-up log (keras_vit/_tf_log.py); as a library, nothing.
+from keras_vit import _renamed, _tf_log  # noqa: F401
 from keras_vit.checkpoints import (
     Checkpoint,
     CheckpointError,
