@@ -70,7 +70,8 @@ def declared_image_size(data):
     Reads the header only (TensorFlow ops: it works eagerly, in `tf.data` and in
     an exported graph): JPEG through `tf.io.extract_jpeg_shape`, PNG (IHDR),
     GIF (logical screen), BMP and WebP (VP8, VP8L, VP8X) from their fixed
-    offsets. (0, 0) for bytes of no such format, which the decoder then refuses.
+    offsets; a GIF's is its largest frame or logical screen, the canvas TensorFlow
+    decodes to. (0, 0) for bytes of no such format, which the decoder then refuses.
     """
     import tensorflow as tf
 
@@ -103,12 +104,54 @@ def declared_image_size(data):
     return tf.case([
         (starts(b"\xff\xd8\xff"), jpeg),
         (starts(b"\x89PNG\r\n\x1a\n"), lambda: (big(20, 4), big(16, 4))),
-        (starts(b"GIF8"), lambda: (little(8, 2), little(6, 2))),
+        (starts(b"GIF8"), lambda: _gif_frames(data)[:2]),
         (starts(b"BM"), lambda: (signed32(little(22, 4)), signed32(little(18, 4)))),
         (is_webp & starts(b"VP8 ", 12), lambda: (little(28, 2) % 16384, little(26, 2) % 16384)),
         (is_webp & starts(b"VP8L", 12), vp8l),
         (is_webp & starts(b"VP8X", 12), lambda: (little(27, 3) + 1, little(24, 3) + 1)),
     ], default=lambda: (tf.constant(0, tf.int64), tf.constant(0, tf.int64)), exclusive=False)
+
+
+def _gif_frames(data):
+    """(height, width, frames, pixels of all frames) of a GIF, from its block structure.
+
+    The canvas is the largest of the logical screen and every frame (what
+    TensorFlow's decoder allocates); a walk over the blocks (image descriptors,
+    extensions, and their data sub-blocks, at most 255 bytes each) finds them.
+    """
+    import tensorflow as tf
+
+    raw = tf.concat([tf.cast(tf.io.decode_raw(data, tf.uint8), tf.int64),
+                     tf.zeros(16, tf.int64)], 0)  # zero-padded: reads past the end give 0
+    size = tf.cast(tf.strings.length(data), tf.int64)
+
+    def u16(at):
+        return raw[at] + 256 * raw[at + 1]
+
+    def table(flags):  # the bytes of the colour table a flags byte announces
+        return tf.where(flags >= 128, 3 * 2 ** (flags % 8 + 1), 0)
+
+    def step(pos, in_blocks, height, width, frames, pixels):
+        byte = raw[pos]
+        if_image = tf.equal(byte, 0x2C) & ~in_blocks
+        if_extension = tf.equal(byte, 0x21) & ~in_blocks
+        frame_w, frame_h = u16(pos + 5), u16(pos + 7)
+        next_pos = tf.where(in_blocks, pos + 1 + byte,  # a sub-block, or the 0 ending them
+                            tf.where(if_image, pos + 11 + table(raw[pos + 9]),
+                                     tf.where(if_extension, pos + 2, size)))  # else: the end
+        next_in_blocks = tf.where(in_blocks, byte > 0, if_image | if_extension)
+        return (next_pos, next_in_blocks,
+                tf.where(if_image, tf.maximum(height, frame_h), height),
+                tf.where(if_image, tf.maximum(width, frame_w), width),
+                frames + tf.cast(if_image, tf.int64),
+                pixels + tf.where(if_image, frame_w * frame_h, 0))
+
+    start = 13 + table(raw[10])
+    _, _, height, width, frames, pixels = tf.while_loop(
+        lambda pos, *_: pos < size, step,
+        (start, tf.constant(False), u16(8), u16(6), tf.constant(0, tf.int64),
+         tf.constant(0, tf.int64)))
+    return height, width, frames, pixels
 
 
 def check_pixel_budget(data, max_pixels=MAX_PIXELS):
@@ -120,10 +163,16 @@ def check_pixel_budget(data, max_pixels=MAX_PIXELS):
     import tensorflow as tf
 
     height, width = declared_image_size(data)
-    fits = height * width <= int(max_pixels)
-    check = tf.debugging.Assert(fits, [tf.strings.format(
-        "the image is {} x {} pixels, " + _BUDGET_MESSAGE + " of {} pixels",
-        (width, height, tf.constant(int(max_pixels), tf.int64)))])
+    # giflib reads every frame of a GIF into memory (one byte per pixel) before TensorFlow
+    # keeps the first: count all of them, so a long animation of small frames is no way round.
+    frames, frame_pixels = tf.cond(
+        tf.equal(tf.strings.substr(data, 0, 4), b"GIF8"), lambda: _gif_frames(data)[2:],
+        lambda: (tf.constant(1, tf.int64), tf.constant(0, tf.int64)))
+    fits = tf.maximum(height * width, frame_pixels) <= int(max_pixels)
+    frames_text = tf.where(frames > 1, " in " + tf.strings.as_string(frames) + " frames", "")
+    check = tf.debugging.Assert(fits, [tf.strings.join([
+        "the image is ", tf.strings.as_string(width), " x ", tf.strings.as_string(height),
+        " pixels", frames_text, f", {_BUDGET_MESSAGE} of {int(max_pixels)} pixels"])])
     with tf.control_dependencies([check]):
         return tf.identity(data)
 
@@ -195,8 +244,8 @@ def image_paths(entries):
 
 def _reason(message):
     """TensorFlow's one useful line, without the graph-execution context around it."""
-    budget = re.search(r"the image is \d+ x \d+ pixels, " + _BUDGET_MESSAGE + r" of \d+ pixels",
-                       message)
+    budget = re.search(r"the image is \d+ x \d+ pixels(?: in \d+ frames)?, " + _BUDGET_MESSAGE
+                       + r" of \d+ pixels", message)
     if budget:  # from tf.debugging.Assert, whose wording differs eagerly and in a graph
         return budget.group(0)
     for line in reversed(message.splitlines()):

@@ -107,6 +107,27 @@ def test_the_budget_is_inclusive_and_configurable():
     assert preprocessing.decode_image(data, max_pixels=None).shape == (40, 50, 3)
 
 
+def test_gif_frames_count_not_only_the_logical_screen():
+    """TensorFlow decodes a GIF at its largest frame, after giflib has read every frame."""
+    tiny_screen = (b"GIF89a" + struct.pack("<HH", 10, 10) + bytes([0x80, 0, 0]) + bytes(6)
+                   + b"\x2c" + struct.pack("<HHHH", 0, 0, BOMB, BOMB) + b"\x00"
+                   + b"\x02\x02\x4c\x01\x00\x3b")
+    assert [int(v) for v in preprocessing.declared_image_size(tf.constant(tiny_screen))] == [
+        BOMB, BOMB]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{BOMB} x {BOMB} pixels, over"):
+        preprocessing.decode_image(tf.constant(tiny_screen))
+    rng = np.random.default_rng(1)
+    frames = [Image.fromarray(rng.integers(0, 255, (30, 40, 3), dtype=np.uint8)) for _ in range(5)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, "GIF", save_all=True, append_images=frames[1:])
+    animation = tf.constant(buffer.getvalue())
+    assert Image.open(buffer).n_frames == 5
+    assert preprocessing.decode_image(animation, max_pixels=5 * 40 * 30).shape == (30, 40, 3)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="40 x 30 pixels in 5 frames, over the pixel budget of 5999"):
+        preprocessing.decode_image(animation, max_pixels=5 * 40 * 30 - 1)
+
+
 SERVE_SCRIPT = textwrap.dedent("""
     import json, resource, sys, time
     import tensorflow as tf
