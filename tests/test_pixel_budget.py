@@ -192,7 +192,7 @@ def test_serve_bytes_refuses_bombs_fast_with_bounded_memory(model, bombs, tmp_pa
     assert request["peak_mb"] - control["peak_before_mb"] > 200
 
 
-def test_the_budget_is_exported_into_the_graph(model, tmp_path):
+def test_the_budget_is_exported_into_the_graph(model, bombs, tmp_path, capsys):
     """`max_pixels` at export time is a constant of the SavedModel; TensorFlow alone applies it."""
     path = export_saved_model(model, str(tmp_path / "small"), max_pixels=100 * 100)
     serve = tf.saved_model.load(path).signatures["serve_bytes"]
@@ -200,6 +200,11 @@ def test_the_budget_is_exported_into_the_graph(model, tmp_path):
     with pytest.raises(tf.errors.InvalidArgumentError, match="101 x 100 pixels, over the pixel "
                                                              "budget of 10000 pixels"):
         serve(image_bytes=tf.constant([png_of_zeros(101, 100)]))
+    # keras-vit predict --saved-model reports the SavedModel's refusal in one line, exit 2.
+    assert cli.main(["predict", bombs["png"], "--saved-model", path]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == (f"keras-vit predict: error: {bombs['png']} is too large to decode: the image "
+                     f"is {BOMB} x {BOMB} pixels, over the pixel budget of 10000 pixels.")
     with pytest.raises(ValueError, match="max_pixels must be a positive int"):
         export_saved_model(model, str(tmp_path / "bad"), max_pixels=0)
 
