@@ -16,7 +16,12 @@ something else, or written by an older keras_vit), then rebuilds it:
 
 The backup is `backup/epoch-<N>.weights.h5`: the model's and optimizer's
 variables after epoch N, the epoch in the name so that weights and epoch are
-written in one atomic step. The newest two are kept.
+written in one atomic step. The newest two are kept. Why not Keras'
+`BackupAndRestore` (Keras 3.15): it writes the weights and the epoch as two
+files, in place, so a kill between them resumes epoch N's weights as epoch N-1
+(an epoch trained twice), and a torn epoch file raises a `ValueError` its
+fallback to the previous backup does not catch. Restoring here, before `fit`
+with `initial_epoch`, uses public APIs only.
 """
 
 import csv
