@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from keras_vit import _renamed
+from keras_vit import _renamed, _tf_log
 
 
 def _started_as_command():
@@ -31,6 +31,9 @@ _CORE_MODULES = ("keras_vit.variants", "keras_vit.layers", "keras_vit.models",
                  "keras_vit.checkpoints", "keras_vit.preprocessing", "keras_vit.labels")
 
 if not _started_as_command():
+    # `python -m keras_vit.cli` imports the core, and with it TensorFlow, here: quiet its
+    # C++ start-up log first (the keras-vit script does it in cli.main, after parsing).
+    _tf_log.quiet_for_command_line()
     from keras_vit.checkpoints import (
         Checkpoint,
         CheckpointError,

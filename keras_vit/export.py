@@ -10,6 +10,9 @@ preprocessing inside the graph, so a client needs no keras_vit code:
 - `serve_bytes(image_bytes)`: string `(batch,)` of JPEG, PNG, GIF, BMP or WebP
   files of any size, decoded to RGB and resized (bilinear) to the model's size
   by `keras_vit.preprocessing.decode_images`, the path every image takes.
+  An image whose header declares more than `max_pixels` pixels is refused
+  (InvalidArgument) before it is decoded; the limit is a constant of the
+  graph, so TF Serving enforces it without keras_vit.
 
 Both return `logits` `(batch, classes)`, `probabilities` `(batch, classes)`,
 `class_ids` `(batch, k)` (int32, best first) and, when labels are given,
@@ -24,8 +27,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.atomic import write_bytes
 from keras_vit.labels import imagenet_label_names, read_labels
-from keras_vit.preprocessing import decode_images, preprocess_input
+from keras_vit.preprocessing import MAX_PIXELS, decode_images, preprocess_input
 
 __all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head",
            "model_input"]
@@ -34,7 +38,8 @@ __all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_h
 TFLITE_MAX_BYTES = 2 ** 31
 
 
-def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, overwrite=False):
+def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, overwrite=False,
+                       max_pixels=MAX_PIXELS):
     """Writes `model` as a TF Serving SavedModel under `export_dir/<version>/`.
 
     Args:
@@ -48,6 +53,9 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
             1000- or 21843-class head). Adds the `labels` output.
         top_k: how many classes `class_ids` and `labels` list per image.
         overwrite: replace an existing version folder instead of failing.
+        max_pixels: the largest image (width x height, as its header declares)
+            `serve_bytes` decodes; larger ones are refused before decoding.
+            Defaults to `keras_vit.preprocessing.MAX_PIXELS` (40 megapixels).
 
     Returns:
         The path of the version folder written.
@@ -66,7 +74,10 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     if os.path.exists(target) and not overwrite:
         raise FileExistsError(f"{target} already exists; pass another version, or overwrite=True.")
 
-    archive = _archive(model, labels, top_k, (height, width), with_bytes=True)
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
+        raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}.")
+    archive = _archive(model, labels, top_k, (height, width), with_bytes=True,
+                       max_pixels=max_pixels)
     # The leading dot keeps TF Serving, which loads integer-named folders only, away.
     staging = tempfile.mkdtemp(prefix=f".export-{version}-", dir=export_dir)
     try:
@@ -105,7 +116,7 @@ def export_tflite(model, path, top_k=5):
         except Exception as error:  # the converter's own error type is not public API
             raise ValueError(f"{model.name} does not convert to TFLite with builtin ops only "
                              f"(Flex ops are not available on phones): {error}") from error
-    _write_atomically(path, content)
+    write_bytes(path, content)
     return path
 
 
@@ -117,7 +128,7 @@ def next_version(export_dir):
     return max(versions, default=0) + 1
 
 
-def _archive(model, labels, top_k, image_size, with_bytes):
+def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS):
     """An ExportArchive whose endpoints run preprocessing, `model` and the outputs."""
     classes = _classes(model)
     top_k = min(int(top_k), classes)
@@ -144,7 +155,7 @@ def _archive(model, labels, top_k, image_size, with_bytes):
         return classify(tf.cast(images, tf.float32))
 
     def serve_bytes(image_bytes):
-        return classify(decode_images(image_bytes, image_size))
+        return classify(decode_images(image_bytes, image_size, max_pixels=max_pixels))
 
     endpoints = [("serving_default", serve_images,
                   tf.TensorSpec((None, *image_size, 3), tf.float32, name="images"))]
@@ -252,19 +263,3 @@ def _resolve_labels(labels, classes):
                          "give exactly one name per class, in the head's order.")
     return labels
 
-
-def _write_atomically(path, content):
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    # mkstemp creates 0600; a model file gets the mode any new file gets (0666 less the umask).
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        with os.fdopen(handle, "wb") as f:
-            f.write(content)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

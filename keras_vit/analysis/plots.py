@@ -6,7 +6,6 @@ with matplotlib's object API, not pyplot, so no display is needed and the
 caller's pyplot state and backend are left alone.
 """
 
-import os
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -157,8 +156,8 @@ def plot_patch_embedding_components(path, components, columns=7, title=None, dpi
 
 
 def _save(figure, path):
-    directory = os.path.dirname(os.fspath(path))
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    figure.savefig(path, dpi=figure.dpi)
+    from keras_vit.atomic import atomic_path
+
+    with atomic_path(path) as tmp:  # makes the folder; a kill leaves no torn figure
+        figure.savefig(tmp, dpi=figure.dpi)
     return path

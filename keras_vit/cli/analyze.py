@@ -11,7 +11,8 @@ models with 1 or 3 input channels) and analysis.json (the numbers).
 import json
 import os
 
-from keras_vit.cli.common import add_model_options, load_model
+from keras_vit.atomic import atomic_open
+from keras_vit.cli.common import add_max_pixels_option, add_model_options, load_model
 
 __all__ = ["add_parser", "run"]
 
@@ -28,6 +29,7 @@ def add_parser(commands):
     parser.add_argument("--rollout-images", type=int, default=6,
                         help="images shown in the rollout figure")
     parser.add_argument("--batch-size", type=int, default=8)
+    add_max_pixels_option(parser)
     parser.set_defaults(run=run)
     return parser
 
@@ -41,7 +43,8 @@ def run(args):
     paths = image_paths(args.images)[:args.max_images]
     model = load_model(args)
     probe = analysis.AttentionProbe(model)
-    pixels = np.stack([load_image(path, probe.image_size, channels=model.input_shape[-1])
+    pixels = np.stack([load_image(path, probe.image_size, channels=model.input_shape[-1],
+                                  max_pixels=args.max_pixels)
                        for path in paths])
     images = preprocess_input(pixels)
 
@@ -75,7 +78,7 @@ def run(args):
         np.round(components.explained_variance_ratio, 5).tolist(),
     }
     written.append(os.path.join(args.output_dir, "analysis.json"))
-    with open(written[-1], "w", encoding="utf-8") as file:
+    with atomic_open(written[-1], "w", encoding="utf-8") as file:
         json.dump(report, file, indent=2)
     for path in written:
         print(path)

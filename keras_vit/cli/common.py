@@ -10,8 +10,8 @@ import argparse
 import os
 import sys
 
-__all__ = ["CommandError", "Parser", "add_model_options", "load_model", "report_errors",
-           "user_errors"]
+__all__ = ["CommandError", "Parser", "add_model_options", "add_max_pixels_option", "load_model",
+           "report_errors", "user_errors"]
 
 
 class CommandError(Exception):
@@ -96,6 +96,21 @@ def add_model_options(parser, model_help=None, required=True):
                         help="input size: one number, or height and width (default: the "
                              "weights', else 224)")
     parser.add_argument("--classes", type=int, help="head size (default: the weights')")
+
+
+def add_max_pixels_option(parser, what="images"):
+    """--max-pixels: the pixel budget of every image decoded (keras_vit.preprocessing)."""
+    from keras_vit.preprocessing import MAX_PIXELS  # no TensorFlow: it loads on first decode
+
+    def positive(text):
+        value = int(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a positive number of pixels, got {text}")
+        return value
+
+    parser.add_argument("--max-pixels", type=positive, default=MAX_PIXELS, metavar="PIXELS",
+                        help=f"refuse {what} whose header declares more pixels (width x height) "
+                             f"than this, before decoding them (default: {MAX_PIXELS})")
 
 
 MODEL_OPTIONS = ("weights", "image_size", "classes")

@@ -8,7 +8,13 @@ TensorFlow and Keras are imported when the command runs, so `--help` stays fast.
 
 import os
 
-from keras_vit.cli.common import CommandError, add_model_options, labels_beside, load_model
+from keras_vit.cli.common import (
+    CommandError,
+    add_max_pixels_option,
+    add_model_options,
+    labels_beside,
+    load_model,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -35,6 +41,7 @@ def add_parser(commands):
                              "names for 1000- and 21843-class heads)")
     parser.add_argument("--top-k", type=int, default=5,
                         help="classes listed per image in class_ids and labels (default: 5)")
+    add_max_pixels_option(parser, "saved_model: images sent to serve_bytes")
     parser.set_defaults(run=run)
     return parser
 
@@ -58,7 +65,7 @@ def _export(args):
         return f"Wrote {args.output}"
     labels = _labels(args.labels, model.output_shape[-1], labels_beside(args.model))
     path = export.export_saved_model(model, args.output, version=args.version, labels=labels,
-                                     top_k=args.top_k)
+                                     top_k=args.top_k, max_pixels=args.max_pixels)
     return f"Wrote {path} (signatures: {', '.join(_signatures(path))})"
 
 
@@ -87,13 +94,8 @@ def _labels(option, classes, beside=None):
 
 
 def _save_keras(model, path):
-    """`model.save`, written beside `path` first and renamed, so no half-written file remains."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".tmp-{os.getpid()}-{os.path.basename(path)}")
-    try:
+    """`model.save`, atomically: no half-written file remains."""
+    from keras_vit.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
         model.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -2,6 +2,7 @@
 
 import sys
 
+from keras_vit._tf_log import quiet_for_command_line
 from keras_vit.cli import analyze, export, info, predict, train
 from keras_vit.cli.common import Parser, report_errors
 
@@ -20,6 +21,8 @@ def build_parser():
 
 
 def main(argv=None):
+    if not {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
+        quiet_for_command_line()  # before a sub-command's parser or run imports TensorFlow
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:  # reported by the sub-command's parser, so the error names the command
         args.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -16,6 +16,7 @@ import numpy as np
 
 from keras_vit.cli.common import (
     CommandError,
+    add_max_pixels_option,
     add_model_options,
     given_model_options,
     labels_beside,
@@ -50,6 +51,8 @@ def _add_arguments(parser):
                         help="class names, one per line (default: the labels.txt beside a "
                              ".keras --model, else ImageNet's for 1000- and 21843-class heads)")
     parser.add_argument("--top", type=int, default=5, help="classes printed per image (default: 5)")
+    add_max_pixels_option(parser, "images (with --model; a SavedModel keeps the limit it was "
+                                  "exported with)")
 
 
 def run(args):
@@ -80,10 +83,10 @@ def predict(args):
     if not args.model.endswith(".keras") and args.weights is None:
         warn("keras-vit predict", f"--model {args.model} without --weights has random weights, so "
              "these predictions mean nothing; add --weights (keras-vit info lists them).")
-    return _predict_keras(load_model(args), args.images, labels, args.top)
+    return _predict_keras(load_model(args), args.images, labels, args.top, args.max_pixels)
 
 
-def _predict_keras(model, paths, labels, top):
+def _predict_keras(model, paths, labels, top, max_pixels):
     import keras
 
     from keras_vit.export import has_softmax_head, model_input
@@ -91,7 +94,8 @@ def _predict_keras(model, paths, labels, top):
     from keras_vit.preprocessing import load_image
 
     size = model.input_shape[1:3]
-    pixels = np.stack([load_image(path, size, channels=model.input_shape[-1]) for path in paths])
+    pixels = np.stack([load_image(path, size, channels=model.input_shape[-1], max_pixels=max_pixels)
+                       for path in paths])
     # A direct call: for a handful of images, model.predict's compilation costs more than it saves.
     to_model_input = model_input(model)
     scores = np.concatenate([keras.ops.convert_to_numpy(model(to_model_input(pixels[i:i + 32]),

@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 
+from keras_vit.atomic import atomic_open, atomic_path
+
 __all__ = ["classification_summary", "write_report", "read_log", "plot_curves", "plot_confusion"]
 
 
@@ -42,7 +44,7 @@ def write_report(output, labels, predictions, class_names, run_info, skipped_fil
     log = read_log(os.path.join(output, "log.csv"))
     report["epochs_logged"] = len(log)
     report["train_seconds"] = float(sum(float(r.get("seconds") or 0) for r in log))
-    with open(os.path.join(output, "report.json"), "w") as f:
+    with atomic_open(os.path.join(output, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
     plot_curves(log, os.path.join(output, "curves.png"))
     plot_confusion(np.asarray(report["confusion_matrix"]), class_names,
@@ -80,7 +82,8 @@ def plot_curves(log_rows, path):
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100)
 
 
 def plot_confusion(matrix, class_names, path):
@@ -93,4 +96,5 @@ def plot_confusion(matrix, class_names, path):
     display.plot(ax=ax, colorbar=False, xticks_rotation=45 if len(class_names) > 10 else 0,
                  include_values=len(class_names) <= 30)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100)

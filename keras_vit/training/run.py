@@ -5,7 +5,7 @@ with a backup-and-restore state (so re-running after a crash resumes), keeps
 the best checkpoint, logs one CSV row per epoch, and writes the evaluation
 report and plots. Every output lives in one `output` folder:
 
-    backup/        the state BackupAndRestore resumes from
+    backup/        the state a re-run resumes from (keras_vit/training/resume.py)
     best.keras     the checkpoint with the best held-out accuracy
     log.csv        one row per epoch (loss, accuracy, val_*, learning_rate, seconds)
     report.json    accuracy, per-class precision/recall/F1, confusion matrix, skipped files
@@ -19,9 +19,11 @@ written. The same configuration resumes an interrupted run, or, when the run
 finished, returns its report and rewrites nothing; a different configuration
 is refused (`RunConflictError`) unless `overwrite=True`, which deletes the
 previous run's outputs first, so `report.json` only ever describes what ran.
+
+Each is written atomically (keras_vit/atomic.py); a re-run repairs what a kill
+left before resuming (keras_vit/training/resume.py).
 """
 
-import csv
 import dataclasses
 import json
 import math
@@ -33,9 +35,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.atomic import atomic_open
 from keras_vit.data import DEMO_VARIANT, get_preset, load_dataset, make_pipeline
 from keras_vit.models import ViT
-from keras_vit.training import report
+from keras_vit.training import report, resume
 from keras_vit.training.distribute import (
     get_strategy,
     multi_worker_fit,
@@ -44,6 +47,7 @@ from keras_vit.training.distribute import (
     worker_output,
 )
 from keras_vit.training.recipes import PRECISIONS, Recipe, accumulation_steps, get_recipe, make_optimizer
+from keras_vit.training.resume import check_outputs
 from keras_vit.variants import Variant, get_variant
 
 __all__ = ["train", "build_model", "RunConflictError", "RUN_OUTPUTS"]
@@ -229,7 +233,8 @@ def _check_previous_run(output, config, overwrite):
             f"{output} holds another run ({'; '.join(differences)}); re-run its own command to "
             "resume it, or start a new run with --overwrite (deletes it) or another --output.")
     report_path = os.path.join(output, "report.json")
-    if previous.get("finished") and os.path.exists(report_path):
+    # A finished run whose outputs a kill or a disk tore goes on instead: resuming rebuilds them.
+    if previous.get("finished") and os.path.exists(report_path) and not check_outputs(output):
         with open(report_path) as f:
             report_ = json.load(f)
         print(f"keras_vit: the run in {output} already finished; nothing was trained or "
@@ -249,17 +254,8 @@ def _delete_run(output):
 
 
 def _write_json(path, value):
-    """Written beside `path` and renamed: a kill leaves the old file or the new one."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(value, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_open(path) as f:  # a kill leaves the old file or the new one
+        json.dump(value, f, indent=2)
 
 
 def _write_labels(path, class_names):
@@ -267,14 +263,8 @@ def _write_labels(path, class_names):
     bad = [name for name in names if "\n" in name or "\r" in name or not name]
     if bad:
         raise ValueError(f"Class names must be non-empty single lines, got {bad[:3]!r}.")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("".join(f"{name}\n" for name in names))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_open(path, encoding="utf-8") as f:
+        f.write("".join(f"{name}\n" for name in names))
 
 
 def _resolve_variant(model):
@@ -316,23 +306,21 @@ def _fit_and_report(run, config):
                               cache=small).map(one_hot)
 
     log_path = os.path.join(output, "log.csv")
-    best_so_far = _best_logged(log_path, "val_accuracy")
+    with strategy.scope():  # the optimizer's variables are built where fit builds them
+        initial_epoch, best_so_far = resume.resume(model, output)
     callbacks = [
-        _EpochExtras(log_path),
+        _EpochExtras(),
         keras.callbacks.CSVLogger(log_path, append=True),
-        # After the CSV row: a crash between the two repeats the epoch, and _EpochExtras
-        # then drops the stale row, so log.csv never misses or repeats an epoch.
-        _BackupAndRestore(os.path.join(output, "backup")),
-        keras.callbacks.ModelCheckpoint(os.path.join(output, "best.keras"),
-                                        monitor="val_accuracy", mode="max",
-                                        save_best_only=True,
-                                        initial_value_threshold=best_so_far),
+        # After the CSV row: a kill between the two runs the epoch again, and resume()
+        # drops its row first, so log.csv never misses or repeats an epoch.
+        resume.Backup(os.path.join(output, "backup")),
+        resume.BestCheckpoint(os.path.join(output, "best.keras"), best_so_far),
     ]
     with run_scope(strategy), multi_worker_fit(model, strategy, train_data.element_spec):
-        model.fit(train_data, epochs=epochs, steps_per_epoch=per_epoch,
-                  validation_data=eval_data, callbacks=callbacks, verbose=run.verbose,
-                  shuffle=False)  # the pipeline shuffles
-        model.save(os.path.join(output, "model.keras"))
+        model.fit(train_data, epochs=epochs, initial_epoch=initial_epoch,
+                  steps_per_epoch=per_epoch, validation_data=eval_data, callbacks=callbacks,
+                  verbose=run.verbose, shuffle=False)  # the pipeline shuffles
+        resume.save_model(model, os.path.join(output, "model.keras"))
         logits = model.predict(eval_data.map(lambda x, y: x), verbose=0)
     _write_labels(os.path.join(output, "labels.txt"), splits.class_names)
     labels = np.concatenate([y for _, y in splits.test.batch(1024).as_numpy_iterator()])
@@ -353,53 +341,14 @@ def _fit_and_report(run, config):
     return result
 
 
-def _best_logged(path, key):
-    values = [float(row[key]) for row in report.read_log(path) if row.get(key)]
-    return max(values) if values else None
-
-
 class _EpochExtras(keras.callbacks.Callback):
-    """Adds `learning_rate` and `seconds` to each epoch's logs; trims rows a resume repeats."""
-
-    def __init__(self, log_path):
-        super().__init__()
-        self.log_path = log_path
-        self._first = True
+    """Adds `learning_rate` and `seconds` to each epoch's logs."""
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
-        if self._first:  # rows from `epoch` on belong to work the backup did not keep
-            self._first = False
-            rows = report.read_log(self.log_path)
-            kept = [r for r in rows if int(r["epoch"]) < epoch]
-            if len(kept) < len(rows):
-                with open(self.log_path, "w", newline="") as f:
-                    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-                    writer.writeheader()
-                    writer.writerows(kept)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             optimizer = self.model.optimizer
             logs["learning_rate"] = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
             logs["seconds"] = time.perf_counter() - self._start
-
-
-class _BackupAndRestore(keras.callbacks.BackupAndRestore):
-    """BackupAndRestore that survives a kill in the middle of writing its backup.
-
-    Keeps the previous epoch's backup too (Keras falls back to it when the newest
-    is torn); a torn first backup, with nothing older, restarts the run from scratch.
-    Kept after training, so re-running a finished command only re-evaluates.
-    """
-
-    def __init__(self, backup_dir):
-        super().__init__(backup_dir, delete_checkpoint=False, double_checkpoint=True)
-
-    def on_train_begin(self, logs=None):
-        try:
-            super().on_train_begin(logs)
-        except (OSError, ValueError) as error:
-            print(f"keras_vit: the backup in {self.backup_dir} is unreadable ({error}); "
-                  "starting again from the first epoch.")
-            shutil.rmtree(self.backup_dir, ignore_errors=True)

@@ -1,0 +1,50 @@
+"""Quiet TensorFlow's C++ start-up log when keras_vit runs as the `keras-vit` command.
+
+Importing TensorFlow 2.21 prints INFO lines (oneDNN, the cudart stub, the CPU
+feature guard), some twice, which users of the command read as errors. Most
+come from absl logging before TensorFlow initialises it, so
+`TF_CPP_MIN_LOG_LEVEL` alone does not hide them. When keras_vit is imported to
+run the command (and only then: a library user's process is left alone), and
+the user has not set `TF_CPP_MIN_LOG_LEVEL` themselves (theirs wins), this sets
+it to 2 (errors only) for TensorFlow's later messages, and imports TensorFlow
+with the process' stderr (file descriptor 2) pointed at /dev/null. This must
+run before anything imports Keras: keras_vit/__init__.py calls it for
+`python -m keras_vit.cli`, and `keras_vit.cli.main` for the `keras-vit` script
+once the arguments are parsed (so that `keras-vit --help` imports no TensorFlow).
+"""
+
+import importlib.util
+import os
+import sys
+
+__all__ = ["quiet_for_command_line"]
+
+LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
+
+
+def running_the_command():
+    """Whether this process is `keras-vit ...` or `python -m keras_vit.cli ...`."""
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if script in ("keras-vit", "keras-vit.exe", "keras-vit-script.py"):
+        return True
+    argv = getattr(sys, "orig_argv", [])  # the interpreter's own arguments (Python 3.10+)
+    return any(flag == "-m" and module.startswith("keras_vit.cli")
+               for flag, module in zip(argv, argv[1:]))
+
+
+def quiet_for_command_line():
+    if not running_the_command() or LEVEL_VARIABLE in os.environ:
+        return
+    os.environ[LEVEL_VARIABLE] = "2"
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401  (an import error is raised below, once stderr is back)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -1,0 +1,51 @@
+"""The command line prints no TensorFlow C++ log lines, unless the user asks for them (issue 15)."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+# What TensorFlow's C++ logging prints: absl's "I0000 00:00:... file.cc:NN]" lines and its
+# "All log messages before absl::InitializeLog()" notice.
+TF_LOG_LINE = re.compile(r"^[IWEF]\d{4} [\d:. ]+\d+ \S+\.cc:\d+\]|absl::InitializeLog", re.M)
+
+
+def run(argv, **env):
+    clean = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return subprocess.run(argv, cwd=ROOT, env={**clean, "PYTHONPATH": ROOT, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_info_prints_no_tensorflow_log_lines_and_the_user_level_wins():
+    quiet = run([sys.executable, "-m", "keras_vit.cli", "info"])
+    assert quiet.returncode == 0, quiet.stderr
+    assert "ViT-B_16" in quiet.stdout
+    assert quiet.stderr == "", quiet.stderr
+    # A user's own TF_CPP_MIN_LOG_LEVEL wins: 0 asks for everything, and TensorFlow 2.21 prints
+    # its start-up lines here (which also shows the pattern above matches them).
+    loud = run([sys.executable, "-m", "keras_vit.cli", "info"], TF_CPP_MIN_LOG_LEVEL="0")
+    assert loud.returncode == 0 and loud.stdout == quiet.stdout
+    assert TF_LOG_LINE.search(loud.stderr), loud.stderr
+
+
+def test_the_installed_script_is_quiet_too():
+    script = shutil.which("keras-vit", path=os.path.dirname(sys.executable))
+    if script is None:
+        pytest.skip("no keras-vit script beside this Python (not installed)")
+    quiet = run([script, "info"])
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == "", quiet.stderr
+
+
+def test_importing_keras_vit_leaves_tensorflow_logging_alone(python):
+    """A library user's process keeps TensorFlow's own behaviour: only the command is quieted."""
+    result = run([sys.executable, "-c", "import os, keras_vit; "
+                  "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "1"  # TensorFlow's own setdefault on import, not keras_vit's 2
+    assert TF_LOG_LINE.search(result.stderr), result.stderr

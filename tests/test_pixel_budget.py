@@ -1,0 +1,291 @@
+"""Nothing unbounded: the pixel budget on every decode path, and serving under load (issue 15).
+
+The decompression bombs are real files: a 12000 x 12000 PNG of zeros (a few
+hundred KB that decode to 432 MB), and a small JPEG whose header declares
+12000 x 12000 pixels.
+"""
+
+import io
+import json
+import os
+import struct
+import textwrap
+import threading
+import zlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from keras_vit import cli, preprocessing
+from keras_vit.data import load_image_folder
+from keras_vit.export import export_saved_model
+from tests.test_data import write_folder
+from tests.test_export import encoded_test_images, keras_reference, softmax, tiny_classifier
+
+BOMB = 12000
+
+
+def png_chunk(kind, body):
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def png_of_zeros(width, height):
+    """A valid RGB PNG of `width` x `height` black pixels, compressed row by row."""
+    compressor = zlib.compressobj(9)
+    row = bytes(1 + 3 * width)  # filter byte 0, then the row's pixels
+    idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", header) + png_chunk(b"IDAT", idat)
+            + png_chunk(b"IEND", b""))
+
+
+def jpeg_declaring(width, height):
+    """A 16 x 16 JPEG whose start-of-frame header is rewritten to declare `width` x `height`."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((16, 16, 3), 128, np.uint8)).save(buffer, "JPEG")
+    data = bytearray(buffer.getvalue())
+    sof = data.index(b"\xff\xc0")  # baseline start of frame: length, precision, height, width
+    data[sof + 5:sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+@pytest.fixture(scope="module")
+def bombs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bombs")
+    paths = {"png": str(folder / "bomb.png"), "jpeg": str(folder / "bomb.jpg")}
+    with open(paths["png"], "wb") as f:
+        f.write(png_of_zeros(BOMB, BOMB))
+    with open(paths["jpeg"], "wb") as f:
+        f.write(jpeg_declaring(BOMB, BOMB))
+    return paths
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # it is one
+def test_the_bombs_are_what_they_claim(bombs):
+    png = read(bombs["png"])
+    assert len(png) < 1_000_000  # under 1 MB on the wire ...
+    image = Image.open(io.BytesIO(png))
+    assert image.size == (BOMB, BOMB) and image.mode == "RGB"  # ... 432 MB decoded
+    assert Image.open(bombs["jpeg"]).size == (BOMB, BOMB)
+
+
+def test_declared_size_of_every_format_matches_pillow():
+    """The header parser against Pillow, for every format and WebP's three kinds."""
+    rng = np.random.default_rng(0)
+    cases = [("JPEG", {}, 3), ("PNG", {}, 3), ("PNG", {}, 1), ("GIF", {}, 3), ("BMP", {}, 3),
+             ("WEBP", {"lossless": False}, 3), ("WEBP", {"lossless": True}, 3),
+             ("WEBP", {}, 4)]  # RGBA WebP is written with a VP8X header
+    for fmt, options, channels in cases:
+        for height, width in ((37, 53), (301, 17)):
+            pixels = rng.integers(0, 255, (height, width, channels), dtype=np.uint8)
+            buffer = io.BytesIO()
+            Image.fromarray(pixels.squeeze()).save(buffer, fmt, **options)
+            data = buffer.getvalue()
+            size = Image.open(io.BytesIO(data)).size
+            declared = [int(v) for v in preprocessing.declared_image_size(tf.constant(data))]
+            assert declared == [size[1], size[0]] == [height, width], (fmt, options)
+            if channels != 4:  # TensorFlow's WebP decoder gives RGBA WebP as 4 channels only
+                assert preprocessing.decode_image(tf.constant(data)).shape == (height, width, 3)
+    # A top-down BMP has a negative height.
+    header = b"BM" + bytes(16) + struct.pack("<ii", 7, -5) + bytes(6)
+    assert [int(v) for v in preprocessing.declared_image_size(tf.constant(header))] == [5, 7]
+    assert [int(v) for v in preprocessing.declared_image_size(tf.constant(b"no"))] == [0, 0]
+
+
+def test_the_budget_is_inclusive_and_configurable():
+    data = tf.constant(png_of_zeros(50, 40))
+    assert preprocessing.decode_image(data, max_pixels=2000).shape == (40, 50, 3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="50 x 40 pixels, over the pixel"):
+        preprocessing.decode_image(data, max_pixels=1999)
+    assert preprocessing.decode_image(data, max_pixels=None).shape == (40, 50, 3)
+
+
+def test_gif_frames_count_not_only_the_logical_screen():
+    """TensorFlow decodes a GIF at its largest frame, after giflib has read every frame."""
+    tiny_screen = (b"GIF89a" + struct.pack("<HH", 10, 10) + bytes([0x80, 0, 0]) + bytes(6)
+                   + b"\x2c" + struct.pack("<HHHH", 0, 0, BOMB, BOMB) + b"\x00"
+                   + b"\x02\x02\x4c\x01\x00\x3b")
+    assert [int(v) for v in preprocessing.declared_image_size(tf.constant(tiny_screen))] == [
+        BOMB, BOMB]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{BOMB} x {BOMB} pixels, over"):
+        preprocessing.decode_image(tf.constant(tiny_screen))
+    rng = np.random.default_rng(1)
+    frames = [Image.fromarray(rng.integers(0, 255, (30, 40, 3), dtype=np.uint8)) for _ in range(5)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, "GIF", save_all=True, append_images=frames[1:])
+    animation = tf.constant(buffer.getvalue())
+    assert Image.open(buffer).n_frames == 5
+    assert preprocessing.decode_image(animation, max_pixels=5 * 40 * 30).shape == (30, 40, 3)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="40 x 30 pixels in 5 frames, over the pixel budget of 5999"):
+        preprocessing.decode_image(animation, max_pixels=5 * 40 * 30 - 1)
+
+
+SERVE_SCRIPT = textwrap.dedent("""
+    import json, resource, sys, time
+    import tensorflow as tf
+    serve = tf.saved_model.load(sys.argv[1]).signatures["serve_bytes"]
+    good = tf.constant([open(sys.argv[2], "rb").read()])
+
+    def peak_mb():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    answer = serve(image_bytes=good)["probabilities"].numpy()
+    serve(image_bytes=good)
+    results = {"peak_before_mb": peak_mb(), "requests": []}
+    for path in sys.argv[3:]:
+        data = tf.constant([open(path, "rb").read()])
+        start = time.perf_counter()
+        try:
+            serve(image_bytes=data)
+            outcome = "served"
+        except tf.errors.InvalidArgumentError as error:
+            outcome = "refused: " + error.message
+        seconds = time.perf_counter() - start
+        after = serve(image_bytes=good)["probabilities"].numpy()
+        results["requests"].append({"path": path, "outcome": outcome, "seconds": seconds,
+                                    "peak_mb": peak_mb(),
+                                    "next_served": bool((abs(after - answer) < 1e-6).all())})
+    print(json.dumps(results))
+""")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_classifier(seed=3)
+
+
+def serve_in_fresh_process(python, saved_model, good, paths):
+    result = python(["-c", SERVE_SCRIPT, saved_model, good, *paths], timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_serve_bytes_refuses_bombs_fast_with_bounded_memory(model, bombs, tmp_path, python):
+    good = str(tmp_path / "good.png")
+    Image.fromarray(np.full((64, 48, 3), 90, np.uint8)).save(good)
+    guarded = export_saved_model(model, str(tmp_path / "guarded"))
+    results = serve_in_fresh_process(python, guarded, good, [bombs["png"], bombs["jpeg"]])
+    print("\nguarded:", json.dumps(results))
+    previous = results["peak_before_mb"]
+    for request in results["requests"]:
+        assert request["outcome"].startswith("refused"), request
+        assert f"{BOMB} x {BOMB} pixels, over the pixel budget of 40000000" in request["outcome"]
+        assert request["seconds"] < 1.0, request
+        assert request["peak_mb"] - previous < 200, request
+        assert request["next_served"], request
+
+    # The control: the same request to a SavedModel exported without a useful budget decodes
+    # the bomb, and the same measurement sees it (so the bound above can fail).
+    unguarded = export_saved_model(model, str(tmp_path / "unguarded"), max_pixels=10 ** 12)
+    control = serve_in_fresh_process(python, unguarded, good, [bombs["png"]])
+    print("unguarded:", json.dumps(control))
+    request = control["requests"][0]
+    assert request["outcome"] == "served"
+    assert request["peak_mb"] - control["peak_before_mb"] > 200
+
+
+def test_the_budget_is_exported_into_the_graph(model, bombs, tmp_path, capsys):
+    """`max_pixels` at export time is a constant of the SavedModel; TensorFlow alone applies it."""
+    path = export_saved_model(model, str(tmp_path / "small"), max_pixels=100 * 100)
+    serve = tf.saved_model.load(path).signatures["serve_bytes"]
+    assert serve(image_bytes=tf.constant([png_of_zeros(100, 100)]))["logits"].shape == (1, 10)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="101 x 100 pixels, over the pixel "
+                                                             "budget of 10000 pixels"):
+        serve(image_bytes=tf.constant([png_of_zeros(101, 100)]))
+    # keras-vit predict --saved-model reports the SavedModel's refusal in one line, exit 2.
+    assert cli.main(["predict", bombs["png"], "--saved-model", path]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == (f"keras-vit predict: error: {bombs['png']} is too large to decode: the image "
+                     f"is {BOMB} x {BOMB} pixels, over the pixel budget of 10000 pixels.")
+    with pytest.raises(ValueError, match="max_pixels must be a positive int"):
+        export_saved_model(model, str(tmp_path / "bad"), max_pixels=0)
+
+
+def test_concurrent_serving_answers_good_requests_and_refuses_bad(model, bombs, tmp_path):
+    path = export_saved_model(model, str(tmp_path / "serving"))
+    serve = tf.saved_model.load(path).signatures["serve_bytes"]
+    good = encoded_test_images()
+    names = sorted(good)
+    expected = softmax(np.asarray(keras_reference(model, [good[n] for n in names]), np.float64))
+    bad = {"garbage": os.urandom(2000), "empty": b"", "truncated png": good["png"][:300],
+           "png bomb": read(bombs["png"]), "jpeg bomb": read(bombs["jpeg"]),
+           "gif screen bomb": b"GIF89a" + struct.pack("<HH", 60000, 60000) + bytes(40)}
+    threads, per_thread = 8, 24
+    outcomes, lock = [], threading.Lock()
+
+    def client(index):
+        rng = np.random.default_rng(index)
+        for _ in range(per_thread):
+            if rng.random() < 0.3:
+                kind = list(bad)[rng.integers(len(bad))]
+                try:
+                    serve(image_bytes=tf.constant([bad[kind]]))
+                    outcome = ("bad", kind, "served")
+                except tf.errors.InvalidArgumentError:
+                    outcome = ("bad", kind, "refused")
+            else:
+                k = int(rng.integers(len(names)))
+                try:
+                    probabilities = serve(image_bytes=tf.constant([good[names[k]]]))[
+                        "probabilities"].numpy()[0]
+                    right = np.allclose(probabilities, expected[k], atol=1e-5)
+                    outcome = ("good", names[k], "right" if right else "wrong")
+                except Exception as error:  # noqa: BLE001 - any failure is a wrong answer here
+                    outcome = ("good", names[k], f"error {error}")
+            with lock:
+                outcomes.append(outcome)
+
+    workers = [threading.Thread(target=client, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=600)
+    assert len(outcomes) == threads * per_thread
+    good_ones = [o for o in outcomes if o[0] == "good"]
+    bad_ones = [o for o in outcomes if o[0] == "bad"]
+    print(f"\n{len(good_ones)} good requests, {len(bad_ones)} bad ones "
+          f"({sorted({o[1] for o in bad_ones})})")
+    assert good_ones and bad_ones
+    assert [o for o in good_ones if o[2] != "right"] == []
+    assert [o for o in bad_ones if o[2] != "refused"] == []
+    assert {o[1] for o in bad_ones} >= {"png bomb", "jpeg bomb"}
+
+
+def test_predict_and_analyze_refuse_bombs_in_one_line(model, bombs, tmp_path, capsys):
+    model.save(tmp_path / "tiny.keras")
+    for kind, path in bombs.items():
+        for argv in (["predict", path], ["analyze", path, "--output-dir", str(tmp_path / "a")]):
+            assert cli.main([*argv, "--model", str(tmp_path / "tiny.keras")]) == 2, (kind, argv)
+            error = capsys.readouterr().err.strip()
+            assert len(error.splitlines()) == 1, error
+            assert error.startswith(f"keras-vit {argv[0]}: error: {path} is too large to decode: "
+                                    f"the image is {BOMB} x {BOMB} pixels, over the pixel "
+                                    "budget of 40000000 pixels"), error
+    # A smaller budget on the command line applies too.
+    small = str(tmp_path / "small.png")
+    Image.fromarray(np.zeros((30, 40, 3), np.uint8)).save(small)
+    assert cli.main(["predict", small, "--model", str(tmp_path / "tiny.keras"),
+                     "--max-pixels", "1000"]) == 2
+    assert "40 x 30 pixels, over the pixel budget of 1000" in capsys.readouterr().err
+    assert cli.main(["predict", small, "--model", str(tmp_path / "tiny.keras"),
+                     "--max-pixels", "1200"]) == 0
+
+
+def test_image_folder_skips_and_counts_bombs(bombs, tmp_path):
+    root = str(tmp_path / "data")
+    write_folder(root)
+    for path in bombs.values():
+        with open(os.path.join(root, "cats", os.path.basename(path)), "wb") as f:
+            f.write(read(path))
+    splits = load_image_folder(root)
+    skipped = sorted(os.path.basename(p) for p in splits.skipped_files)
+    assert skipped == ["bomb.jpg", "bomb.png", "broken.jpg"]
+    assert splits.num_train + splits.num_test == 20
