@@ -126,9 +126,11 @@ def find_checkpoint(variant, tag):
     if tag not in tags:
         from keras_vit._names import did_you_mean
 
+        # The hub entries are many and all spelled hf://...; `keras-vit info` lists them.
+        named = [t for t in tags if not t.startswith("hf://")]
         raise ValueError(f"Unknown weights {tag!r}.{did_you_mean(tag, tags)} Use None, the path "
-                         "of a checkpoint file or directory, hf://owner/name, or one of the "
-                         f"catalogue tags: {', '.join(tags)}.")
+                         "of a checkpoint file or directory, hf://owner/name (keras-vit info "
+                         f"lists the catalogued ones), or one of the tags: {', '.join(named)}.")
     available = sorted(c.tag for c in catalogue() if c.variant == variant.name)
     raise ValueError(f"There are no {tag!r} weights for {variant.name}. Available for this "
                      f"variant: {', '.join(available) or 'none'}.")
