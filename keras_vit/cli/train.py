@@ -88,7 +88,9 @@ def run(args):
                    precision=args.precision, output=args.output, data_dir=args.data_dir,
                    seed=args.seed, verbose=2)
     skipped = report["skipped_files"]["count"]
+    unsupported = report["unsupported_files"]["count"]
     print(f"held-out accuracy {report['accuracy']:.4f} on {report['num_test']} images"
           + (f"; skipped {skipped} unreadable files" if skipped else "")
+          + (f"; skipped {unsupported} files that are not images" if unsupported else "")
           + f"; outputs in {args.output}")
     return 0
