@@ -6,13 +6,18 @@ preprocessing inside the graph, so a client needs no keras_vit code:
 
 - `serving_default(images)`: float32 `(batch, height, width, 3)`, pixel values
   in [0, 255] at the model's size (JSON numbers and uint8 data fit as they are;
-  TF Serving converts JSON numbers to the signature's dtype).
+  TF Serving converts JSON numbers to the signature's dtype). A request with
+  NaN, Inf or a value outside [0, 255], or another image size, is refused with
+  InvalidArgument naming the items or the size expected.
 - `serve_bytes(image_bytes)`: string `(batch,)` of JPEG, PNG, GIF, BMP or WebP
   files of any size, decoded to RGB and resized (bilinear) to the model's size
   by `keras_vit.preprocessing.decode_images`, the path every image takes.
   An image whose header declares more than `max_pixels` pixels is refused
   (InvalidArgument) before it is decoded; the limit is a constant of the
   graph, so TF Serving enforces it without keras_vit.
+  A scalar instead of a batch, or an item that is not such a file, is refused
+  with InvalidArgument naming the items by index.
+- `serve_uint8(images)`: as `serving_default`, uint8 pixels.
 
 Both return `logits` `(batch, classes)`, `probabilities` `(batch, classes)`,
 `class_ids` `(batch, k)` (int32, best first) and, when labels are given,
@@ -22,6 +27,7 @@ Both return `logits` `(batch, classes)`, `probabilities` `(batch, classes)`,
 import os
 import shutil
 import tempfile
+import time
 
 import keras
 import numpy as np
@@ -29,13 +35,19 @@ import tensorflow as tf
 
 from keras_vit.atomic import write_bytes
 from keras_vit.labels import imagenet_label_names, read_labels
-from keras_vit.preprocessing import MAX_PIXELS, decode_images, preprocess_input
+from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images, preprocess_input
 
 __all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head",
            "model_input"]
 
 # A TFLite file is one FlatBuffer, which cannot exceed 2 GiB.
 TFLITE_MAX_BYTES = 2 ** 31
+PIXEL_RANGE = (0.0, 255.0)  # what the pixel signatures accept
+STAGING_PREFIX = ".export-"  # the leading dot keeps TF Serving (integer names only) away
+STALE_STAGING_S = 24 * 3600  # a staging folder of another machine is left alone this long
+# The first bytes of the files tf.io.decode_image reads (WebP: RIFF, then WEBP at byte 8).
+_SIGNATURES = ((0, b"\xff\xd8\xff"), (0, b"\x89PNG\r\n\x1a\n"), (0, b"GIF87a"),
+               (0, b"GIF89a"), (0, b"BM"), (8, b"WEBP"))
 
 
 def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, overwrite=False,
@@ -67,27 +79,83 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     height, width = _image_size(model)
     labels = _resolve_labels(labels, _classes(model))
     os.makedirs(export_dir, exist_ok=True)
-    version = next_version(export_dir) if version is None else version
-    if not isinstance(version, int) or isinstance(version, bool) or version <= 0:
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)
+                                or version <= 0):
         raise ValueError(f"version must be a positive int (TF Serving's folder names), got {version!r}.")
-    target = os.path.join(export_dir, str(version))
-    if os.path.exists(target) and not overwrite:
-        raise FileExistsError(f"{target} already exists; pass another version, or overwrite=True.")
+    if version is not None and os.path.exists(os.path.join(export_dir, str(version))) \
+            and not overwrite:
+        raise FileExistsError(f"{os.path.join(export_dir, str(version))} already exists; pass "
+                              "another version, or overwrite=True.")
+    _remove_stale_staging(export_dir)
 
     if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
         raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}.")
     archive = _archive(model, labels, top_k, (height, width), with_bytes=True,
                        max_pixels=max_pixels)
-    # The leading dot keeps TF Serving, which loads integer-named folders only, away.
-    staging = tempfile.mkdtemp(prefix=f".export-{version}-", dir=export_dir)
+    # The staging folder names its process, so a later export can tell an abandoned
+    # one (its process gone) from one still being written.
+    staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}pid{os.getpid()}-", dir=export_dir)
     try:
         archive.write_out(os.path.join(staging, "model"), verbose=False, options=_save_options())
-        if os.path.exists(target):
-            shutil.rmtree(target)
-        os.rename(os.path.join(staging, "model"), target)
+        return _move_into_place(os.path.join(staging, "model"), export_dir, version, overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+
+def _move_into_place(written, export_dir, version, overwrite):
+    """Renames the written SavedModel to `export_dir/<version>`; returns that path.
+
+    The rename is the commit: it fails when the version folder exists and is not
+    empty, so two exports into one folder at once never replace each other. Without
+    a `version`, the loser takes the next number; with one, it raises.
+    """
+    for _ in range(100):
+        number = next_version(export_dir) if version is None else version
+        target = os.path.join(export_dir, str(number))
+        if overwrite and os.path.exists(target):
+            shutil.rmtree(target)
+        try:
+            os.rename(written, target)
+            return target
+        except OSError:
+            if not os.path.exists(target):
+                raise
+            if version is not None:
+                raise FileExistsError(f"{target} already exists (another export wrote it "
+                                      "meanwhile); pass another version, or "
+                                      "overwrite=True.") from None
+    raise FileExistsError(f"Could not claim a version folder in {export_dir}: other exports "
+                          "keep taking them.")
+
+
+def _remove_stale_staging(export_dir):
+    """Removes the staging folders of exports that died (killed, power cut) before finishing."""
+    for name in os.listdir(export_dir):
+        if not name.startswith(STAGING_PREFIX):
+            continue
+        path = os.path.join(export_dir, name)
+        owner = name[len(STAGING_PREFIX):].split("-", 1)[0]
+        pid = owner.removeprefix("pid")
+        try:
+            # A name without "pid" is a 0.1 staging folder: none of those is still running.
+            abandoned = (owner == pid or not pid.isdigit() or not _process_exists(int(pid))
+                         or time.time() - os.path.getmtime(path) > STALE_STAGING_S)
+        except OSError:  # removed meanwhile by its own export
+            continue
+        if abandoned:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _process_exists(pid):
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's
+        return True
+    return True
 
 
 def export_tflite(model, path, top_k=5):
@@ -152,19 +220,26 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
         return outputs
 
     def serve_images(images):
-        return classify(tf.cast(images, tf.float32))
+        return classify(tf.cast(_checked_pixels(images, image_size), tf.float32))
 
     def serve_bytes(image_bytes):
-        return classify(decode_images(image_bytes, image_size, max_pixels=max_pixels))
+        return classify(decode_images(_checked_image_bytes(image_bytes), image_size,
+                                      max_pixels=max_pixels))
 
-    endpoints = [("serving_default", serve_images,
-                  tf.TensorSpec((None, *image_size, 3), tf.float32, name="images"))]
+    # The SavedModel's pixel inputs take any height and width, so a wrong size reaches
+    # the check that names the right one (a fixed size in the signature is not enforced
+    # by TF Serving: the request fails deep inside the model instead). TFLite has no
+    # checks to run, and keeps the fixed size.
+    pixel_shape = (None, *image_size, 3) if not with_bytes else (None, None, None, 3)
+    endpoints = [("serving_default",
+                  serve_images if with_bytes else lambda images: classify(tf.cast(images, tf.float32)),
+                  tf.TensorSpec(pixel_shape, tf.float32, name="images"))]
     if with_bytes:
         endpoints += [
-            ("serve_bytes", serve_bytes, tf.TensorSpec((None,), tf.string, name="image_bytes")),
+            # Any rank, so a scalar string reaches the check that says what to send instead.
+            ("serve_bytes", serve_bytes, tf.TensorSpec(None, tf.string, name="image_bytes")),
             # A signature has one input dtype: gRPC clients holding uint8 pixels use this one.
-            ("serve_uint8", serve_images,
-             tf.TensorSpec((None, *image_size, 3), tf.uint8, name="images"))]
+            ("serve_uint8", serve_images, tf.TensorSpec(pixel_shape, tf.uint8, name="images"))]
     for name, function, spec in endpoints:
         if keras.backend.backend() == "tensorflow":
             archive.add_endpoint(name, function, [spec])
@@ -206,6 +281,60 @@ def _tensorflow_call(model, image_size, archive):
         converted = tf.saved_model.load(os.path.join(folder, "model"))
     archive.track(converted)
     return converted.call
+
+
+def _refuse_unless(ok, value, message, summarize=20):
+    """`value`, once `ok` holds; else InvalidArgument with `message` (strings and tensors).
+
+    A data dependency, not a control one: what follows cannot start before the
+    check, so a bad request fails with this message and not inside the model.
+    """
+    def refuse():
+        with tf.control_dependencies([tf.debugging.Assert(False, message, summarize=summarize)]):
+            return tf.identity(value)
+
+    return tf.cond(ok, lambda: tf.identity(value), refuse)
+
+
+def _checked_pixels(images, image_size):
+    """`images` with shape `(batch, *image_size, 3)`, or InvalidArgument naming the problem:
+    another size, or items holding NaN, Inf or values outside `PIXEL_RANGE` (by index)."""
+    height, width = image_size
+    size = tf.shape(images)[1:3]
+    images = _refuse_unless(
+        tf.reduce_all(tf.equal(size, [height, width])), images,
+        [f"images must be {height}x{width} pixels (height x width, the model's size); got",
+         size])
+    images = tf.ensure_shape(images, (None, height, width, 3))
+    if images.dtype == tf.uint8:  # every uint8 is a pixel value
+        return images
+    low, high = PIXEL_RANGE
+    # NaN compares false with everything, so it fails this test too.
+    valid = tf.reduce_all((images >= low) & (images <= high), axis=[1, 2, 3])
+    return _refuse_unless(
+        tf.reduce_all(valid), images,
+        [f"images must hold finite pixel values in [{low:g}, {high:g}]; NaN, Inf or values "
+         "outside it in the items (by index, from 0):", tf.where(~valid)[:, 0]])
+
+
+def _checked_image_bytes(image_bytes):
+    """`image_bytes` as a `(batch,)` string tensor of image files, or InvalidArgument: a
+    scalar (not a batch), or items that are not JPEG, PNG, GIF, BMP or WebP (by index)."""
+    rank = tf.rank(image_bytes)
+    image_bytes = _refuse_unless(
+        tf.equal(rank, 1), image_bytes,
+        ["image_bytes must be a batch (a list) of encoded images, shape (batch,); got rank",
+         rank, "- send one image as a list of one"])
+    image_bytes = tf.reshape(image_bytes, [-1])  # rank 1 by now; says so to what follows
+    # The first 12 bytes, padded: substr refuses a position past an item's end.
+    head = tf.strings.substr(image_bytes, 0, 12) + b"\0" * 12
+    known = tf.zeros_like(image_bytes, tf.bool)
+    for offset, magic in _SIGNATURES:
+        known |= tf.equal(tf.strings.substr(head, offset, len(magic)), magic)
+    return _refuse_unless(
+        tf.reduce_all(known), image_bytes,
+        [f"image_bytes items that are not {IMAGE_FORMATS} files (by index, from 0):",
+         tf.where(~known)[:, 0]])
 
 
 def _image_size(model):

@@ -1,5 +1,6 @@
 """Input pipelines: digits split, preprocessing, folders with bad files, offline TFDS."""
 
+import base64
 import os
 import time
 
@@ -115,3 +116,46 @@ def test_tfds_offline_fails_fast_with_advice(tmp_path):
 def test_unknown_tfds_name_is_named():
     with pytest.raises(ValueError, match="no_such_dataset_xyz"):
         data.load_dataset("no_such_dataset_xyz")
+
+
+# --- hostile folders (issue 17) -----------------------------------------------------------
+
+# A 1x1 lossy (RGB) WebP: TensorFlow has no WebP encoder to write one.
+WEBP_1X1 = base64.b64decode("UklGRiIAAABXRUJQVlA4IBYAAAAwAQCdASoBAAEADsD+JaQAA3AAAAAA")
+
+
+def test_non_utf8_names_and_unsupported_files_are_skipped_and_counted(tmp_path):
+    root = str(tmp_path)
+    write_folder(root)
+    cats = os.path.join(root, "cats")
+    good = open(os.path.join(cats, "1.png"), "rb").read()
+    with open(os.path.join(os.fsencode(cats), b"caf\xe9.png"), "wb") as f:  # Latin-1, not UTF-8
+        f.write(good)
+    with open(os.path.join(cats, ".DS_Store"), "wb") as f:
+        f.write(b"\0\0\0\1Bud1")
+    with open(os.path.join(cats, "5.webp"), "wb") as f:
+        f.write(WEBP_1X1)
+    splits = data.load_image_folder(root)
+    assert splits.num_train + splits.num_test == 21  # 20 images and the WebP
+    assert sorted(os.path.basename(p) for p in splits.skipped_files) == ["broken.jpg",
+                                                                         "caf\\xe9.png"]
+    assert sorted(os.path.basename(p) for p in splits.unsupported_files) == [".DS_Store",
+                                                                             "notes.txt"]
+
+
+def test_a_folder_split_holds_files_and_counts_their_bytes(tmp_path):
+    """The shuffle buffer and cache hold a folder's files, not their decoded pixels."""
+    write_folder(str(tmp_path), corrupt=False)
+    splits = data.load_image_folder(str(tmp_path))
+    files = [os.path.join(tmp_path, c, f) for c in ("cats", "dogs")
+             for f in os.listdir(tmp_path / c) if not f.endswith(".txt")]
+    assert splits.train_bytes + splits.test_bytes == sum(os.path.getsize(f) for f in files)
+    contents = {open(f, "rb").read() for f in files}
+    assert all(x in contents for x, _ in splits.train.as_numpy_iterator())
+
+
+def test_unknown_tfds_name_is_one_short_line():
+    with pytest.raises(ValueError) as error:
+        data.load_dataset("no_such_dataset_xyz")
+    message = str(error.value)
+    assert "\n" not in message and len(message) < 300, message

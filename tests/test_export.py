@@ -182,7 +182,7 @@ def test_tensorflow_alone_serves_both_signatures_like_keras(exported, tmp_path):
         np.testing.assert_array_equal(out[f"{prefix}/class_ids"], top5(logits))
         np.testing.assert_array_equal(out[f"{prefix}/labels"], np.asarray(LABELS)[top5(logits)])
     # A bad request is a readable InvalidArgument; the next request is answered as before.
-    assert "Unknown image file format" in str(out["error"])
+    assert "not JPEG, PNG, GIF, BMP or WebP files (by index, from 0):] [0]" in str(out["error"])
     np.testing.assert_array_equal(out["after_error/class_ids"], out["bytes/class_ids"][:1])
     np.testing.assert_allclose(out["after_error/logits"], out["bytes/logits"][:1], atol=1e-6)
 
@@ -351,3 +351,107 @@ def test_predict_command_names_a_file_that_is_not_an_image(tmp_path, capsys):
     error = capsys.readouterr().err
     assert "notes.txt is not a JPEG, PNG, GIF, BMP or WebP image" in error
     assert "Unknown image file format" in error
+
+
+# --- hostile requests and exports (issue 17) ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def signatures(exported):
+    return tf.saved_model.load(exported[1]).signatures
+
+
+def _pixels(n=2, size=SIZE):
+    return np.random.default_rng(2).integers(0, 256, (n, size, size, 3)).astype(np.float32)
+
+
+def _with(value, item=1):
+    pixels = _pixels()
+    pixels[item, 3, 4, 1] = value
+    return pixels
+
+
+@pytest.mark.parametrize("name,pixels,message", [
+    ("nan", _with(np.nan), r"finite pixel values in \[0, 255\].*\[1\]"),
+    ("inf", _with(np.inf, item=0), r"finite pixel values in \[0, 255\].*\[0\]"),
+    ("-inf", _with(-np.inf), r"finite pixel values in \[0, 255\].*\[1\]"),
+    ("1e6", _with(1e6), r"finite pixel values in \[0, 255\].*\[1\]"),
+    ("-1", _with(-1.0), r"finite pixel values in \[0, 255\].*\[1\]"),
+    ("255.5", _with(255.5), r"finite pixel values in \[0, 255\].*\[1\]"),
+    ("31x31", _pixels(size=31), r"images must be 32x32 pixels.*\[31 31\]"),
+])
+def test_pixel_signature_refuses_what_is_not_a_pixel(signatures, name, pixels, message):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        signatures["serving_default"](images=tf.constant(pixels))
+
+
+def test_pixel_signatures_accept_the_whole_documented_range(signatures, exported):
+    model, _ = exported
+    pixels = _pixels()
+    pixels[0, 0, 0], pixels[1, 0, 0] = 0.0, 255.0
+    out = signatures["serving_default"](images=tf.constant(pixels))
+    np.testing.assert_allclose(out["logits"].numpy(),
+                               np.asarray(model(keras_vit.preprocess_input(pixels))), atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must be 32x32 pixels"):
+        signatures["serve_uint8"](images=tf.constant(_pixels(size=40).astype(np.uint8)))
+
+
+@pytest.mark.parametrize("name,image_bytes,message", [
+    ("scalar", "png", r"must be a batch .* got rank\] \[0\]"),
+    ("garbage second", ["png", b"<html>502 Bad Gateway</html>"], r"not JPEG.*WebP files.*\[1\]"),
+    ("short items", [b"hi", "jpeg", b""], r"not JPEG.*WebP files.*\[0 2\]"),
+])
+def test_bytes_signature_names_the_bad_items(signatures, name, image_bytes, message):
+    encoded = encoded_test_images()
+    if isinstance(image_bytes, str):
+        value = tf.constant(encoded[image_bytes])
+    else:
+        value = tf.constant([encoded.get(x, x) if isinstance(x, str) else x for x in image_bytes])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        signatures["serve_bytes"](image_bytes=value)
+
+
+def _serves(path, model):
+    """Whether the SavedModel at `path` computes `model`'s logits."""
+    pixels = _pixels()
+    served = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant(pixels))
+    return np.allclose(served["logits"].numpy(), np.asarray(model(keras_vit.preprocess_input(pixels))),
+                       atol=1e-5)
+
+
+@pytest.mark.parametrize("version", [None, 1])
+def test_an_export_that_finishes_first_is_never_replaced(version, tmp_path, monkeypatch):
+    """Another export into the same folder completes while this one is being written."""
+    first, second = tiny_classifier(seed=1), tiny_classifier(seed=2)
+    base = str(tmp_path / "vit")
+    save = tf.saved_model.save  # what ExportArchive.write_out writes with
+    raced = []
+
+    def save_while_another_export_finishes(*args, **kwargs):
+        save(*args, **kwargs)
+        if not raced:
+            raced.append(None)  # the other export's own save does not race again
+            raced[0] = export_saved_model(second, base, version=version)
+
+    monkeypatch.setattr(tf.saved_model, "save", save_while_another_export_finishes)
+    if version is None:
+        path = export_saved_model(first, base)
+        assert path == os.path.join(base, "2")  # it took the next version
+        assert _serves(path, first)
+    else:
+        with pytest.raises(FileExistsError, match="another export wrote it"):
+            export_saved_model(first, base, version=1)
+    assert raced == [os.path.join(base, "1")] and _serves(raced[0], second)
+    assert not [n for n in os.listdir(base) if n.startswith(".export-")]
+
+
+def test_staging_folders_of_dead_exports_are_cleaned(exported, tmp_path):
+    model, _ = exported
+    base = tmp_path / "vit"
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True)
+    dead, alive = int(done.stdout), os.getpid()
+    for name in (f".export-pid{dead}-abc", ".export-3-k2j1x", f".export-pid{alive}-def"):
+        os.makedirs(base / name / "model" / "variables")
+    export_saved_model(model, str(base))
+    # The folder of a process still running (this one, standing in for another export) stays.
+    assert sorted(os.listdir(base)) == [f".export-pid{alive}-def", "1"]

@@ -3,8 +3,10 @@ and the one place the official key layout is spelled."""
 
 import ast
 import dataclasses
+import io
 import pathlib
 import re
+import time
 import zipfile
 
 import keras
@@ -148,12 +150,209 @@ BLOCK = "Transformer/encoderblock_1/MlpBlock_3/Dense_0"
     (lambda a: a.update(extra=np.zeros(3)), "unexpected keys:\n    extra"),
     (lambda a: a.update({f"{BLOCK}/bias": np.zeros(5)}),
      rf"{BLOCK}/bias: expected \(768,\), found \(5,\)"),
-    (lambda a: a.update(cls=np.array(["a", "b"])), "non-numeric arrays"),
+    (lambda a: a.update(cls=np.array(["a", "b"])), "non-float arrays:\n    cls: <U1"),
 ])
 def test_bad_checkpoint_raises_and_leaves_model_unchanged(edit, message, tmp_path):
     path = _corrupt(tmp_path, edit)
     error = _assert_load_refused(path, message)
     assert "No weights were changed" in str(error)
+
+
+# --- hostile checkpoints (issue 17): one table, each refused by name, nothing changed --------
+
+HUGE_UNUSED_BYTES = 512 << 20  # far above the 100 MB the refusal may cost: reading it would show
+
+
+def _npy_header(shape, dtype="<f4"):
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False,
+                                                  "shape": shape})
+    return buffer.getvalue()
+
+
+def _zip_npz(path, arrays, raw=None, huge=None):
+    """An .npz written member by member: `arrays` as np.savez would, `raw` {key: bytes} as
+    given, `huge` (key, bytes) a float32 member of that many zero bytes, deflated."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        for key, value in arrays.items():
+            with archive.open(f"{key}.npy", "w") as f:
+                np.lib.format.write_array(f, np.asarray(value), allow_pickle=False)
+        for key, data in (raw or {}).items():
+            archive.writestr(f"{key}.npy", data)
+        if huge:
+            key, size = huge
+            chunk = bytes(16 << 20)
+            with archive.open(f"{key}.npy", "w", force_zip64=True) as f:
+                f.write(_npy_header((size // 4,)))
+                for _ in range(size // len(chunk)):
+                    f.write(chunk)
+    return path
+
+
+def _good_arrays(tmp_path):
+    return random_vit_npz(tmp_path / "good.npz", TINY, (4, 4), classes=10)
+
+
+def _edited(edit):
+    def build(tmp_path):
+        arrays = _good_arrays(tmp_path)
+        raw = edit(arrays)  # mutates in place; may return raw members
+        return _zip_npz(tmp_path / "bad.npz", arrays, raw=raw)
+    return build
+
+
+def _set(key, change):
+    def edit(arrays):
+        arrays[key] = change(arrays[key])
+    return edit
+
+
+def _drop(key):
+    def edit(arrays):
+        del arrays[key]
+    return edit
+
+
+def _with_nan(a):
+    a = a.copy()
+    a.flat[3] = np.nan
+    return a
+
+
+def _with_inf(a):
+    a = a.copy()
+    a.flat[0], a.flat[5] = np.inf, -np.inf
+    return a
+
+
+def _duplicate(arrays):
+    arrays["params/embedding/kernel"] = arrays["embedding/kernel"] + 1
+
+
+def _lying_header(arrays):
+    del arrays["cls"]
+    return {"cls": _npy_header((10**13,)) + bytes(16)}  # claims 36 TiB, holds 16 bytes
+
+
+def _short_data(arrays):
+    kernel = arrays.pop("embedding/kernel")  # the right shape in the header, 12 bytes of data
+    return {"embedding/kernel": _npy_header(kernel.shape) + bytes(12)}
+
+
+def _not_npy(arrays):
+    del arrays["cls"]
+    return {"cls": b"these are not the droids"}
+
+
+def _huge_unused(tmp_path):
+    return _zip_npz(tmp_path / "bad.npz", _good_arrays(tmp_path),
+                    huge=("optimizer_state", HUGE_UNUSED_BYTES))
+
+
+def _model_prefix(tmp_path):
+    arrays = _good_arrays(tmp_path)
+    return _zip_npz(tmp_path / "bad.npz", {f"model/{k}": v for k, v in arrays.items()})
+
+
+def _folder(tmp_path):
+    (tmp_path / "weights.npz").mkdir()
+    return tmp_path / "weights.npz"
+
+
+HEAD = "head"
+HOSTILE_CHECKPOINTS = {
+    "nan": (_edited(_set("cls", _with_nan)), r"non-finite values:\n    cls: 1 NaN values"),
+    "inf": (_edited(_set(f"{BLOCK}/kernel", _with_inf)),
+            rf"non-finite values:\n    {BLOCK}/kernel: 2 Inf values"),
+    "int32": (_edited(_set("embedding/bias", lambda a: a.astype(np.int32))),
+              r"non-float arrays:\n    embedding/bias: int32"),
+    "complex64": (_edited(_set("embedding/bias", lambda a: a.astype(np.complex64))),
+                  r"non-float arrays:\n    embedding/bias: complex64"),
+    "head bias missing": (_edited(_drop(f"{HEAD}/bias")),
+                          rf"missing keys:\n    {HEAD}/bias"),
+    "head bias mis-shaped": (_edited(_set(f"{HEAD}/bias", lambda a: a[:7])),
+                             rf"{HEAD}/bias: expected \(10,\), found \(7,\)"),
+    "head kernel only, other classes": (
+        _edited(lambda a: _drop(f"{HEAD}/bias")(a) or _set(f"{HEAD}/kernel", lambda k: k[:, :5])(a)),
+        rf"(?s)missing keys:\n    {HEAD}/bias.*{HEAD}/kernel: expected"),
+    "duplicate after normalisation": (
+        _edited(_duplicate), "'embedding/kernel' and 'params/embedding/kernel' are the same "
+                             "parameter"),
+    "lying header": (_edited(_lying_header), r"cls: its header claims \(10000000000000,\) float32"),
+    "short data": (_edited(_short_data), r"embedding/kernel: its header claims \(16, 16, 3, 192\)"),
+    "non-npy member": (_edited(_not_npy), r"cls: not an .npy array"),
+    "huge unused member": (_huge_unused, r"unexpected keys:\n    optimizer_state"),
+    "missing path": (lambda tmp_path: tmp_path / "absent.npz", r"No checkpoint file at .*absent"),
+    "directory": (_folder, r"weights.npz is a folder; a checkpoint is one .npz file"),
+    "model/ prefix": (_model_prefix, r"unexpected keys are missing keys under the prefix "
+                                     r"'model/'"),
+}
+# Refused from the headers alone: fast, and without allocating what the file claims.
+CHEAP_REFUSALS = ("lying header", "huge unused member")
+
+
+def _measured(load, stats):
+    """`load`, recording its seconds and the growth of the process's peak RSS (Linux)."""
+    def run(model, path):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM, the peak RSS, to the current RSS
+        before = _status_kb("VmRSS")
+        start = time.perf_counter()
+        try:
+            return load(model, path)
+        finally:
+            stats["seconds"] = time.perf_counter() - start
+            stats["peak_growth_mb"] = (_status_kb("VmHWM") - before) / 1024
+    return run
+
+
+def _status_kb(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_CHECKPOINTS))
+def test_hostile_checkpoint_is_refused_by_name_and_changes_nothing(case, tmp_path):
+    build, message = HOSTILE_CHECKPOINTS[case]
+    path = build(tmp_path)
+    stats = {}
+    error = _assert_load_refused(path, message, load=_measured(keras_vit.load_weights, stats))
+    assert "\n" not in message or "No weights were changed" in str(error)
+    if case in CHEAP_REFUSALS:
+        assert stats["seconds"] < 1.0, stats
+        assert stats["peak_growth_mb"] < 100, stats
+
+
+def test_a_huge_member_under_a_droppable_key_is_never_read(tmp_path):
+    """An unused pre-training head is skipped from its header: the load costs no more."""
+    arrays = _good_arrays(tmp_path)
+    path = _zip_npz(tmp_path / "ok.npz", arrays, huge=("pre_logits/kernel", HUGE_UNUSED_BYTES))
+    model = keras_vit.ViT(TINY, classes=10)
+    stats = {}
+    _measured(keras_vit.load_weights, stats)(model, str(path))
+    np.testing.assert_array_equal(model.get_layer("cls").cls.numpy(), arrays["cls"])
+    assert stats["peak_growth_mb"] < 100, stats
+
+
+def test_a_whole_head_for_other_classes_still_starts_at_zero(tmp_path):
+    """The zero-head rule stays for a complete head of another class count."""
+    arrays = _good_arrays(tmp_path)
+    path = _zip_npz(tmp_path / "ok.npz", arrays)
+    model = keras_vit.load_weights(keras_vit.ViT(TINY, classes=3), str(path))
+    assert not np.any(model.get_layer("head").kernel.numpy())
+    np.testing.assert_array_equal(model.get_layer("cls").cls.numpy(), arrays["cls"])
+
+
+def test_the_command_line_reports_a_lying_header_in_one_line(tmp_path, capsys):
+    from keras_vit.cli import main
+
+    path = _edited(_lying_header)(tmp_path)
+    image = tmp_path / "x.png"
+    keras.utils.save_img(str(image), np.zeros((8, 8, 3), np.uint8))
+    code = main(["predict", str(image), "--model", "Ti/16", "--weights", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "cls: its header claims" in err, err
 
 
 def test_truncated_file(tmp_path):

@@ -302,6 +302,37 @@ def test_bad_arguments_raise_clear_errors(kwargs, message):
         keras_vit.ViT(**kwargs)
 
 
+# Hostile construction arguments (issue 17): a clear ValueError naming the argument...
+TINY = keras_vit.Variant("ViT-args_16", width=32, depth=1, mlp_dim=64, heads=2, patch_size=16)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(image_size=32.0), r"image_size must be a positive int or \(height, width\) of ints, "
+                            r"got 32.0"),
+    (dict(image_size=(32, 32.5)), "image_size must be"),
+    (dict(image_size=True), "image_size must be"),
+    (dict(classes=True), "classes must be a positive int, got True"),
+    (dict(classes=10.0), "classes must be a positive int, got 10.0"),
+    (dict(channels=0), "channels must be a positive int, got 0"),
+    (dict(channels=-3), "channels must be a positive int, got -3"),
+    (dict(include_top=False, classes=5), "classes=5 sets the size of the head, which "
+                                         "include_top=False leaves out"),
+])
+def test_hostile_construction_arguments_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.ViT(TINY, **kwargs)
+
+
+# ... or what a Keras user expects: NumPy integers are integers.
+def test_numpy_integers_are_accepted():
+    model = keras_vit.ViT(TINY, image_size=np.int64(32), classes=np.int64(10),
+                          channels=np.int32(1))
+    assert model.input_shape == (None, 32, 32, 1) and model.output_shape == (None, 10)
+    assert type(model.get_layer("head").units) is int
+    wide = keras_vit.ViT(TINY, image_size=(np.int32(32), np.int64(48)))
+    assert wide.input_shape == (None, 32, 48, 3)
+
+
 def test_missing_weights_file_is_named():
     with pytest.raises(FileNotFoundError, match="nothere.npz"):
         keras_vit.ViT("Ti/16", weights="/tmp/nothere.npz")

@@ -70,10 +70,13 @@ def normalize_keys(arrays):
 
     Accepted: `opt/target/` (old optimizer dumps) and `params/` (big_vision)
     prefixes; Linen block names (MultiHeadDotProductAttention_0, LayerNorm_1,
-    MlpBlock_0); big_vision's top-level `pos_embedding`.
+    MlpBlock_0); big_vision's top-level `pos_embedding`. Two keys that name the
+    same parameter (`params/cls` and `cls`) raise `CheckpointError`: which one
+    is meant cannot be known, and silently keeping either would be a guess.
     """
-    out = {}
+    out, origin = {}, {}
     for key, value in arrays.items():
+        stored = key
         for prefix in ("opt/target/", "params/"):
             if key.startswith(prefix):
                 key = key[len(prefix):]
@@ -83,7 +86,11 @@ def normalize_keys(arrays):
                      r"\1/MultiHeadDotProductAttention_1/", key)
         key = re.sub(r"(encoderblock_\d+)/LayerNorm_1/", r"\1/LayerNorm_2/", key)
         key = re.sub(r"(encoderblock_\d+)/MlpBlock_0/", r"\1/MlpBlock_3/", key)
-        out[key] = value
+        if key in out:
+            raise CheckpointError(f"{origin[key]!r} and {stored!r} are the same parameter "
+                                  f"{key!r} in two layouts; a checkpoint holds each parameter "
+                                  "once. No weights were changed.")
+        out[key], origin[key] = value, stored
     return out
 
 

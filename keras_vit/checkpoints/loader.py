@@ -10,7 +10,8 @@ import os
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.formats import read_checkpoint
+from keras_vit.checkpoints.formats import detect_format, read_checkpoint
+from keras_vit.checkpoints.formats.npz import PICKLE_PROBLEM, ArrayHeader, read_npz, read_npz_headers
 from keras_vit.checkpoints.layout import (
     DROPPABLE_PREFIXES,
     POS_EMBED_KEY,
@@ -58,19 +59,31 @@ def load_resnet_weights(model, checkpoint):
 def _load(model, checkpoint, trunk_only):
     is_path = isinstance(checkpoint, (str, os.PathLike))
     source = os.fspath(checkpoint) if is_path else "the checkpoint"
-    # Every format is read into the official keys; the checks below are the same for all.
-    arrays = normalize_keys(read_checkpoint(source, heads=_heads(model)) if is_path
-                            else dict(checkpoint))
+    # Checked first from the headers alone (shape, dtype), then only the arrays the model
+    # uses are read: an unused or lying member costs nothing, and is never allocated. The
+    # other formats (safetensors, directories) are read whole into the official keys.
+    if is_path and detect_format(source) == "npz":
+        given = None
+        headers = read_npz_headers(source)
+    else:
+        given = read_checkpoint(source, heads=_heads(model)) if is_path else dict(checkpoint)
+        given = {k: np.asarray(v) for k, v in given.items()}
+        headers = {k: ArrayHeader(tuple(v.shape), v.dtype) for k, v in given.items()}
+    try:
+        stored = normalize_keys({k: k for k in headers})  # official key -> key as stored
+    except CheckpointError as error:
+        raise CheckpointError(f"{source}: {error}") from None
+    headers = {key: headers[name] for key, name in stored.items()}
     rows = layout(model)
     if trunk_only:
         rows = [r for r in rows if is_trunk_key(r.keys[0])]
-        considered = {k for k in arrays if is_trunk_key(k)}
+        considered = {k for k in headers if is_trunk_key(k)}
         subject = f"the ResNet trunk of model {model.name!r}"
     else:
-        considered = set(arrays)
+        considered = set(headers)
         subject = f"model {model.name!r}"
     head_rows = [r for r in rows if is_head_key(r.keys[0])]
-    new_head = bool(head_rows) and not _head_fits(arrays, head_rows)
+    new_head = bool(head_rows) and _replaces_head(headers, head_rows)
     if new_head:  # classes differ, or a headless file: the head starts at zero, below
         rows = [r for r in rows if r not in head_rows]
     num_prefix = _num_prefix_tokens(model)
@@ -78,21 +91,42 @@ def _load(model, checkpoint, trunk_only):
     missing, mismatched = [], []
     for row in rows:
         for key, shape in zip(row.keys, row.shapes):
-            if key not in arrays:
+            if key not in headers:
                 missing.append(key)
+            elif headers[key].problem:
+                continue  # reported below, with what is wrong with the member
             elif key == POS_EMBED_KEY:
-                problem = _posembed_problem(arrays[key].shape, shape, num_prefix)
+                problem = _posembed_problem(headers[key].shape, shape, num_prefix)
                 if problem:
-                    mismatched.append(f"{key}: expected {shape}, found {arrays[key].shape} ({problem})")
-            elif not fits(tuple(arrays[key].shape), tuple(shape)):
-                mismatched.append(f"{key}: expected {tuple(shape)}, found {tuple(arrays[key].shape)}")
+                    mismatched.append(f"{key}: expected {shape}, found {headers[key].shape} "
+                                      f"({problem})")
+            elif not fits(headers[key].shape, tuple(shape)):
+                mismatched.append(f"{key}: expected {tuple(shape)}, found {headers[key].shape}")
     used = {k for row in rows for k in row.keys}
     unexpected = sorted(k for k in considered if k not in used and not k.startswith(DROPPABLE_PREFIXES))
-    non_numeric = sorted(k for k in used & set(arrays) if not np.issubdtype(arrays[k].dtype, np.number))
-    problems = {"missing keys": missing, "unexpected keys": unexpected,
-                "shape mismatches": mismatched, "non-numeric arrays": non_numeric}
+    present = sorted(used & set(headers))
+    problems = {
+        "missing keys": missing, "unexpected keys": unexpected,
+        "shape mismatches": mismatched,
+        "unreadable members": [f"{k}: {headers[k].problem}" for k in sorted(considered)
+                               if headers[k].problem],
+        PICKLE_PROBLEM: [k for k in present if headers[k].dtype.hasobject],
+        "non-float arrays": [f"{k}: {headers[k].dtype} (the weights are floating point)"
+                             for k in present if not headers[k].problem
+                             and not headers[k].dtype.hasobject
+                             and not np.issubdtype(headers[k].dtype, np.floating)],
+    }
     if any(problems.values()):
-        raise CheckpointError(_report(f"{source} does not fit {subject}:", problems, arrays))
+        raise CheckpointError(_report(f"{source} does not fit {subject}:", problems, headers,
+                                      missing, unexpected))
+
+    wanted = [stored[k] for k in present]
+    read = read_npz(source, wanted) if given is None else {k: given[k] for k in wanted}
+    arrays = {key: read[stored[key]] for key in present}
+    non_finite = [f"{k}: {_non_finite(arrays[k])}" for k in present if _non_finite(arrays[k])]
+    if non_finite:
+        raise CheckpointError(_report(f"{source} does not fit {subject}:",
+                                      {"arrays with non-finite values": non_finite}, headers))
 
     values = []
     for row in rows:
@@ -118,6 +152,56 @@ def _heads(model):
     return model.get_layer("encoderblock_0").num_heads if "encoderblock_0" in names else None
 
 
+def _non_finite(array):
+    """"3 NaN, 1 Inf values" for an array holding NaN or Inf, else ""."""
+    if np.isfinite(array).all():
+        return ""
+    nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+    return ", ".join(f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "Inf")) if n) + " values"
+
+
+def _replaces_head(headers, head_rows):
+    """Whether the model's head starts at zero instead of loading the file's.
+
+    Only when the file has no head at all, or a whole head for another class
+    count (every head array present, fitting the model's in all but the class
+    axis, all with one class count). A half-present or mis-shaped head is an
+    error, reported as missing keys or shape mismatches: never silently a zero head.
+    """
+    expected = {k: tuple(s) for row in head_rows for k, s in zip(row.keys, row.shapes)}
+    if not any(k in headers for k in expected):
+        return True
+    if not all(k in headers and not headers[k].problem for k in expected):
+        return False
+    found = {k: headers[k].shape for k in expected}
+    if found == expected:
+        return False
+    classes = {shape[-1:] for shape in found.values()}
+    return len(classes) == 1 and all(len(found[k]) == len(s) and found[k][:-1] == s[:-1]
+                                     for k, s in expected.items())
+
+
+def _prefix_hint(missing, unexpected):
+    """When most unexpected keys are missing keys under one extra prefix ("model/"), says so."""
+    if not missing or not unexpected:
+        return None
+    missing_set = set(missing)
+    prefixes = {}
+    for key in unexpected:
+        for i, char in enumerate(key):
+            if char == "/" and key[i + 1:] in missing_set:
+                prefixes[key[:i + 1]] = prefixes.get(key[:i + 1], 0) + 1
+                break
+    if not prefixes:
+        return None
+    prefix, count = max(prefixes.items(), key=lambda item: item[1])
+    if count * 2 < len(unexpected):
+        return None
+    return (f"{count} unexpected keys are missing keys under the prefix {prefix!r}: the file "
+            f"nests the parameters one level deeper. Save them without {prefix!r} (e.g. "
+            f"{{k.removeprefix({prefix!r}): v for k, v in arrays.items()}}) and load that.")
+
+
 def _num_prefix_tokens(model):
     names = {layer.name for layer in model.layers}
     return model.get_layer("posembed_input").num_prefix_tokens if "posembed_input" in names else 0
@@ -139,7 +223,7 @@ def _posembed_problem(found, expected, num_prefix):
     return None
 
 
-def _report(title, problems, arrays):
+def _report(title, problems, headers, missing=(), unexpected=()):
     """`title`, then each kind of problem with its first 12 keys, a guess at what the file
     is, and the promise that nothing changed."""
     lines = [title]
@@ -148,7 +232,10 @@ def _report(title, problems, arrays):
             shown = "\n    ".join(items[:12])
             more = f"\n    ... and {len(items) - 12} more" if len(items) > 12 else ""
             lines.append(f"  {len(items)} {kind}:\n    {shown}{more}")
-    guess = describe_architecture(arrays)
+    hint = _prefix_hint(missing, unexpected)
+    if hint:
+        lines.append(f"  {hint}")
+    guess = describe_architecture(headers)
     if guess:
         lines.append(f"  The file looks like {guess}.")
     lines.append("  No weights were changed.")

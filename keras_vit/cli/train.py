@@ -101,7 +101,9 @@ def run(args):
                    precision=args.precision, output=args.output, data_dir=args.data_dir,
                    seed=args.seed, verbose=1 if args.verbose else 2, overwrite=args.overwrite)
     skipped = report["skipped_files"]["count"]
+    unsupported = report["unsupported_files"]["count"]
     print(f"held-out accuracy {report['accuracy']:.4f} on {report['num_test']} images"
           + (f"; skipped {skipped} unreadable files" if skipped else "")
+          + (f"; skipped {unsupported} files that are not images" if unsupported else "")
           + f"; outputs in {args.output}")
     return 0

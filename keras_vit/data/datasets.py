@@ -1,8 +1,9 @@
 """Dataset sources: TFDS datasets, folders of class sub-folders, and digits.
 
 `load_dataset(source)` returns the raw examples (`(image uint8 (H, W, C),
-label int32)`) of a train and a held-out split; `keras_vit.data.make_pipeline`
-turns one split into batches.
+label int32)`, or for a folder `(encoded image bytes, label int32)`) of a
+train and a held-out split; `keras_vit.data.make_pipeline` turns one split
+into batches.
 """
 
 import dataclasses
@@ -28,7 +29,12 @@ class DatasetUnavailableError(RuntimeError):
 
 @dataclasses.dataclass
 class DatasetSplits:
-    """A train and a held-out split of `(image uint8 (H, W, C), label int32)` examples."""
+    """A train and a held-out split of `(image uint8 (H, W, C), label int32)` examples.
+
+    A folder's examples hold the image file's bytes instead of its pixels
+    (`make_pipeline` decodes them): a shuffle buffer or cache of photos then
+    holds files, not full-resolution pixels, many times larger.
+    """
 
     train: tf.data.Dataset
     test: tf.data.Dataset
@@ -37,6 +43,12 @@ class DatasetSplits:
     num_test: int
     skipped_files: list = dataclasses.field(default_factory=list)  # unreadable images
     name: str = ""
+    # Files of a folder dataset that are not images by their extension (notes.txt, .DS_Store).
+    unsupported_files: list = dataclasses.field(default_factory=list)
+    # Bytes of each split's examples as a cache holds them (a folder's: its files' sizes);
+    # None when unknown.
+    train_bytes: int | None = None
+    test_bytes: int | None = None
 
     @property
     def num_classes(self):
@@ -84,7 +96,8 @@ def load_digits():
         return tf.data.Dataset.from_tensor_slices((images[indices], labels[indices]))
 
     return DatasetSplits(split(train), split(test), [str(i) for i in range(10)],
-                         len(train), len(test), name="digits")
+                         len(train), len(test), name="digits",
+                         train_bytes=images[train].nbytes, test_bytes=images[test].nbytes)
 
 
 def load_image_folder(root):
@@ -92,38 +105,63 @@ def load_image_folder(root):
 
     Images are the files with one of `keras_vit.preprocessing.IMAGE_EXTENSIONS`.
 
-    Every file is decoded once up front; files TensorFlow cannot decode are
-    left out and listed in `skipped_files` instead of stopping training.
+    Examples are `(file bytes, label)`: `make_pipeline` decodes them after
+    its shuffle and cache. Every file is decoded once up front; files
+    TensorFlow cannot decode, and
+    files whose names are not valid UTF-8 (TensorFlow's file names are
+    strings), are left out and listed in `skipped_files` instead of stopping
+    training. Every other file (no image extension) is left out and listed in
+    `unsupported_files`.
     """
     class_names = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
     if not class_names:
         raise ValueError(f"{root!r} has no class sub-folders; expected root/<class>/<image>.")
-    paths, labels, skipped = [], [], []
+    paths, labels, sizes, skipped, unsupported = [], [], [], [], []
     for label, name in enumerate(class_names):
         folder = os.path.join(root, name)
         for file in sorted(os.listdir(folder)):
             path = os.path.join(folder, file)
-            if not file.lower().endswith(IMAGE_EXTENSIONS) or not os.path.isfile(path):
-                continue
-            if _decodes(path):
+            if not _is_utf8(path):
+                skipped.append(_printable(path))
+            elif not file.lower().endswith(IMAGE_EXTENSIONS) or not os.path.isfile(path):
+                unsupported.append(path)
+            elif not _decodes(path):
+                skipped.append(path)
+            else:
                 paths.append(path)
                 labels.append(label)
-            else:
-                skipped.append(path)
+                sizes.append(os.path.getsize(path))
     labels = np.asarray(labels, np.int32)
     missing = [c for i, c in enumerate(class_names) if not np.any(labels == i)]
     if missing:
-        raise ValueError(f"No readable images for classes {missing} under {root!r}.")
+        raise ValueError(f"No readable images for classes {missing} under {root!r} "
+                         f"({len(skipped)} unreadable and {len(unsupported)} unsupported files "
+                         "skipped).")
     train, test = _held_out_split(labels)
-    paths = np.asarray(paths)
+    paths, sizes = np.asarray(paths), np.asarray(sizes, np.int64)
 
     def split(indices):
         files = tf.data.Dataset.from_tensor_slices((paths[indices], labels[indices]))
-        return files.map(lambda p, y: (decode_image(tf.io.read_file(p)), y),
+        return files.map(lambda p, y: (tf.io.read_file(p), y),
                          num_parallel_calls=tf.data.AUTOTUNE)
 
     return DatasetSplits(split(train), split(test), class_names, len(train), len(test),
-                         skipped_files=skipped, name=os.path.basename(os.path.normpath(root)))
+                         skipped_files=skipped, name=os.path.basename(os.path.normpath(root)),
+                         unsupported_files=unsupported, train_bytes=int(sizes[train].sum()),
+                         test_bytes=int(sizes[test].sum()))
+
+
+def _is_utf8(path):
+    try:
+        path.encode("utf-8")  # os.listdir gives undecodable bytes as lone surrogates
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _printable(path):
+    """A non-UTF-8 file name with its undecodable bytes escaped, fit for report.json."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _decodes(path):
@@ -172,9 +210,14 @@ def load_tfds(name, data_dir=None):
         return ds.map(lambda x, y: (to_rgb(x), tf.cast(y, tf.int32)),
                       num_parallel_calls=tf.data.AUTOTUNE)
 
-    return DatasetSplits(split(train_split), split(test_split), class_names,
-                         splits[train_split].num_examples, splits[test_split].num_examples,
-                         name=name)
+    num_train, num_test = splits[train_split].num_examples, splits[test_split].num_examples
+    shape = features["image"].shape  # (None, None, 3) for images of varying size: unknown
+    # As cached: after to_rgb, which turns one grey channel into three.
+    example = int(np.prod(shape[:-1])) * (3 if shape[-1] == 1 else shape[-1]) \
+        if None not in shape else None
+    return DatasetSplits(split(train_split), split(test_split), class_names, num_train, num_test,
+                         name=name, train_bytes=example and example * num_train,
+                         test_bytes=example and example * num_test)
 
 
 def _is_prepared(builder):

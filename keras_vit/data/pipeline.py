@@ -8,7 +8,7 @@ with the official preprocessing (`keras_vit.preprocessing`).
 import tensorflow as tf
 
 from keras_vit.data.datasets import to_rgb
-from keras_vit.preprocessing import preprocess_input, resize_image
+from keras_vit.preprocessing import decode_image, preprocess_input, resize_image
 
 __all__ = ["make_pipeline", "inception_crop"]
 
@@ -32,6 +32,8 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
     Training: shuffle, inception crop (`crop_area`, None to skip), resize,
     random left-right flip (`flip`), [-1, 1]; repeated, whole batches only.
     Eval: resize straight to `image_size` (no centre crop), [-1, 1], in order.
+    Examples holding encoded image bytes (a folder's) are decoded after the
+    shuffle and the cache, which thus hold files rather than pixels.
     `batch_size` is the global batch: a tf.distribute strategy splits it
     across replicas.
     """
@@ -45,6 +47,8 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
         dataset = dataset.repeat()
 
     def preprocess(image, label):
+        if image.dtype == tf.string:  # a folder's file bytes, decoded after shuffle and cache
+            image = decode_image(image)
         image = to_rgb(image)
         if training and crop_area is not None:
             image = inception_crop(image, crop_area)

@@ -2,8 +2,10 @@
 
 import dataclasses
 import inspect
+import numbers
 
 import keras
+import numpy as np
 
 from keras_vit.checkpoints import load_weights, resolve_weights
 from keras_vit.layers import (
@@ -100,14 +102,19 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
     if isinstance(pooling, str) and pooling in _POOLING_ALIASES:
         pooling = _POOLING_ALIASES[pooling]
     variant = get_variant(variant)
+    image_size = _size_argument(image_size)
+    channels = _positive_int("channels", channels)
+    if classes is not None:
+        if not include_top:
+            raise ValueError(f"classes={classes!r} sets the size of the head, which "
+                             "include_top=False leaves out; drop classes, or keep the top.")
+        classes = _positive_int("classes", classes)
     source = resolve_weights(variant, weights, image_size)
     image_size = _image_size(image_size, source, variant)
     pooling = variant.classifier if pooling == "default" else pooling
     _check_head_arguments(variant, include_top, pooling, classifier_activation)
     if classes is None:
         classes = source.classes if source and source.classes else 1000
-    if not isinstance(classes, int) or classes <= 0:
-        raise ValueError(f"classes must be a positive int, got {classes!r}.")
     if representation_size == "auto":
         keep = source is not None and include_top and classes == source.classes
         representation_size = source.representation_size if keep else None
@@ -163,14 +170,30 @@ def _default_name(variant):
     return variant.name.replace("+", "_")
 
 
+def _positive_int(name, value):
+    """`value` as an int (NumPy integers too); a bool, float or non-positive value is an error."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
+            or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}.")
+    return int(value)
+
+
+def _size_argument(image_size):
+    """None, or `image_size` as (height, width) of ints; 32.0 or (32, "32") is an error."""
+    if image_size is None:
+        return None
+    pair = (image_size, image_size) if not isinstance(image_size, (tuple, list)) else image_size
+    if len(pair) != 2 or any(isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral)
+                             or s <= 0 for s in pair):
+        raise ValueError(f"image_size must be a positive int or (height, width) of ints, got "
+                         f"{image_size!r}.")
+    return tuple(int(s) for s in pair)
+
+
 def _image_size(image_size, source, variant):
     if image_size is None:
         image_size = source.resolution if source and source.resolution else 224
-    if isinstance(image_size, int):
-        image_size = (image_size, image_size)
-    image_size = tuple(image_size)
-    if len(image_size) != 2 or not all(isinstance(s, int) and s > 0 for s in image_size):
-        raise ValueError(f"image_size must be a positive int or (height, width), got {image_size}.")
+    image_size = _size_argument(image_size)
     if variant.is_hybrid:
         _check_hybrid_image_size(variant, image_size)
         return image_size

@@ -37,10 +37,17 @@ def classification_summary(labels, predictions, class_names):
     }
 
 
-def write_report(output, labels, predictions, class_names, run_info, skipped_files=()):
-    """Writes report.json, curves.png (from log.csv) and confusion.png; returns the report."""
+def write_report(output, labels, predictions, class_names, run_info, skipped_files=(),
+                 unsupported_files=()):
+    """Writes report.json, curves.png (from log.csv) and confusion.png; returns the report.
+
+    `skipped_files`: images that could not be read; `unsupported_files`: files of the
+    dataset folder that are not images by their extension. Both are listed and counted.
+    """
     report = {**run_info, **classification_summary(labels, predictions, class_names)}
     report["skipped_files"] = {"count": len(skipped_files), "files": list(skipped_files)}
+    report["unsupported_files"] = {"count": len(unsupported_files),
+                                   "files": list(unsupported_files)}
     log = read_log(os.path.join(output, "log.csv"))
     report["epochs_logged"] = len(log)
     report["train_seconds"] = float(sum(float(r.get("seconds") or 0) for r in log))

@@ -24,11 +24,15 @@ Each is written atomically (keras_vit/atomic.py); a re-run repairs what a kill
 left before resuming (keras_vit/training/resume.py).
 """
 
+import contextlib
+import csv
 import dataclasses
 import json
 import math
+import numbers
 import os
 import shutil
+import tempfile
 import time
 
 import keras
@@ -58,6 +62,11 @@ RUN_OUTPUTS = ("backup", "best.keras", "log.csv", "report.json", "curves.png", "
 RUN_FILE = "run.json"
 
 MAX_EPOCHS_FOR_STEPS = 10  # a --steps run is cut into at most this many logged epochs
+# Decoded examples up to this many bytes are cached in memory after the first epoch.
+CACHE_BYTES = 2**28
+# What a run writes; in a folder without a keras_vit log.csv they belong to something else.
+RUN_OUTPUTS = ("best.keras", "log.csv", "report.json", "curves.png", "confusion.png",
+               "model.keras")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,8 +165,9 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     elif epochs is not None:
         overrides.update(epochs=epochs, steps=None)
     recipe = dataclasses.replace(recipe, **overrides)
-    if recipe.steps is None and not recipe.epochs:
+    if recipe.steps is None and recipe.epochs is None:
         raise ValueError("Give steps or epochs.")
+    _check_recipe_values(recipe)
 
     config = _run_config(dataset, variant, weights, recipe, precision, seed)
     finished = _check_previous_run(output, config, overwrite)
@@ -267,6 +277,20 @@ def _write_labels(path, class_names):
         f.write("".join(f"{name}\n" for name in names))
 
 
+def _check_recipe_values(recipe):
+    """Every length, size and rate positive: a zero batch divides by zero, a negative
+    learning rate trains uphill, and neither should get as far as building a model."""
+    for name, value in (("steps", recipe.steps), ("epochs", recipe.epochs),
+                        ("batch_size", recipe.batch_size), ("image_size", recipe.image_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                                  or value <= 0):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    rate = recipe.learning_rate
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) \
+            or rate <= 0:
+        raise ValueError(f"lr must be a positive number, got {rate!r}.")
+
+
 def _resolve_variant(model):
     if isinstance(model, Variant):
         return model
@@ -278,8 +302,74 @@ def _resolve_variant(model):
 def _fit_and_report(run, config):
     strategy = get_strategy(run.strategy, run.variant)
     output = worker_output(run.output, strategy)
-    splits = load_dataset(run.dataset, data_dir=run.data_dir)  # before any write: a typo writes nothing
-    os.makedirs(output, exist_ok=True)
+    _check_output(output)
+    splits = load_dataset(run.dataset, data_dir=run.data_dir)
+    if splits.num_classes < 2:
+        raise ValueError(f"Dataset {run.dataset!r} has one class ({splits.class_names[0]!r}); "
+                         "a classifier needs at least two.")
+    with _output_folder(output):
+        return _fit_in(output, run, strategy, splits, config)
+
+
+def _check_output(output):
+    """Refuses an output that is a file, or a folder holding outputs of something else."""
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise ValueError(f"output {output!r} is a file; a run writes a folder of outputs there.")
+    if not os.path.isdir(output):
+        return
+    if _read_run_file(output) is not None:  # a keras_vit run's folder, checked by train()
+        return
+    log_path = os.path.join(output, "log.csv")
+    if os.path.exists(log_path):
+        try:
+            with open(log_path, newline="") as f:
+                header = next(csv.reader(f), None)
+        except (OSError, UnicodeDecodeError, csv.Error) as error:
+            raise ValueError(f"{log_path} cannot be read as a run's log ({error}).") from None
+        if header is not None and "epoch" not in header:
+            raise ValueError(f"{log_path} is not the log of a keras_vit run (no 'epoch' column); "
+                             "choose another output folder, or move the file away.")
+    if not report.read_log(log_path):  # no epoch yet: nothing here can be a previous run's
+        foreign = [name for name in RUN_OUTPUTS if name != "log.csv"
+                   and os.path.exists(os.path.join(output, name))]
+        if foreign:
+            raise ValueError(f"output {output!r} already holds {', '.join(foreign)} but no "
+                             "log.csv of a keras_vit run: they are not this run's to overwrite. "
+                             "Choose another output folder, or move them away.")
+
+
+@contextlib.contextmanager
+def _output_folder(output):
+    """Creates `output` and checks it is writable; if the run then fails, removes the
+    folders it created as long as they are still empty, so an error leaves nothing behind."""
+    created, folder = [], os.path.abspath(output)
+    while not os.path.exists(folder):
+        created.append(folder)
+        folder = os.path.dirname(folder)
+    try:
+        os.makedirs(output, exist_ok=True)
+        with tempfile.TemporaryFile(dir=output):
+            pass
+    except OSError as error:
+        _remove_empty(created)
+        raise OSError(f"Cannot write to the output folder {output!r}: "
+                      f"{error.strerror or error}.") from None
+    try:
+        yield
+    except BaseException:
+        _remove_empty(created)
+        raise
+
+
+def _remove_empty(folders):
+    for folder in folders:  # deepest first
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+
+
+def _fit_in(output, run, strategy, splits, config):
     # Recorded before the first epoch, so a killed run is recognised when its command comes again.
     _write_json(os.path.join(output, RUN_FILE), {"config": config, "finished": False})
     recipe = run.recipe
@@ -298,7 +388,10 @@ def _fit_and_report(run, config):
                       loss=keras.losses.CategoricalCrossentropy(
                           from_logits=True, label_smoothing=recipe.label_smoothing),
                       metrics=["accuracy"])
-    small = splits.num_train * image_size * image_size * 3 < 2**28  # fits in memory: cache
+    # Decided by what the cache would hold, the decoded images at their own size (a folder
+    # of photos is cached before its resize): unknown sizes are not cached.
+    small = None not in (splits.train_bytes, splits.test_bytes) \
+        and splits.train_bytes + splits.test_bytes < CACHE_BYTES
     train_data = make_pipeline(splits.train, image_size, recipe.batch_size, True,
                                crop_area=recipe.crop_area, flip=recipe.flip, cache=small,
                                seed=run.seed).map(one_hot)
@@ -335,7 +428,8 @@ def _fit_and_report(run, config):
         "parameters": model.count_params(),
     }
     result = report.write_report(output, labels, np.argmax(logits, axis=-1), splits.class_names,
-                                 summary, skipped_files=splits.skipped_files)
+                                 summary, skipped_files=splits.skipped_files,
+                                 unsupported_files=splits.unsupported_files)
     # Last: only a run whose every output was written counts as finished.
     _write_json(os.path.join(output, RUN_FILE), {"config": config, "finished": True})
     return result
