@@ -13,6 +13,9 @@ from keras import ops
 __all__ = ["MultiHeadSelfAttention", "MlpBlock", "TransformerBlock", "use_fused_attention"]
 
 LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 breaks parity
+# The MLP's two dense layers, named as the checkpoint's (weights map by name); the JAX
+# model-parallel layout map (training/jax_distribution.py) finds them by these names too.
+MLP_HIDDEN_NAME, MLP_OUTPUT_NAME = "Dense_0", "Dense_1"
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -133,14 +136,14 @@ class MlpBlock(keras.layers.Layer):
         self.dropout = dropout
         self.approximate_gelu = approximate_gelu
         policy = self.dtype_policy
-        self.dense_0 = keras.layers.Dense(mlp_dim, name="Dense_0", dtype=policy,
+        self.dense_0 = keras.layers.Dense(mlp_dim, name=MLP_HIDDEN_NAME, dtype=policy,
                                           kernel_initializer="glorot_uniform",
                                           bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
         self.dropout_0 = keras.layers.Dropout(dropout, dtype=policy)
         self.dropout_1 = keras.layers.Dropout(dropout, dtype=policy)
 
     def build(self, input_shape):
-        self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", dtype=self.dtype_policy,
+        self.dense_1 = keras.layers.Dense(input_shape[-1], name=MLP_OUTPUT_NAME, dtype=self.dtype_policy,
                                           kernel_initializer="glorot_uniform",
                                           bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
         self.dense_0.build(input_shape)

@@ -31,6 +31,8 @@ import os
 
 import keras
 
+from keras_vit.layers.transformer import MLP_HIDDEN_NAME, MLP_OUTPUT_NAME
+
 __all__ = ["DISTRIBUTIONS", "initialize_multi_host", "get_distribution", "layout_map",
            "num_replicas", "process_index"]
 
@@ -41,13 +43,15 @@ DISTRIBUTIONS = ("data-parallel", "model-parallel")
 # The fused (D, 3D) qkv kernel is split by columns: correct for any split, and with the
 # model axis dividing the heads each device computes whole heads of q, k and v after one
 # re-shard that the compiler inserts.
+# The attention's variable names (qkv_kernel, ...) are unique in a keras_vit model; the
+# MLP's dense layers are found by the names the layer module gives them.
 _BLOCK_LAYOUT = {
-    r".*MultiHeadDotProductAttention_1/qkv_kernel": (None, "model"),
-    r".*MultiHeadDotProductAttention_1/qkv_bias": ("model",),
-    r".*MultiHeadDotProductAttention_1/out_kernel": ("model", None),
-    r".*MlpBlock_3/Dense_0/kernel": (None, "model"),
-    r".*MlpBlock_3/Dense_0/bias": ("model",),
-    r".*MlpBlock_3/Dense_1/kernel": ("model", None),
+    r".*/qkv_kernel": (None, "model"),
+    r".*/qkv_bias": ("model",),
+    r".*/out_kernel": ("model", None),
+    rf".*/{MLP_HIDDEN_NAME}/kernel": (None, "model"),
+    rf".*/{MLP_HIDDEN_NAME}/bias": ("model",),
+    rf".*/{MLP_OUTPUT_NAME}/kernel": ("model", None),
 }
 
 _MULTI_HOST_VARIABLES = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES")

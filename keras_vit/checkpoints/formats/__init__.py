@@ -70,8 +70,9 @@ def detect_format(path):
             return "timm"  # a timm hub repository: model.safetensors (+ timm's own config.json)
         if os.path.exists(os.path.join(path, "config.json")) and _weights_in(path):
             return "transformers"
-        raise CheckpointError(f"{path} is a directory but neither a transformers save_pretrained "
-                              "directory (config.json + model.safetensors) nor a keras-hub preset.")
+        raise CheckpointError(f"{path} is a folder; a checkpoint is one .npz file, a .safetensors "
+                              "file, a transformers save_pretrained folder (config.json + "
+                              "model.safetensors) or a keras-hub preset folder.")
     if path.endswith(".safetensors"):
         names = _st.safetensors_shapes(path)
         if _hf.is_transformers_layout(names):
