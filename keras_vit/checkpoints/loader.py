@@ -164,8 +164,8 @@ def _replaces_head(headers, head_rows):
     """Whether the model's head starts at zero instead of loading the file's.
 
     Only when the file has no head at all, or a whole head for another class
-    count (every head array present, fitting the model's in all but the class
-    axis, all with one class count). A half-present or mis-shaped head is an
+    count (every head array present, of the model's ranks, all with one class
+    count). A half-present or mis-shaped head is an
     error, reported as missing keys or shape mismatches: never silently a zero head.
     """
     expected = {k: tuple(s) for row in head_rows for k, s in zip(row.keys, row.shapes)}
@@ -176,9 +176,10 @@ def _replaces_head(headers, head_rows):
     found = {k: headers[k].shape for k in expected}
     if found == expected:
         return False
+    # Its input width may differ too: a model that drops the file's pre_logits feeds the
+    # head the encoder's width, as official fine-tuning does.
     classes = {shape[-1:] for shape in found.values()}
-    return len(classes) == 1 and all(len(found[k]) == len(s) and found[k][:-1] == s[:-1]
-                                     for k, s in expected.items())
+    return len(classes) == 1 and all(len(found[k]) == len(s) for k, s in expected.items())
 
 
 def _prefix_hint(missing, unexpected):

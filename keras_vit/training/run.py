@@ -228,6 +228,7 @@ def _check_previous_run(output, config, overwrite):
         return None
     previous = _read_run_file(output)
     if previous is None:
+        _check_output(output)  # files of something else than a keras_vit run: say which
         if any(os.path.exists(os.path.join(output, n)) for n in ("backup", "report.json")):
             raise RunConflictError(
                 f"{output} holds a run without a readable {RUN_FILE}, so this command cannot tell "
