@@ -56,7 +56,8 @@ from keras_vit.variants import Variant, get_variant
 
 __all__ = ["train", "build_model", "RunConflictError", "RUN_OUTPUTS"]
 
-# What a run writes into its folder; --overwrite deletes these and nothing else.
+# What a run writes into its folder; --overwrite deletes these and nothing else, and in a
+# folder without a keras_vit run's log.csv or run.json they belong to something else.
 RUN_OUTPUTS = ("backup", "best.keras", "log.csv", "report.json", "curves.png", "confusion.png",
                "model.keras", "labels.txt", "run.json")
 RUN_FILE = "run.json"
@@ -64,9 +65,6 @@ RUN_FILE = "run.json"
 MAX_EPOCHS_FOR_STEPS = 10  # a --steps run is cut into at most this many logged epochs
 # Decoded examples up to this many bytes are cached in memory after the first epoch.
 CACHE_BYTES = 2**28
-# What a run writes; in a folder without a keras_vit log.csv they belong to something else.
-RUN_OUTPUTS = ("best.keras", "log.csv", "report.json", "curves.png", "confusion.png",
-               "model.keras")
 
 
 @dataclasses.dataclass(frozen=True)
