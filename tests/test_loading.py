@@ -17,6 +17,7 @@ import scipy.ndimage
 import keras_vit
 from keras_vit import CheckpointError, resize_position_embedding
 from keras_vit.variants import get_variant
+from tests.memory import peak_rss_mb, reset_peak, status_mb
 from tests.oracle import random_hybrid_npz, random_vit_npz, run_timm, timm_vit
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -294,21 +295,15 @@ CHEAP_REFUSALS = ("lying header", "huge unused member")
 def _measured(load, stats):
     """`load`, recording its seconds and the growth of the process's peak RSS (Linux)."""
     def run(model, path):
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM, the peak RSS, to the current RSS
-        before = _status_kb("VmRSS")
+        reset_peak()
+        before = status_mb("VmRSS")
         start = time.perf_counter()
         try:
             return load(model, path)
         finally:
             stats["seconds"] = time.perf_counter() - start
-            stats["peak_growth_mb"] = (_status_kb("VmHWM") - before) / 1024
+            stats["peak_growth_mb"] = peak_rss_mb() - before
     return run
-
-
-def _status_kb(field):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
 @pytest.mark.parametrize("case", list(HOSTILE_CHECKPOINTS))

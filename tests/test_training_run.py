@@ -226,11 +226,12 @@ def test_bad_training_input_exits_2_in_one_line_and_leaves_nothing(case, tmp_pat
 
 
 MEMORY_RUN = """
-import resource, sys
+import sys
 from keras_vit.training import train
+from tests.memory import peak_rss_mb
 train(sys.argv[1], model="demo", recipe="scratch", image_size=16, batch_size=8, epochs=2,
       output=sys.argv[2], verbose=0)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(peak_rss_mb())
 """
 
 
