@@ -9,8 +9,9 @@ the user has not set `TF_CPP_MIN_LOG_LEVEL` themselves (theirs wins), this sets
 it to 2 (errors only) for TensorFlow's later messages, and imports TensorFlow
 with the process' stderr (file descriptor 2) pointed at /dev/null. This must
 run before anything imports Keras: keras_vit/__init__.py calls it for
-`python -m keras_vit.cli`, and `keras_vit.cli.main` for the `keras-vit` script
-once the arguments are parsed (so that `keras-vit --help` imports no TensorFlow).
+`python -m keras_vit.cli`; for the `keras-vit` script, `keras_vit.cli.main` calls
+it unless help is asked for (so that `keras-vit --help` imports no TensorFlow), and
+so does the one sub-command parser whose help imports TensorFlow (`train`).
 """
 
 import importlib.util

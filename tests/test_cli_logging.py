@@ -37,9 +37,10 @@ def test_the_installed_script_is_quiet_too():
     script = shutil.which("keras-vit", path=os.path.dirname(sys.executable))
     if script is None:
         pytest.skip("no keras-vit script beside this Python (not installed)")
-    quiet = run([script, "info"])
-    assert quiet.returncode == 0, quiet.stderr
-    assert quiet.stderr == "", quiet.stderr
+    for command in (["info"], ["train", "--help"]):  # train's help quotes Keras-side recipes
+        quiet = run([script, *command])
+        assert quiet.returncode == 0, quiet.stderr
+        assert quiet.stderr == "", (command, quiet.stderr)
 
 
 def test_importing_keras_vit_leaves_tensorflow_logging_alone(python):

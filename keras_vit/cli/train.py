@@ -30,6 +30,9 @@ def add_parser(commands):
 
 def _add_arguments(train):
     """The flags, whose help quotes the recipes and presets (importing Keras): on first use."""
+    from keras_vit._tf_log import quiet_for_command_line
+
+    quiet_for_command_line()  # `keras-vit train --help` imports TensorFlow here, not in main
     from keras_vit.data.presets import PRESETS
     from keras_vit.training import PRECISIONS, RECIPES, STRATEGIES
 
