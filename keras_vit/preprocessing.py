@@ -23,13 +23,15 @@ __all__ = ["preprocess_input", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "MAX_PIXELS"
            "declared_image_size", "check_pixel_budget",
            "resize_image", "decode_images", "load_image", "image_paths", "not_an_image"]
 
-# What tf.io.decode_image reads; GIFs give their first frame.
+# What tf.io.decode_image reads; a GIF gives its first frame (an animated WebP is refused).
 IMAGE_FORMATS = "JPEG, PNG, GIF, BMP or WebP"
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 # The default pixel budget: width x height of the largest image decoded. Real photos
 # (a 24-megapixel camera, a 48-megapixel phone's default 12) fit; decompression bombs do not.
 MAX_PIXELS = 40_000_000
 _BUDGET_MESSAGE = "over the pixel budget"
+_ANIMATED_WEBP = ("the image is an animated WebP, which TensorFlow does not decode safely; "
+                 "save one frame as a still image")
 
 
 def preprocess_input(images):
@@ -55,16 +57,56 @@ def preprocess_input(images):
 def decode_image(data, channels=3, max_pixels=MAX_PIXELS):
     """Encoded image bytes (a scalar string tensor) -> uint8 `(H, W, channels)`.
 
-    Grey, palette and RGBA images become `channels` channels (3: RGB, 1: grey).
-    Raises `tf.errors.InvalidArgumentError` for bytes that are not such an image,
-    and, before decoding, for an image whose header declares more than
-    `max_pixels` pixels (width x height; None: no limit).
+    Grey, palette and RGBA images become `channels` channels (3: RGB, 1: grey);
+    alpha is dropped. Raises `tf.errors.InvalidArgumentError` for bytes that are
+    not such an image, and, before decoding, for an animated WebP and for an
+    image whose header declares more than `max_pixels` pixels (width x height;
+    None: no limit).
     """
     import tensorflow as tf
 
     if max_pixels is not None:
         data = check_pixel_budget(data, max_pixels)
-    return tf.io.decode_image(data, channels=channels, expand_animations=False)
+    is_webp, animated = _webp_kind(data)
+    # TensorFlow 2.21 decodes an animated WebP into a corrupted heap (the process aborts at a
+    # later allocation); refusing it here keeps one request from killing a server.
+    check = tf.debugging.Assert(tf.logical_not(animated), [_ANIMATED_WEBP])
+    with tf.control_dependencies([check]):
+        data = tf.identity(data)
+    if channels not in (1, 3):
+        return tf.io.decode_image(data, channels=channels, expand_animations=False)
+    return tf.cond(is_webp, lambda: _decode_webp(data, channels),
+                   lambda: tf.io.decode_image(data, channels=channels, expand_animations=False))
+
+
+def _decode_webp(data, channels):
+    """TensorFlow decodes a WebP with alpha only to 4 channels (it refuses to be asked for 3
+    or 1): decode it at its own channels, then drop alpha as TensorFlow's PNG decoder does."""
+    import tensorflow as tf
+
+    image = tf.io.decode_image(data, expand_animations=False)[..., :3]
+    if channels == 1:
+        image = tf.image.rgb_to_grayscale(image)
+    return tf.ensure_shape(image, (None, None, channels))
+
+
+def _head(data, length):
+    """The first `length` bytes of `data`, zero-padded: (a string tensor, int64 byte values)."""
+    import tensorflow as tf
+
+    head = tf.strings.substr(tf.strings.substr(data, 0, length) + b"\0" * length, 0, length)
+    return head, tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+
+
+def _webp_kind(data):
+    """(is a WebP, is an animated WebP): RIFF...WEBP, and the animation flag of a VP8X header."""
+    import tensorflow as tf
+
+    head, byte = _head(data, 21)
+    is_webp = (tf.equal(tf.strings.substr(head, 0, 4), b"RIFF")
+               & tf.equal(tf.strings.substr(head, 8, 4), b"WEBP"))
+    extended = tf.equal(tf.strings.substr(head, 12, 4), b"VP8X")
+    return is_webp, is_webp & extended & tf.equal(byte[20] // 2 % 2, 1)
 
 
 def declared_image_size(data):
@@ -79,9 +121,7 @@ def declared_image_size(data):
     import tensorflow as tf
 
     data = tf.convert_to_tensor(data, tf.string)
-    # The first 32 bytes, zero-padded, as integers: every field read below lies in them.
-    head = tf.strings.substr(tf.strings.substr(data, 0, 32) + b"\0" * 32, 0, 32)
-    byte = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+    head, byte = _head(data, 32)  # every field read below lies in the first 32 bytes
 
     def little(at, count):
         return sum(byte[at + i] * 256 ** i for i in range(count))
@@ -226,6 +266,8 @@ def not_an_image(path, error):
     reason = _reason(error.message)
     if _BUDGET_MESSAGE in reason:
         return ValueError(f"{path} is too large to decode: {reason}.")
+    if reason == _ANIMATED_WEBP:
+        return ValueError(f"{path} cannot be decoded: {reason}.")
     return ValueError(f"{path} is not a {IMAGE_FORMATS} image ({reason}).")
 
 
@@ -251,6 +293,8 @@ def _reason(message):
                        + r" of \d+ pixels", message)
     if budget:  # from tf.debugging.Assert, whose wording differs eagerly and in a graph
         return budget.group(0)
+    if _ANIMATED_WEBP in message:
+        return _ANIMATED_WEBP
     for line in reversed(message.splitlines()):
         line = re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:.*", "", line).strip()
         if line and not line.startswith(("Graph execution", "Detected at", "<stack", "in user code",

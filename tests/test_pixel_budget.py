@@ -91,8 +91,7 @@ def test_declared_size_of_every_format_matches_pillow():
             size = Image.open(io.BytesIO(data)).size
             declared = [int(v) for v in preprocessing.declared_image_size(tf.constant(data))]
             assert declared == [size[1], size[0]] == [height, width], (fmt, options)
-            if channels != 4:  # TensorFlow's WebP decoder gives RGBA WebP as 4 channels only
-                assert preprocessing.decode_image(tf.constant(data)).shape == (height, width, 3)
+            assert preprocessing.decode_image(tf.constant(data)).shape == (height, width, 3)
     # A top-down BMP has a negative height.
     header = b"BM" + bytes(16) + struct.pack("<ii", 7, -5) + bytes(6)
     assert [int(v) for v in preprocessing.declared_image_size(tf.constant(header))] == [5, 7]
@@ -126,6 +125,55 @@ def test_gif_frames_count_not_only_the_logical_screen():
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="40 x 30 pixels in 5 frames, over the pixel budget of 5999"):
         preprocessing.decode_image(animation, max_pixels=5 * 40 * 30 - 1)
+
+
+def webp(frames, **options):
+    buffer = io.BytesIO()
+    Image.fromarray(frames[0]).save(buffer, "WEBP", save_all=len(frames) > 1,
+                                    append_images=[Image.fromarray(f) for f in frames[1:]],
+                                    **options)
+    return buffer.getvalue()
+
+
+def test_webp_with_alpha_decodes_as_pillow_reads_it():
+    """TensorFlow decodes a WebP with alpha only to 4 channels; keras_vit drops alpha, as
+    TensorFlow's PNG decoder does, in 3 channels and in grey."""
+    rgba = np.random.default_rng(2).integers(0, 255, (29, 31, 4), dtype=np.uint8)
+    lossless = webp([rgba], lossless=True, exact=True)  # exact: keep colour under alpha 0
+    lossy = webp([rgba], quality=90)
+    assert (lossless[12:16], lossy[12:16]) == (b"VP8L", b"VP8X")  # both ways alpha is stored
+    for data in (lossless, lossy):
+        pillow = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        if data is lossless:
+            np.testing.assert_array_equal(pillow, rgba[..., :3])
+        np.testing.assert_array_equal(preprocessing.decode_image(tf.constant(data)), pillow)
+        grey = preprocessing.decode_image(tf.constant(data), channels=1).numpy()[..., 0]
+        luma = pillow.astype(np.float64) @ [0.2989, 0.587, 0.114]  # ITU-R 601-2, as TensorFlow
+        assert np.abs(grey - luma).max() <= 1.0
+    # In a graph too, as the serving signature decodes.
+    assert preprocessing.decode_images(tf.constant([lossless, lossy]), (8, 8)).shape == (2, 8, 8, 3)
+
+
+def test_animated_webp_is_refused_before_decoding(model, tmp_path, capsys):
+    """TensorFlow 2.21 corrupts its heap decoding an animated WebP, so keras_vit never asks it
+    to: refused at any channel count, in the serving graph, and by predict in one line."""
+    rng = np.random.default_rng(3)
+    frames = [rng.integers(0, 255, (30, 40, 3), dtype=np.uint8) for _ in range(3)]
+    animated = webp(frames, lossless=True)
+    assert Image.open(io.BytesIO(animated)).n_frames == 3
+    message = "the image is an animated WebP, which TensorFlow does not decode safely"
+    for channels in (3, 1, 4):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            preprocessing.decode_image(tf.constant(animated), channels=channels)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        preprocessing.decode_images(tf.constant([webp(frames[:1]), animated]), (8, 8))
+    path = tmp_path / "animated.webp"
+    path.write_bytes(animated)
+    model.save(tmp_path / "tiny.keras")
+    assert cli.main(["predict", str(path), "--model", str(tmp_path / "tiny.keras")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == f"keras-vit predict: error: {path} cannot be decoded: {message}; save one " \
+                    "frame as a still image.", error
 
 
 SERVE_SCRIPT = textwrap.dedent("""
@@ -235,7 +283,8 @@ def test_concurrent_serving_answers_good_requests_and_refuses_bad(model, bombs, 
     expected = softmax(np.asarray(keras_reference(model, [good[n] for n in names]), np.float64))
     bad = {"garbage": os.urandom(2000), "empty": b"", "truncated png": good["png"][:300],
            "png bomb": read(bombs["png"]), "jpeg bomb": read(bombs["jpeg"]),
-           "gif screen bomb": b"GIF89a" + struct.pack("<HH", 60000, 60000) + bytes(40)}
+           "gif screen bomb": b"GIF89a" + struct.pack("<HH", 60000, 60000) + bytes(40),
+           "animated webp": webp([np.full((8, 8, 3), v, np.uint8) for v in (0, 255)])}
     threads, per_thread = 8, 24
     outcomes, lock = [], threading.Lock()
 
