@@ -7,7 +7,8 @@ come from absl logging before TensorFlow initialises it, so
 run the command (and only then: a library user's process is left alone), and
 the user has not set `TF_CPP_MIN_LOG_LEVEL` themselves (theirs wins), this sets
 it to 2 (errors only) for TensorFlow's later messages, and imports TensorFlow
-with the process' stderr (file descriptor 2) pointed at /dev/null. This must
+with the process' stderr (file descriptor 2) pointed at /dev/null, and starts its
+devices there too (where CUDA cannot start, that logs an ERROR line). This must
 run before anything imports Keras: keras_vit/__init__.py calls it for
 `python -m keras_vit.cli`; for the `keras-vit` script, `keras_vit.cli.main` calls
 it unless help is asked for (so that `keras-vit --help` imports no TensorFlow), and
@@ -21,6 +22,7 @@ import sys
 __all__ = ["quiet_for_command_line"]
 
 LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
+NVIDIA_DRIVER = "/proc/driver/nvidia"  # present where the NVIDIA kernel driver is loaded (Linux)
 
 
 def running_the_command():
@@ -44,8 +46,16 @@ def quiet_for_command_line():
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 2)
-        import tensorflow  # noqa: F401  (an import error is raised below, once stderr is back)
+        import tensorflow  # (an import error is raised once stderr is back)
+
+        # Starting the devices logs at ERROR level where CUDA cannot start ("failed call to
+        # cuInit"): on every machine without a GPU, with TensorFlow's Linux wheels. Start them
+        # here, unheard, rather than at the command's first op.
+        gpus = tensorflow.config.list_physical_devices("GPU")
     finally:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+    if not gpus and os.path.exists(NVIDIA_DRIVER):  # then the hidden lines would say why
+        print(f"keras-vit: TensorFlow found no usable GPU, though an NVIDIA driver is loaded; "
+              f"set {LEVEL_VARIABLE}=0 to see TensorFlow's reasons.", file=sys.stderr)

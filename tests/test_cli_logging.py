@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from PIL import Image
 
 from tests.conftest import ROOT
 
@@ -31,6 +32,40 @@ def test_info_prints_no_tensorflow_log_lines_and_the_user_level_wins():
     loud = run([sys.executable, "-m", "keras_vit.cli", "info"], TF_CPP_MIN_LOG_LEVEL="0")
     assert loud.returncode == 0 and loud.stdout == quiet.stdout
     assert TF_LOG_LINE.search(loud.stderr), loud.stderr
+
+
+def test_a_command_that_runs_tensorflow_prints_no_log_lines(tmp_path):
+    """Running ops starts TensorFlow's devices, which logs at ERROR level on a machine without
+    CUDA ("failed call to cuInit"); level 2 alone would let that through."""
+    image = tmp_path / "grey.png"
+    Image.new("L", (5, 5), 128).save(image)
+    result = run([sys.executable, "-m", "keras_vit.cli", "predict", str(image), "--model",
+                  "Ti/16", "--image-size", "32"])
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert [line for line in lines if TF_LOG_LINE.search(line)] == [], result.stderr
+    assert len(lines) == 1 and "random weights" in lines[0], result.stderr  # keras_vit's own
+
+
+DRIVER_WITHOUT_GPU = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("tf_log", "keras_vit/_tf_log.py")
+tf_log = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tf_log)  # alone: importing the keras_vit package would import TensorFlow
+tf_log.running_the_command = lambda: True
+tf_log.NVIDIA_DRIVER = sys.argv[1]  # "a driver is loaded", on this machine without a GPU
+tf_log.quiet_for_command_line()
+"""
+
+
+def test_hidden_cuda_errors_are_named_where_a_driver_is_loaded(tmp_path):
+    result = run([sys.executable, "-c", DRIVER_WITHOUT_GPU, str(tmp_path)])
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ("keras-vit: TensorFlow found no usable GPU, though an NVIDIA driver "
+                             "is loaded; set TF_CPP_MIN_LOG_LEVEL=0 to see TensorFlow's "
+                             "reasons.\n"), result.stderr
+    absent = run([sys.executable, "-c", DRIVER_WITHOUT_GPU, str(tmp_path / "absent")])
+    assert absent.returncode == 0 and absent.stderr == "", absent.stderr
 
 
 def test_the_installed_script_is_quiet_too():
