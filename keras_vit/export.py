@@ -113,7 +113,9 @@ def _move_into_place(written, export_dir, version, overwrite):
         number = next_version(export_dir) if version is None else version
         target = os.path.join(export_dir, str(number))
         if overwrite and os.path.exists(target):
-            shutil.rmtree(target)
+            # Out of TF Serving's sight in one rename, then deleted with the staging folder: a
+            # kill leaves the old version or none, never a half-deleted one.
+            os.rename(target, os.path.join(os.path.dirname(written), "replaced"))
         try:
             os.rename(written, target)
             return target

@@ -11,6 +11,7 @@ import base64
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -442,6 +443,28 @@ def test_an_export_that_finishes_first_is_never_replaced(version, tmp_path, monk
             export_saved_model(first, base, version=1)
     assert raced == [os.path.join(base, "1")] and _serves(raced[0], second)
     assert not [n for n in os.listdir(base) if n.startswith(".export-")]
+
+
+def test_overwriting_a_version_never_leaves_it_half_deleted(exported, tmp_path, monkeypatch):
+    """A kill while an old version's files are being deleted leaves the folder TF Serving
+    watches holding a whole version."""
+    old_model, _ = exported
+    base = str(tmp_path / "vit")
+    export_saved_model(old_model, base, version=1)
+    new_model = tiny_classifier(seed=5)
+
+    def killed_while_deleting(path, *args, **kwargs):
+        for folder, _, files in os.walk(path):
+            if files:
+                os.remove(os.path.join(folder, files[0]))  # one file gone, then the kill
+                break
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(shutil, "rmtree", killed_while_deleting)
+    with pytest.raises(KeyboardInterrupt):
+        export_saved_model(new_model, base, version=1, overwrite=True)
+    monkeypatch.undo()
+    assert _serves(os.path.join(base, "1"), new_model)
 
 
 def test_staging_folders_of_dead_exports_are_cleaned(exported, tmp_path):
