@@ -73,6 +73,7 @@ def test_load_weights_still_converts_other_dtypes():
     np.testing.assert_allclose(model.get_layer("head").kernel.numpy(), arrays["head/kernel"], rtol=1e-6)
 
 
+@pytest.mark.slow  # the whole benchmark end to end; its parts are tested above and below
 def test_quick_run_writes_json_and_markdown(tmp_path):
     out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--modes", "graph",
                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,

@@ -59,13 +59,12 @@ tf_log.quiet_for_command_line()
 
 
 def test_hidden_cuda_errors_are_named_where_a_driver_is_loaded(tmp_path):
+    """(Without a driver there is no such line: the predict test above sees only its own.)"""
     result = run([sys.executable, "-c", DRIVER_WITHOUT_GPU, str(tmp_path)])
     assert result.returncode == 0, result.stderr
     assert result.stderr == ("keras-vit: TensorFlow found no usable GPU, though an NVIDIA driver "
                              "is loaded; set TF_CPP_MIN_LOG_LEVEL=0 to see TensorFlow's "
                              "reasons.\n"), result.stderr
-    absent = run([sys.executable, "-c", DRIVER_WITHOUT_GPU, str(tmp_path / "absent")])
-    assert absent.returncode == 0 and absent.stderr == "", absent.stderr
 
 
 def test_the_installed_script_is_quiet_too():

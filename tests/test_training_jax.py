@@ -102,6 +102,7 @@ def test_resume_after_sigkill_on_jax_data_parallel(tmp_path):
     assert report["accuracy"] > 0.2  # four epochs learn something (chance: 0.1)
 
 
+@pytest.mark.slow  # keras.distribution on virtual devices stays in the default suite (above)
 def test_tpu_recipe_of_the_docs(python, tmp_path):
     """docs/distributed.md's JAX recipe, as written, with digits and the demo ViT in place of
     tf_flowers and B/16 (no download), on two virtual devices standing in for TPU cores."""

@@ -75,6 +75,7 @@ def test_folder_with_corrupt_file_trains_and_reports_it(tmp_path):
     assert report["class_names"] == ["cats", "dogs"]
 
 
+@pytest.mark.slow  # the default suite kills runs at ten moments (tests/test_faults.py)
 def test_resume_after_sigkill(tmp_path):
     """Kill the run after its first epoch is logged; the same command finishes the rest."""
     output = str(tmp_path / "run")
