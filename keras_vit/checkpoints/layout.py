@@ -190,6 +190,29 @@ def describe_architecture(arrays):
 # official layout is still spelled in one place. Keys a translation does not know pass through
 # with a "library:" prefix, so that the strict loader names them as unexpected.
 
+# The parameters outside the blocks, by each PyTorch library's name -> the official key.
+_POS, _NORM = "Transformer/posembed_input/pos_embedding", "Transformer/encoder_norm"
+_TIMM_TOP = {"patch_embed.proj.weight": "embedding/kernel", "patch_embed.proj.bias": "embedding/bias",
+             "cls_token": "cls", "pos_embed": _POS, "norm.weight": f"{_NORM}/scale",
+             "norm.bias": f"{_NORM}/bias", "head.weight": "head/kernel", "head.bias": "head/bias"}
+_TRANSFORMERS_TOP = {
+    "embeddings.patch_embeddings.projection.weight": "embedding/kernel",
+    "embeddings.patch_embeddings.projection.bias": "embedding/bias",
+    "embeddings.cls_token": "cls", "embeddings.position_embeddings": _POS,
+    "layernorm.weight": f"{_NORM}/scale", "layernorm.bias": f"{_NORM}/bias",
+    "pooler.dense.weight": "pre_logits/kernel", "pooler.dense.bias": "pre_logits/bias",
+    "classifier.weight": "head/kernel", "classifier.bias": "head/bias",
+}
+
+
+def _from_torch(official_key, a):
+    """A PyTorch tensor in the official layout of `official_key`: the patch convolution
+    (out, in, kh, kw) -> (kh, kw, in, out), a linear kernel (out, in) -> (in, out)."""
+    if official_key == "embedding/kernel":
+        return a.transpose(2, 3, 1, 0)
+    return a.T if official_key.endswith("/kernel") else a
+
+
 def timm_to_official(sd, heads=None, source="the checkpoint"):
     """timm arrays -> official-key arrays, attention split into `heads` heads (None: kept
     (D, D), enough for header checks). Keys it does not know pass through unchanged
@@ -203,20 +226,8 @@ def timm_to_official(sd, heads=None, source="the checkpoint"):
         if m:
             _block_to_official(out, f"Transformer/encoderblock_{m.group(1)}", m.group(2), a, key,
                                heads)
-        elif key == "patch_embed.proj.weight":
-            out["embedding/kernel"] = a.transpose(2, 3, 1, 0)
-        elif key == "patch_embed.proj.bias":
-            out["embedding/bias"] = a
-        elif key == "cls_token":
-            out["cls"] = a
-        elif key == "pos_embed":
-            out["Transformer/posembed_input/pos_embedding"] = a
-        elif key in ("norm.weight", "norm.bias"):
-            out["Transformer/encoder_norm/" + ("scale" if key.endswith("weight") else "bias")] = a
-        elif key == "head.weight":
-            out["head/kernel"] = a.T
-        elif key == "head.bias":
-            out["head/bias"] = a
+        elif key in _TIMM_TOP:
+            out[_TIMM_TOP[key]] = _from_torch(_TIMM_TOP[key], a)
         else:
             out["timm:" + key] = a
     return out
@@ -317,20 +328,8 @@ def transformers_to_official(sd, heads=None):
         if m and m.group(2) in _TRANSFORMERS_BLOCK:
             _transformers_block(out, f"Transformer/encoderblock_{m.group(1)}",
                                 _TRANSFORMERS_BLOCK[m.group(2)], m.group(3), a, heads)
-        elif name == "embeddings.patch_embeddings.projection.weight":
-            out["embedding/kernel"] = a.transpose(2, 3, 1, 0)
-        elif name == "embeddings.patch_embeddings.projection.bias":
-            out["embedding/bias"] = a
-        elif name == "embeddings.cls_token":
-            out["cls"] = a
-        elif name == "embeddings.position_embeddings":
-            out["Transformer/posembed_input/pos_embedding"] = a
-        elif name in ("layernorm.weight", "layernorm.bias"):
-            out["Transformer/encoder_norm/" + ("scale" if name.endswith("weight") else "bias")] = a
-        elif name in ("pooler.dense.weight", "classifier.weight"):
-            out[("pre_logits" if name.startswith("pooler") else "head") + "/kernel"] = a.T
-        elif name in ("pooler.dense.bias", "classifier.bias"):
-            out[("pre_logits" if name.startswith("pooler") else "head") + "/bias"] = a
+        elif name in _TRANSFORMERS_TOP:
+            out[_TRANSFORMERS_TOP[name]] = _from_torch(_TRANSFORMERS_TOP[name], a)
         else:
             out["transformers:" + key] = a  # the strict loader names it as unexpected
     return out
