@@ -75,17 +75,17 @@ def test_folder_with_corrupt_file_trains_and_reports_it(tmp_path):
     assert report["class_names"] == ["cats", "dogs"]
 
 
-@pytest.mark.slow  # the default suite kills runs at ten moments (tests/test_faults.py)
-def test_resume_after_sigkill(tmp_path):
-    """Kill the run after its first epoch is logged; the same command finishes the rest."""
-    output = str(tmp_path / "run")
+def kill_after_an_epoch_and_rerun(output, env=None, wait_s=240, rerun_timeout_s=300):
+    """Runs `keras-vit train --dataset digits --epochs 4`, kills it (SIGKILL) once an epoch is
+    logged, re-runs the same command, and checks that the re-run finished the run without
+    repeating more than one epoch. Returns (epochs logged at the kill, the re-run's report)."""
     command = [sys.executable, "-m", "keras_vit.cli", "train", "--dataset", "digits",
                "--epochs", "4", "--output", output]
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     log = os.path.join(output, "log.csv")
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + wait_s
     try:
         while time.monotonic() < deadline and process.poll() is None:
             if os.path.exists(log) and len(read_log(output)) >= 1:
@@ -100,7 +100,7 @@ def test_resume_after_sigkill(tmp_path):
     killed_after = len(read_log(output))
     assert killed_after < 4
     rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=300)
+                           timeout=rerun_timeout_s)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert [int(r["epoch"]) for r in read_log(output)] == [0, 1, 2, 3]
     with open(os.path.join(output, "report.json")) as f:
@@ -110,6 +110,13 @@ def test_resume_after_sigkill(tmp_path):
     # backup, which then falls back to the one before).
     rerun_epochs = sum(f"Epoch {k}/4" in rerun.stdout for k in range(1, 5))
     assert rerun_epochs <= 4 - killed_after + 1, rerun.stdout[-2000:]
+    return killed_after, report
+
+
+@pytest.mark.slow  # the default suite kills runs at ten moments (tests/test_faults.py)
+def test_resume_after_sigkill(tmp_path):
+    """Kill the run after its first epoch is logged; the same command finishes the rest."""
+    kill_after_an_epoch_and_rerun(str(tmp_path / "run"))
 
 
 def test_cli_tfds_offline_message(tmp_path):
