@@ -27,7 +27,7 @@ def _started_as_command():
 
 
 # The core: what building a model, loading weights and classifying an image need.
-_CORE_MODULES = ("keras_vit.variants", "keras_vit.layers", "keras_vit.models",
+_CORE_MODULES = ("keras_vit.errors", "keras_vit.variants", "keras_vit.layers", "keras_vit.models",
                  "keras_vit.checkpoints", "keras_vit.preprocessing", "keras_vit.labels")
 
 if not _started_as_command():
@@ -36,14 +36,24 @@ if not _started_as_command():
     _tf_log.quiet_for_command_line()
     from keras_vit.checkpoints import (
         Checkpoint,
-        CheckpointError,
-        WeightsUnavailableError,
         catalogue,
         load_resnet_weights,
         load_weights,
         pin_checksum,
         save_npz,
         save_safetensors,
+    )
+    from keras_vit.errors import (
+        ArgumentError,
+        ArgumentTypeError,
+        CheckpointError,
+        CommandError,
+        DatasetError,
+        DatasetUnavailableError,
+        ImageError,
+        KerasViTError,
+        RunConflictError,
+        WeightsUnavailableError,
     )
     from keras_vit.labels import decode_predictions, imagenet_labels
     from keras_vit.layers import (
@@ -107,8 +117,11 @@ __all__ = [
     "StdConv2D", "BottleneckUnit", "ResNetStem",
     # variants and weights
     "VARIANTS", "Variant", "get_variant", "variant_names", "Checkpoint", "catalogue",
-    "pin_checksum", "load_weights", "load_resnet_weights", "CheckpointError", "WeightsUnavailableError",
-    "save_npz", "save_safetensors",
+    "pin_checksum", "load_weights", "load_resnet_weights", "save_npz", "save_safetensors",
+    # errors: one family (keras_vit/errors.py)
+    "KerasViTError", "ArgumentError", "ArgumentTypeError", "CheckpointError",
+    "WeightsUnavailableError", "ImageError", "DatasetError", "DatasetUnavailableError",
+    "RunConflictError", "CommandError",
     # pre- and post-processing
     "preprocess_input", "decode_predictions", "imagenet_labels",
     # export

@@ -10,12 +10,10 @@ import argparse
 import os
 import sys
 
+from keras_vit.errors import CommandError
+
 __all__ = ["CommandError", "Parser", "add_model_options", "add_max_pixels_option", "load_model",
            "report_errors", "user_errors"]
-
-
-class CommandError(Exception):
-    """A problem with the command's input, reported as one line on stderr."""
 
 
 class Parser(argparse.ArgumentParser):

@@ -13,6 +13,7 @@ import socket
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.errors import DatasetUnavailableError
 from keras_vit.preprocessing import IMAGE_EXTENSIONS, decode_image
 
 __all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
@@ -21,10 +22,6 @@ __all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_dig
 HELD_OUT_FRACTION = 0.2  # for sources without a test split (digits, folders, tf_flowers)
 SPLIT_SEED = 0  # fixed, so every run holds out the same examples
 CONNECT_TIMEOUT_S = 5.0
-
-
-class DatasetUnavailableError(RuntimeError):
-    """A dataset needs a download that cannot happen here; the message says what to do."""
 
 
 @dataclasses.dataclass

@@ -41,6 +41,7 @@ import tensorflow as tf
 
 from keras_vit.atomic import atomic_open
 from keras_vit.data import DEMO_VARIANT, get_preset, load_dataset, make_pipeline
+from keras_vit.errors import RunConflictError
 from keras_vit.models import ViT
 from keras_vit.training import report, resume
 from keras_vit.training.distribute import (
@@ -81,10 +82,6 @@ class _Run:
     data_dir: str | None
     seed: int
     verbose: object
-
-
-class RunConflictError(ValueError):
-    """`output` holds a run with another configuration (a ValueError: bad input)."""
 
 
 def build_model(variant, weights, image_size, classes, dropout=0.0):

@@ -1,0 +1,62 @@
+"""The errors keras_vit raises on purpose: one family under `KerasViTError`.
+
+Each one also refines the builtin it has always been (a `CheckpointError` is a
+`ValueError`, a `WeightsUnavailableError` a `RuntimeError`), so code written as
+`except ValueError` keeps working, and `except keras_vit.KerasViTError` catches
+every problem keras_vit itself reports. The command line prints a member of this
+family as one line and exits 2; any other exception is a bug and keeps its
+traceback (keras_vit/cli/common.py).
+"""
+
+__all__ = [
+    "KerasViTError",
+    "ArgumentError",
+    "ArgumentTypeError",
+    "CheckpointError",
+    "WeightsUnavailableError",
+    "ImageError",
+    "DatasetError",
+    "DatasetUnavailableError",
+    "RunConflictError",
+    "CommandError",
+]
+
+
+class KerasViTError(Exception):
+    """The base of every error keras_vit raises on purpose."""
+
+
+class ArgumentError(KerasViTError, ValueError):
+    """An argument no keras_vit function can honour: an unknown variant, an impossible size."""
+
+
+class ArgumentTypeError(KerasViTError, TypeError):
+    """An argument of the wrong type (a variant given as a number)."""
+
+
+class CheckpointError(KerasViTError, ValueError):
+    """A checkpoint file that does not fit the model, or cannot be read."""
+
+
+class WeightsUnavailableError(KerasViTError, RuntimeError):
+    """A checkpoint is not in the cache and could not be downloaded."""
+
+
+class ImageError(KerasViTError, ValueError):
+    """A file that is not an image keras_vit can decode, or one over the pixel budget."""
+
+
+class DatasetError(KerasViTError, ValueError):
+    """A dataset that cannot be used as given: no classes, too few images, bad labels."""
+
+
+class DatasetUnavailableError(KerasViTError, RuntimeError):
+    """A named dataset that is not on this machine and could not be downloaded."""
+
+
+class RunConflictError(KerasViTError, ValueError):
+    """An output folder holding another run, or a run that cannot go on as asked."""
+
+
+class CommandError(KerasViTError):
+    """A problem with a command's input that no library function raised."""
