@@ -109,9 +109,9 @@ def publish_folder(source, target, replace=False):
 
     Fails with FileExistsError when `target` exists: another writer made it, and
     the rename never merges into or replaces it. With `replace`, an old `target`
-    is first renamed aside under a temporary name (readers see it until then, and
-    nothing after), and deleted once `source` is in its place: a kill leaves the
-    old folder or the new one, never a half-deleted one.
+    is first renamed aside under a temporary name, out of readers' sight in one
+    step, and deleted once `source` is in its place: a kill leaves the old folder,
+    the new one or, between the two renames, neither; never a half-deleted one.
     """
     source, target = os.fspath(source), os.fspath(target)
     _fsync_tree(source)

@@ -101,8 +101,8 @@ def _move_into_place(written, export_dir, version, overwrite):
     exports into one folder at once never replace each other. Without a
     `version`, the loser takes the next number; with one, it raises. An
     overwritten version goes out of TF Serving's sight in one rename and is
-    deleted after: a kill leaves the old version or the new one, never a
-    half-deleted one.
+    deleted after: a kill leaves a whole version or none, never a half-deleted
+    one.
     """
     for _ in range(100):
         number = next_version(export_dir) if version is None else version
