@@ -1,62 +1,76 @@
-"""Atomic file writes: every file keras_vit writes appears whole or not at all.
+"""Atomic writes: every file and folder keras_vit writes appears whole or not at all.
 
-A file is written under a temporary name in its own folder (same file system,
-so the rename cannot become a copy), flushed to disk with `fsync`, and renamed
-over the target with `os.replace`, which POSIX and Windows make atomic. A kill,
-an out-of-memory error or a pre-emption at any moment leaves the old file or
-the new one, never a torn one; what it can leave is a temporary file, whose
-name starts with `TEMP_PREFIX` and which `remove_temporaries` clears.
+This module is the one place keras_vit renames anything. A file is written
+under a temporary name in its own folder (same file system, so the rename
+cannot become a copy), flushed to disk with `fsync`, renamed over the target
+with `os.replace` (atomic on POSIX and Windows), and the folder is flushed so
+the rename itself survives a power cut. A kill at any moment leaves the old
+file or the new one, never a torn one; what it can leave is its temporary.
+
+A temporary's name says whose it is and what it was for:
+
+    .tmp-<stem>.<host>-<pid>-<thread>-<random><extensions>
+
+(`report.json` -> `.tmp-report.1f2e3d4c-4242-4243-a1b2c3d4.json`): unique per
+call, with the target's extensions kept, since Keras and matplotlib choose the
+format from them. The next write to the same target removes the temporaries of
+writers that are dead, that is whose process no longer exists on this machine;
+a live writer's temporary is never touched, and another machine's only once it
+has been left alone for `STALE_S`.
 
     with atomic_path("run/best.keras") as tmp:   # for writers that take a path
         model.save(tmp)
     with atomic_open("run/report.json", "w") as f:
         json.dump(report, f)
-
-Test hook: when the environment variable `KERAS_VIT_TEST_WRITE_DELAY` holds a
-number of seconds, every write waits that long after writing its temporary file
-and before renaming it, so the fault-injection tests (tests/test_faults.py) can
-kill a process while a write is in flight. It is for those tests only; unset,
-it costs nothing.
+    with temporary_folder("export/model") as tmp:  # folders: a SavedModel
+        write_saved_model(tmp)
+        publish_folder(tmp, "export/1", replace=True)
 """
 
 import contextlib
 import os
+import re
 import secrets
+import shutil
+import socket
+import threading
 import time
+import zlib
 
-__all__ = ["atomic_path", "atomic_open", "write_bytes", "remove_temporaries", "TEMP_PREFIX"]
+__all__ = ["atomic_path", "atomic_open", "write_bytes", "temporary_folder", "publish_folder",
+           "remove_temporaries", "TEMP_PREFIX"]
 
 TEMP_PREFIX = ".tmp-"
-WRITE_DELAY_VARIABLE = "KERAS_VIT_TEST_WRITE_DELAY"
+STALE_S = 24 * 3600  # a temporary of another machine is left alone this long
+# The host as 8 hex digits: a process id means something only on its own machine.
+_HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"
+_TEMPORARY = re.compile(re.escape(TEMP_PREFIX)
+                        + r"(?P<stem>[^.]*)\.(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-\d+-[0-9a-f]{8}"
+                        + r"(?P<extensions>(\..*)?)", re.DOTALL)
+# How keras_vit named its temporaries before they named their writer: `.tmp-<stem>-<random>...`.
+_OLD_TEMPORARY = re.compile(re.escape(TEMP_PREFIX) + r"[^.]*-[0-9a-f]{8}(\..*)?", re.DOTALL)
 
 
 @contextlib.contextmanager
 def atomic_path(path):
     """Yields a temporary path next to `path`; when the block succeeds, it becomes `path`.
 
-    The temporary name keeps `path`'s extensions (".keras", ".weights.h5", ".png"),
-    since Keras and matplotlib choose the format from them. The file is created
-    by the caller, with the caller's permissions. If the block raises, the
-    temporary file is removed and `path` is left as it was.
+    The file is created by the caller, with the caller's permissions. If the
+    block raises, the temporary file is removed and `path` is left as it was.
     """
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    name = os.path.basename(path)
-    stem, dot, extensions = name.partition(".")
-    tmp = os.path.join(folder, f"{TEMP_PREFIX}{stem}-{secrets.token_hex(4)}{dot}{extensions}")
+    tmp = _claim(path)
     try:
         yield tmp
         if not os.path.isfile(tmp):
-            raise OSError(f"nothing was written to {path}")
-        _test_write_delay()
+            raise FileNotFoundError(f"nothing was written to {path}")
         _fsync(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_folder(folder)
+    _fsync_folder(os.path.dirname(tmp))
 
 
 @contextlib.contextmanager
@@ -75,21 +89,114 @@ def write_bytes(path, content):
     return path
 
 
+@contextlib.contextmanager
+def temporary_folder(path):
+    """Yields a temporary folder path next to `path` (not yet created) to build a folder in.
+
+    `publish_folder` renames it into place; whatever is still there when the
+    block ends, because it raised or published nothing, is deleted.
+    """
+    tmp = _claim(os.fspath(path))
+    try:
+        yield tmp
+    finally:
+        if os.path.lexists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def publish_folder(source, target, replace=False):
+    """Renames the folder `source` (from `temporary_folder`) to `target` in one step.
+
+    Fails with FileExistsError when `target` exists: another writer made it, and
+    the rename never merges into or replaces it. With `replace`, an old `target`
+    is first renamed aside under a temporary name, out of readers' sight in one
+    step, and deleted once `source` is in its place: a kill leaves the old folder,
+    the new one or, between the two renames, neither; never a half-deleted one.
+    """
+    source, target = os.fspath(source), os.fspath(target)
+    _fsync_tree(source)
+    old = None
+    if replace and os.path.lexists(target):
+        old = _claim(target)
+        os.replace(target, old)
+    try:
+        if os.path.lexists(target):
+            raise FileExistsError(f"{target} already exists.")
+        try:
+            os.rename(source, target)  # onto a folder made meanwhile: OSError, never a merge
+        except OSError as error:
+            if os.path.lexists(target):
+                raise FileExistsError(f"{target} already exists.") from error
+            raise
+    except BaseException:
+        if old is not None and not os.path.lexists(target):
+            with contextlib.suppress(OSError):
+                os.rename(old, target)  # nothing took its place: the old folder goes back
+        raise
+    finally:
+        _fsync_folder(os.path.dirname(os.path.abspath(target)))
+        if old is not None and os.path.lexists(old):
+            shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
 def remove_temporaries(folder):
-    """Removes the temporary files a killed write left in `folder`; returns their names."""
-    if not os.path.isdir(folder):
+    """Removes the temporaries dead writers left in `folder`, whatever their target, and those
+    of earlier keras_vit releases (whose writers are long gone); returns their names."""
+    return _remove_dead(folder, lambda target: True, old_names=True)
+
+
+def _claim(path):
+    """A temporary name next to `path`, for this call alone; clears dead writers' ones first."""
+    folder, name = os.path.split(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    _remove_dead(folder, lambda target: target == name)
+    stem, dot, extensions = name.partition(".")
+    owner = f"{_HOST}-{os.getpid()}-{threading.get_native_id()}-{secrets.token_hex(4)}"
+    return os.path.join(folder, f"{TEMP_PREFIX}{stem}.{owner}{dot}{extensions}")
+
+
+def _remove_dead(folder, wanted, old_names=False):
+    """Deletes the temporaries in `folder` whose target passes `wanted` and whose writer died."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
         return []
-    names = sorted(n for n in os.listdir(folder) if n.startswith(TEMP_PREFIX))
-    for name in names:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(folder, name))
-    return names
+    removed = []
+    for name in sorted(names):
+        if not name.startswith(TEMP_PREFIX):
+            continue
+        found = _TEMPORARY.fullmatch(name)
+        if not (found or old_names and _OLD_TEMPORARY.fullmatch(name)):
+            continue
+        if found and not wanted(found["stem"] + found["extensions"]):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            if found and _writer_may_live(found["host"], int(found["pid"]), path):
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except OSError:  # removed meanwhile (by its writer, or another cleaner)
+            continue
+        removed.append(name)
+    return removed
 
 
-def _test_write_delay():
-    delay = os.environ.get(WRITE_DELAY_VARIABLE)
-    if delay:
-        time.sleep(float(delay))
+def _writer_may_live(host, pid, path):
+    if host != _HOST:  # another machine's: only its age says anything
+        return time.time() - os.lstat(path).st_mtime < STALE_S
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0 only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's
+        return True
+    return True
 
 
 def _fsync(path):
@@ -97,8 +204,16 @@ def _fsync(path):
         os.fsync(file.fileno())
 
 
+def _fsync_tree(folder):
+    """Flushes every file and folder under `folder`, so its rename publishes whole contents."""
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            _fsync(os.path.join(parent, name))
+        _fsync_folder(parent)
+
+
 def _fsync_folder(folder):
-    """Makes the rename itself durable; not every platform can open a folder (Windows)."""
+    """Makes renames in `folder` durable; not every platform can open a folder (Windows)."""
     try:
         handle = os.open(folder, os.O_RDONLY)
     except OSError:

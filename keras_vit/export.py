@@ -25,15 +25,13 @@ Both return `logits` `(batch, classes)`, `probabilities` `(batch, classes)`,
 """
 
 import os
-import shutil
 import tempfile
-import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.atomic import write_bytes
+from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folder, write_bytes
 from keras_vit.labels import imagenet_label_names, read_labels
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images, preprocess_input
 
@@ -43,8 +41,6 @@ __all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_h
 # A TFLite file is one FlatBuffer, which cannot exceed 2 GiB.
 TFLITE_MAX_BYTES = 2 ** 31
 PIXEL_RANGE = (0.0, 255.0)  # what the pixel signatures accept
-STAGING_PREFIX = ".export-"  # the leading dot keeps TF Serving (integer names only) away
-STALE_STAGING_S = 24 * 3600  # a staging folder of another machine is left alone this long
 # The first bytes of the files tf.io.decode_image reads (WebP: RIFF, then WEBP at byte 8).
 _SIGNATURES = ((0, b"\xff\xd8\xff"), (0, b"\x89PNG\r\n\x1a\n"), (0, b"GIF87a"),
                (0, b"GIF89a"), (0, b"BM"), (8, b"WEBP"))
@@ -86,78 +82,40 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
             and not overwrite:
         raise FileExistsError(f"{os.path.join(export_dir, str(version))} already exists; pass "
                               "another version, or overwrite=True.")
-    _remove_stale_staging(export_dir)
+    remove_temporaries(export_dir)  # what exports that died (killed, power cut) left
 
     if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
         raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}.")
     archive = _archive(model, labels, top_k, (height, width), with_bytes=True,
                        max_pixels=max_pixels)
-    # The staging folder names its process, so a later export can tell an abandoned
-    # one (its process gone) from one still being written.
-    staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}pid{os.getpid()}-", dir=export_dir)
-    try:
-        archive.write_out(os.path.join(staging, "model"), verbose=False, options=_save_options())
-        return _move_into_place(os.path.join(staging, "model"), export_dir, version, overwrite)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    # A hidden name (TF Serving loads integer names only), renamed into place when whole.
+    with temporary_folder(os.path.join(export_dir, "model")) as staging:
+        archive.write_out(staging, verbose=False, options=_save_options())
+        return _move_into_place(staging, export_dir, version, overwrite)
 
 
 def _move_into_place(written, export_dir, version, overwrite):
     """Renames the written SavedModel to `export_dir/<version>`; returns that path.
 
-    The rename is the commit: it fails when the version folder exists and is not
-    empty, so two exports into one folder at once never replace each other. Without
-    a `version`, the loser takes the next number; with one, it raises.
+    The rename is the commit: it fails when the version folder exists, so two
+    exports into one folder at once never replace each other. Without a
+    `version`, the loser takes the next number; with one, it raises. An
+    overwritten version goes out of TF Serving's sight in one rename and is
+    deleted after: a kill leaves a whole version or none, never a half-deleted
+    one.
     """
     for _ in range(100):
         number = next_version(export_dir) if version is None else version
         target = os.path.join(export_dir, str(number))
-        if overwrite and os.path.exists(target):
-            # Out of TF Serving's sight in one rename, then deleted with the staging folder: a
-            # kill leaves the old version or none, never a half-deleted one.
-            os.rename(target, os.path.join(os.path.dirname(written), "replaced"))
         try:
-            os.rename(written, target)
-            return target
-        except OSError:
-            if not os.path.exists(target):
-                raise
+            return publish_folder(written, target, replace=overwrite)
+        except FileExistsError:
             if version is not None:
                 raise FileExistsError(f"{target} already exists (another export wrote it "
                                       "meanwhile); pass another version, or "
                                       "overwrite=True.") from None
     raise FileExistsError(f"Could not claim a version folder in {export_dir}: other exports "
                           "keep taking them.")
-
-
-def _remove_stale_staging(export_dir):
-    """Removes the staging folders of exports that died (killed, power cut) before finishing."""
-    for name in os.listdir(export_dir):
-        if not name.startswith(STAGING_PREFIX):
-            continue
-        path = os.path.join(export_dir, name)
-        owner = name[len(STAGING_PREFIX):].split("-", 1)[0]
-        pid = owner.removeprefix("pid")
-        try:
-            # A name without "pid" is a 0.1 staging folder: none of those is still running.
-            abandoned = (owner == pid or not pid.isdigit() or not _process_exists(int(pid))
-                         or time.time() - os.path.getmtime(path) > STALE_STAGING_S)
-        except OSError:  # removed meanwhile by its own export
-            continue
-        if abandoned:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _process_exists(pid):
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, as another user's
-        return True
-    return True
 
 
 def export_tflite(model, path, top_k=5):

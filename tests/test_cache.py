@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.atomic import TEMP_PREFIX
 from keras_vit.checkpoints import find_checkpoint
 from keras_vit.variants import get_variant
 from tests.oracle import random_vit_npz
@@ -217,7 +218,7 @@ def test_a_client_killed_mid_download_leaves_nothing_a_later_call_uses(server, p
     process.send_signal(signal.SIGKILL)
     process.wait()
     left = os.listdir(directory)
-    assert left and all(".part-" in f for f in left)  # only a private partial file
+    assert left and all(f.startswith(TEMP_PREFIX) for f in left)  # only a private partial file
     assert not os.path.exists(checkpoint.cached_path)
     server.modes[url_path] = "normal"
     model = keras_vit.ViT_Ti16(weights=TAG)

@@ -26,9 +26,11 @@ from sklearn.datasets import load_sample_images
 
 import keras_vit
 from keras_vit import cli
+from keras_vit.atomic import TEMP_PREFIX
 from keras_vit.checkpoints.layout import POS_EMBED_KEY, layout
 from keras_vit.export import export_saved_model, export_tflite, next_version
 from keras_vit.layers import resize_position_embedding
+from tests.writes import temporary_name
 
 TINY = keras_vit.Variant("ViT-test_8", width=32, depth=2, mlp_dim=64, heads=2, patch_size=8)
 SIZE = 32
@@ -442,7 +444,7 @@ def test_an_export_that_finishes_first_is_never_replaced(version, tmp_path, monk
         with pytest.raises(FileExistsError, match="another export wrote it"):
             export_saved_model(first, base, version=1)
     assert raced == [os.path.join(base, "1")] and _serves(raced[0], second)
-    assert not [n for n in os.listdir(base) if n.startswith(".export-")]
+    assert not [n for n in os.listdir(base) if n.startswith(TEMP_PREFIX)]
 
 
 def test_overwriting_a_version_never_leaves_it_half_deleted(exported, tmp_path, monkeypatch):
@@ -473,8 +475,11 @@ def test_staging_folders_of_dead_exports_are_cleaned(exported, tmp_path):
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True)
     dead, alive = int(done.stdout), os.getpid()
-    for name in (f".export-pid{dead}-abc", ".export-3-k2j1x", f".export-pid{alive}-def"):
-        os.makedirs(base / name / "model" / "variables")
+    # A SavedModel being staged, and an old version an overwrite had set aside.
+    left = [temporary_name(base / "model", dead), temporary_name(base / "1", dead)]
+    running = temporary_name(base / "model", alive)
+    for name in (*left, running):
+        os.makedirs(base / name / "variables")
     export_saved_model(model, str(base))
     # The folder of a process still running (this one, standing in for another export) stays.
-    assert sorted(os.listdir(base)) == [f".export-pid{alive}-def", "1"]
+    assert sorted(os.listdir(base)) == sorted([running, "1"])

@@ -3,8 +3,8 @@ moments of a training run (issue 15).
 
 The kill harness runs `keras-vit train` on digits with the tiny demo model in a
 subprocess, kills it with SIGKILL at random moments (half of them while a file
-is being written, which the test hook KERAS_VIT_TEST_WRITE_DELAY of
-keras_vit/atomic.py holds open), re-runs the same command each time, and
+is being written, which the child holds open with tests/writes.py's
+hold_writes_open), re-runs the same command each time, and
 checks after every kill that no output is torn, and at the end that the run
 completed with one log row per epoch, every output loads, and report.json
 gives the final model's accuracy (computed here, independently).
@@ -159,12 +159,17 @@ def writes_in_flight(output):
             for name in os.listdir(folder) if name.startswith(TEMP_PREFIX)]
 
 
+# `keras-vit train` with every write held open 0.3 s, so a kill can land inside one.
+HELD_WRITES_CLI = ("import sys; from tests.writes import hold_writes_open; hold_writes_open(0.3); "
+                   "from keras_vit.cli.main import main; sys.exit(main(sys.argv[1:]))")
+
+
 def kill_and_resume(output, epochs, kills, seed):
     """Kills `keras-vit train` `kills` times, re-running it each time; returns the kill log."""
-    command = [sys.executable, "-m", "keras_vit.cli", "train", "--dataset", "digits",
-               "--model", "demo", "--epochs", str(epochs), "--output", output]
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2",
-           "KERAS_VIT_TEST_WRITE_DELAY": "0.3"}
+    arguments = ["train", "--dataset", "digits", "--model", "demo", "--epochs", str(epochs),
+                 "--output", output]
+    command = [sys.executable, "-c", HELD_WRITES_CLI, *arguments]
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
     rng = random.Random(seed)
     points = []
     while len(points) < kills:
@@ -205,8 +210,8 @@ def kill_and_resume(output, epochs, kills, seed):
             points.append((point, len(read_log(output)) if os.path.exists(log) else 0))
             torn = torn_files(output)
             assert not torn, f"torn after kill {len(points)} ({point}): {torn}"
-    final = subprocess.run(command, cwd=ROOT, env={**env, "KERAS_VIT_TEST_WRITE_DELAY": ""},
-                           capture_output=True, text=True, timeout=600)
+    final = subprocess.run([sys.executable, "-m", "keras_vit.cli", *arguments], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=600)
     assert final.returncode == 0, final.stderr[-3000:]
     return points, final.stdout
 

@@ -22,6 +22,7 @@ import time
 import urllib.request
 from importlib import resources
 
+from keras_vit.atomic import atomic_open, atomic_path
 from keras_vit.checkpoints.errors import CheckpointError, WeightsUnavailableError
 from keras_vit.checkpoints.formats import inspect_checkpoint, is_checkpoint_path
 from keras_vit.checkpoints.layout import (
@@ -194,11 +195,8 @@ def pin_checksum(key, sha256):
         raise ValueError(f"A sha256 is 64 hexadecimal digits, got {sha256!r}.")
     pins = _pins()
     pins[key] = sha256.lower()
-    os.makedirs(cache_dir(), exist_ok=True)
-    tmp = f"{_pins_path()}.tmp-{os.getpid()}"  # per process: two writers never share it
-    with open(tmp, "w") as f:
+    with atomic_open(_pins_path(), "w") as f:  # never a half-written pin file
         json.dump(pins, f, indent=1)
-    os.replace(tmp, _pins_path())  # atomic: never a half-written pin file
 
 
 def _download(checkpoint):
@@ -269,39 +267,39 @@ def _fetch(checkpoint, path, expected):
     """Downloads the file to `path` through a private temporary file, renamed into place only
     when whole, of the pinned sha256 and of the entry's contents."""
     url = checkpoint.download_url
-    directory = os.path.dirname(path)
-    partial = f"{path}.part-{os.getpid()}"
     try:
-        os.makedirs(directory, exist_ok=True)
-        _remove_stale_parts(path)
-        handle = open(partial, "wb")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError as error:
-        raise WeightsUnavailableError(
-            f"Cannot write {path} ({error.strerror or error}): the cache is not writable; set "
-            f"KERAS_HOME to a writable directory, or copy the file from {url} to {path} "
-            "by hand.") from error
+        raise _not_writable(path, url, error) from error
     try:
-        with handle:
-            _stream(url, handle)
-        if expected and _sha256(partial) != expected:
-            raise WeightsUnavailableError(
-                f"The file downloaded from {url} does not have the sha256 recorded for "
-                f"{path} ({expected}); it was not kept. If the file changed on purpose, delete "
-                f"that entry from {_pins_path()} and call again.")
-        try:
-            check_contents(checkpoint, partial, shown_path=f"the file downloaded from {url}")
-        except CheckpointError as error:
-            hint = (" (it is an HTML page: a proxy or login page? set "
-                    f"{WEIGHTS_URL_ENV} to a mirror, or copy the file to {path} by hand)"
-                    if _looks_like_html(partial) else "")
-            raise WeightsUnavailableError(f"{error}{hint}") from error
-        os.replace(partial, path)  # atomic: a reader sees no file or the whole, checked one
+        with atomic_path(path) as partial:  # also removes what killed downloads of `path` left
+            try:
+                handle = open(partial, "wb")
+            except OSError as error:
+                raise _not_writable(path, url, error) from error
+            with handle:
+                _stream(url, handle)
+            if expected and _sha256(partial) != expected:
+                raise WeightsUnavailableError(
+                    f"The file downloaded from {url} does not have the sha256 recorded for "
+                    f"{path} ({expected}); it was not kept. If the file changed on purpose, "
+                    f"delete that entry from {_pins_path()} and call again.")
+            try:
+                check_contents(checkpoint, partial, shown_path=f"the file downloaded from {url}")
+            except CheckpointError as error:
+                hint = (" (it is an HTML page: a proxy or login page? set "
+                        f"{WEIGHTS_URL_ENV} to a mirror, or copy the file to {path} by hand)"
+                        if _looks_like_html(partial) else "")
+                raise WeightsUnavailableError(f"{error}{hint}") from error
     except (OSError, http.client.HTTPException) as error:  # URLError, timeouts, refused or cut
         # connections, a full disk
         raise WeightsUnavailableError(_offline_message(checkpoint, error)) from error
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
+
+
+def _not_writable(path, url, error):
+    return WeightsUnavailableError(
+        f"Cannot write {path} ({error.strerror or error}): the cache is not writable; set "
+        f"KERAS_HOME to a writable directory, or copy the file from {url} to {path} by hand.")
 
 
 def _stream(url, handle):
@@ -321,29 +319,6 @@ def _stream(url, handle):
                 window_start, window_bytes = time.monotonic(), 0
         if length is not None and total != int(length):
             raise ConnectionError(f"the connection closed after {total} of {length} bytes")
-
-
-def _remove_stale_parts(path):
-    """Deletes temporary files that killed downloads of `path` left behind."""
-    directory, base = os.path.split(path)
-    for name in os.listdir(directory):
-        if name.startswith(base + ".part-"):
-            pid = name.rsplit("-", 1)[-1]
-            if pid.isdigit() and not _alive(int(pid)):
-                try:
-                    os.unlink(os.path.join(directory, name))
-                except OSError:
-                    pass
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _looks_like_html(path):

@@ -1,15 +1,16 @@
 """Back out: any keras_vit model written in the official `.npz` or timm's safetensors layout.
 
 The arrays come from the same key table the loader reads (`layout.layout`), run
-backwards, so a saved model reloads bit-identically. Both writers write a
-temporary file and rename it into place: a kill at any moment leaves the old
-file or the new one, never a torn one.
+backwards, so a saved model reloads bit-identically. Both write through
+keras_vit.atomic: a kill at any moment leaves the old file or the new one,
+never a torn one.
 """
 
 import os
 
 import numpy as np
 
+from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.formats.safetensors import write_safetensors
 from keras_vit.checkpoints.layout import layout, official_to_timm, released_shape
 
@@ -34,13 +35,8 @@ def save_npz(model, path):
     if not path.endswith(".npz"):
         raise ValueError(f"save_npz writes an .npz file; got the path {path!r}.")
     arrays = official_arrays(model)
-    tmp = f"{path}.tmp-{os.getpid()}.npz"
-    try:
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_open(path, "wb") as file:
+        np.savez(file, **arrays)
     return path
 
 

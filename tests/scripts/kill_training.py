@@ -3,8 +3,8 @@
 Usage: kill_training.py OUTPUT EPOCHS KILLS SEED. The parent imports TensorFlow
 and keras_vit once and runs no TensorFlow op; each attempt is a forked child
 that runs `train` (so an attempt costs no TensorFlow start-up) and is killed
-with SIGKILL: every other kill while a file is being written (the test hook
-KERAS_VIT_TEST_WRITE_DELAY holds each write open 0.3 s), the others at a random
+with SIGKILL: every other kill while a file is being written (the child holds
+each write open 0.3 s, tests/writes.py), the others at a random
 moment. After each kill the outputs are checked for torn files; then a last
 attempt runs to the end. Prints one JSON line: the kill points, the torn files
 seen, the last attempt's exit code.
@@ -19,10 +19,12 @@ import time
 
 from keras_vit.training import train
 from tests.test_faults import read_log, torn_files, writes_in_flight
+from tests.writes import hold_writes_open
 
 
-def attempt(output, epochs, delay):
-    os.environ["KERAS_VIT_TEST_WRITE_DELAY"] = delay
+def attempt(output, epochs, hold):
+    if hold:
+        hold_writes_open(0.3)
     train("digits", model="demo", epochs=epochs, output=output, verbose=0)
 
 
@@ -31,7 +33,7 @@ def main(output, epochs, kills, seed):
     rng = random.Random(seed)
     points, torn = [], []
     while len(points) < kills:
-        child = fork.Process(target=attempt, args=(output, epochs, "0.3"))
+        child = fork.Process(target=attempt, args=(output, epochs, True))
         start = time.monotonic()
         child.start()
         point = None
@@ -56,7 +58,7 @@ def main(output, epochs, kills, seed):
             log = os.path.join(output, "log.csv")
             points.append([point, len(read_log(output)) if os.path.exists(log) else 0])
             torn += [[len(points), name] for name in torn_files(output)]
-    last = fork.Process(target=attempt, args=(output, epochs, ""))
+    last = fork.Process(target=attempt, args=(output, epochs, False))
     last.start()
     last.join(timeout=600)
     print(json.dumps({"points": points, "torn": torn, "last_exit": last.exitcode}))

@@ -11,6 +11,7 @@ import struct
 
 import numpy as np
 
+from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.errors import CheckpointError
 
 __all__ = ["read_safetensors", "safetensors_shapes", "write_safetensors"]
@@ -74,7 +75,7 @@ def read_safetensors(path):
 
 
 def write_safetensors(arrays, path, metadata=None):
-    """Writes {name: array} to `path` atomically (a temporary file renamed into place)."""
+    """Writes {name: array} to `path` atomically (keras_vit.atomic)."""
     names = sorted(arrays)
     header, offset, blobs = {}, 0, []
     codes = {np.dtype(v): k for k, v in _DTYPES.items()}
@@ -91,13 +92,7 @@ def write_safetensors(arrays, path, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the format aligns the data to 8 bytes
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(text)) + text)
-            for blob in blobs:
-                f.write(blob)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for blob in blobs:
+            f.write(blob)
