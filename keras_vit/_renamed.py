@@ -1,19 +1,20 @@
 """Names that moved in 0.2, kept importable for one release with a DeprecationWarning.
 
-`import keras_vit.optimizers` (or any module in `RENAMED`) gives the module's
-new home; a public name that left a module still there (`MOVED`) is found by
-that module's `__getattr__`, which calls `moved_name`. Both warn. Remove this
-file, and what uses it, in 0.3.
+Each module in `RENAMED` is a forwarding module object placed in `sys.modules`
+by `install` (which `import keras_vit` runs), so `import keras_vit.optimizers`
+finds it there; each name read from it is read from the new home, with a
+DeprecationWarning at the line that reads it. A public name that left a module
+still there (`MOVED`) is found by that module's `__getattr__`, which calls
+`moved_name`, and warns likewise. Remove this file, and what uses it, in 0.3.
 """
 
 import importlib
-import importlib.abc
-import importlib.util
 import sys
+import types
 import warnings
 
 RENAMED = {
-    "keras_vit.optimizers": "keras_vit.training.distribute",
+    "keras_vit.optimizers": "keras_vit.training.optimizers",
     "keras_vit.multiworker_fixes": "keras_vit.training.distribute",
     "keras_vit.weight_mapping": "keras_vit.checkpoints",
     "keras_vit.datasets": "keras_vit.data",
@@ -40,22 +41,22 @@ def moved_name(module, name):
     return getattr(importlib.import_module(new), name)
 
 
-class _RenamedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in RENAMED:
-            return None
-        return importlib.util.spec_from_loader(fullname, self)
+def _forwarding_module(old, new):
+    """A module standing for `old`: each name read from it warns and comes from `new`."""
+    module = types.ModuleType(old, f"Now {new}; this name will be removed in keras_vit 0.3.")
 
-    def create_module(self, spec):
-        new = RENAMED[spec.name]
-        warnings.warn(f"{spec.name} is now {new}; the old name will be removed in keras_vit 0.3.",
+    def __getattr__(name):
+        if name.startswith("__"):  # what tools ask every module (__file__, __path__): not moved
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        warnings.warn(f"{old} is now {new}; the old name will be removed in keras_vit 0.3.",
                       DeprecationWarning, stacklevel=2)
-        return importlib.import_module(new)
+        return getattr(importlib.import_module(new), name)
 
-    def exec_module(self, module):
-        pass  # the module returned by create_module is already executed
+    module.__getattr__ = __getattr__
+    return module
 
 
 def install():
-    if not any(isinstance(finder, _RenamedModuleFinder) for finder in sys.meta_path):
-        sys.meta_path.append(_RenamedModuleFinder())
+    """Places a forwarding module for each renamed module in `sys.modules` (once)."""
+    for old, new in RENAMED.items():
+        sys.modules.setdefault(old, _forwarding_module(old, new))

@@ -9,17 +9,18 @@ the user has not set `TF_CPP_MIN_LOG_LEVEL` themselves (theirs wins), this sets
 it to 2 (errors only) for TensorFlow's later messages, and imports TensorFlow
 with the process' stderr (file descriptor 2) pointed at /dev/null, and starts its
 devices there too (where CUDA cannot start, that logs an ERROR line). This must
-run before anything imports Keras: keras_vit/__init__.py calls it for
-`python -m keras_vit.cli`; for the `keras-vit` script, `keras_vit.cli.main` calls
-it unless help is asked for (so that `keras-vit --help` imports no TensorFlow), and
-so does the one sub-command parser whose help imports TensorFlow (`train`).
+run before anything imports Keras: under the command (`running_the_command`, the
+one test of it) keras_vit/__init__.py defers its core, and `keras_vit.cli.main`
+calls this unless help is asked for (so that `keras-vit --help` imports no
+TensorFlow), as does the one sub-command parser whose help imports TensorFlow
+(`train`).
 """
 
 import importlib.util
 import os
 import sys
 
-__all__ = ["quiet_for_command_line"]
+__all__ = ["running_the_command", "quiet_for_command_line"]
 
 LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 NVIDIA_DRIVER = "/proc/driver/nvidia"  # present where the NVIDIA kernel driver is loaded (Linux)

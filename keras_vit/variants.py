@@ -1,15 +1,19 @@
 """The table of every official ViT architecture, and the parser for its names.
 
-One frozen record per architecture drives the constructors, the checkpoint
-layout and the tests. Names follow the official release ("ViT-B_16",
-"R50+ViT-B_16", "ViT-B_16-gap-norep"); the short forms "B/16", "R50+B/16" and
-"B/16-gap" are accepted too.
+One frozen record per architecture drives the constructors (and every
+`__all__` that lists them), the checkpoint layout, the API page and the tests.
+Names follow the official release ("ViT-B_16", "R50+ViT-B_16",
+"ViT-B_16-gap-norep"); the short forms "B/16", "R50+B/16" and "B/16-gap" are
+accepted too. `DEMO_VARIANT` ("demo") is keras_vit's own tiny ViT: found by
+`get_variant`, but not official, so not in `VARIANTS` (no named constructor, no
+weights).
 """
 
 import dataclasses
 import re
 
-__all__ = ["Variant", "VARIANTS", "get_variant", "variant_names"]
+__all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "get_variant", "variant_names",
+           "constructor_names"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +81,16 @@ class Variant:
         """"B/16", "R50+B/16", "B/16-gap"."""
         return _short(self.name)
 
+    @property
+    def constructor_name(self):
+        """"ViT_B16" for ViT-B_16, "ViT_R50_B16" for R50+ViT-B_16; None for gap variants and
+        for variants outside `VARIANTS`, which have no named constructor."""
+        if self.classifier == "gap" or VARIANTS.get(self.name) != self:
+            return None
+        resnet, _, vit = self.name.rpartition("+")  # "R50", "ViT-B_16"
+        size, patch = vit.removeprefix("ViT-").split("_")
+        return "_".join(["ViT", *filter(None, [resnet]), size + patch])
+
 
 _SIZES = {  # width, depth, mlp_dim, heads
     "Ti": (192, 12, 768, 3),
@@ -123,6 +137,11 @@ VARIANTS = {
 }
 
 
+# Not an official architecture: a ViT small enough to train from scratch on scikit-learn's
+# digits on a laptop CPU in minutes (16 px images, 4 px patches -> 16 tokens + the class token).
+DEMO_VARIANT = Variant("ViT-demo_4", width=64, depth=4, mlp_dim=128, heads=4, patch_size=4)
+
+
 def _short(official):
     short = official.replace("ViT-", "").replace("_", "/").replace("-gap-norep", "-gap")
     return short
@@ -136,7 +155,8 @@ def _canonical_key(name):
     return key
 
 
-_BY_KEY = {_canonical_key(v.name): v for v in VARIANTS.values()}
+_BY_KEY = {**{_canonical_key(v.name): v for v in VARIANTS.values()},
+           "demo": DEMO_VARIANT, _canonical_key(DEMO_VARIANT.name): DEMO_VARIANT}
 
 
 def variant_names():
@@ -144,8 +164,13 @@ def variant_names():
     return list(VARIANTS)
 
 
+def constructor_names():
+    """The named constructors' names ("ViT_Ti16", ...), in table order."""
+    return [v.constructor_name for v in VARIANTS.values() if v.constructor_name]
+
+
 def get_variant(name):
-    """Returns the `Variant` for an official or short name ("ViT-B_16", "B/16")."""
+    """Returns the `Variant` for an official or short name ("ViT-B_16", "B/16"), or "demo"."""
     if isinstance(name, Variant):
         return name
     if not isinstance(name, str):

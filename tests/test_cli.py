@@ -120,3 +120,14 @@ def test_every_model_command_takes_the_same_model_flags():
         commands[name].complete()  # sub-commands add some flags on first use
         flags = {option for action in commands[name]._actions for option in action.option_strings}
         assert {"--model", "--weights", "--image-size", "--classes"} <= flags, name
+
+
+def test_info_lists_the_official_variants_and_the_demo_apart(capsys):
+    """One row per entry of VARIANTS, then the demo, which has no weights."""
+    from keras_vit.variants import DEMO_VARIANT, VARIANTS
+
+    assert main(["info"]) == 0
+    table = capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]
+    assert [row.split()[0] for row in table] == [*VARIANTS, "demo"]
+    assert table[-1].split()[1:6] == [str(DEMO_VARIANT.width), str(DEMO_VARIANT.depth),
+                                      str(DEMO_VARIANT.heads), str(DEMO_VARIANT.total_stride), "-"]

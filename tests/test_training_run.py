@@ -75,6 +75,58 @@ def test_folder_with_corrupt_file_trains_and_reports_it(tmp_path):
     assert report["class_names"] == ["cats", "dogs"]
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One epoch of the demo ViT on a 20-image folder: the smallest run that writes
+    model.keras and best.keras (scratch recipe: keras_vit's AdamW)."""
+    root = tmp_path_factory.mktemp("tiny")
+    write_folder(str(root / "data"), corrupt=False)
+    output = str(root / "run")
+    train(str(root / "data"), model="demo", recipe="scratch", image_size=16, batch_size=4,
+          epochs=1, output=output, verbose=0)
+    return output
+
+
+LOAD_AFTER_IMPORT = """
+import sys
+import keras, numpy as np
+import keras_vit
+
+x = np.load(sys.argv[1])
+for path in sys.argv[2:]:
+    model = keras.saving.load_model(path)
+    np.savez(path + "." + keras.backend.backend() + ".npz", y=model.predict(x, verbose=0),
+             *model.get_weights())
+    print(type(model.optimizer).__module__, type(model.optimizer).__name__)
+"""
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_train_made_keras_files_load_after_import_keras_vit(tiny_run, backend, python, tmp_path):
+    """`keras.saving.load_model` in a fresh process that imported keras_vit alone: the trained
+    weights exactly, the optimizer keras_vit's AdamW, and the prediction made in this process."""
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 16, 16, 3)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    paths = [os.path.join(tiny_run, name) for name in ("model.keras", "best.keras")]
+    result = python(["-c", LOAD_AFTER_IMPORT, str(tmp_path / "x.npy"), *paths], timeout=300,
+                    env={"KERAS_BACKEND": backend})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-2:] == ["keras_vit.training.optimizers AdamW"] * 2
+    for path in paths:
+        model = keras.saving.load_model(path)
+        with np.load(f"{path}.{backend}.npz") as loaded:
+            weights = [loaded[f"arr_{i}"] for i in range(len(model.weights))]
+            prediction = loaded["y"]
+        for ours, theirs in zip(model.get_weights(), weights, strict=True):
+            np.testing.assert_array_equal(theirs, ours)  # a .keras file stores them exactly
+        # Same weights, float32 on another backend (or thread split): only rounding differs.
+        # Each of the ~30 dot products (length <= 128) on the way to the logits may round by
+        # up to 128 * 2**-24 of its inputs' scale, which each LayerNorm brings back to ~1.
+        bound = 30 * 128 * 2.0**-24
+        np.testing.assert_allclose(prediction, model.predict(x, verbose=0), rtol=bound,
+                                   atol=bound)
+
+
 def kill_after_an_epoch_and_rerun(output, env=None, wait_s=240, rerun_timeout_s=300):
     """Runs `keras-vit train --dataset digits --epochs 4`, kills it (SIGKILL) once an epoch is
     logged, re-runs the same command, and checks that the re-run finished the run without

@@ -17,6 +17,7 @@ through a one-block copy (test_parameter_count_of_a_one_block_copy).
 
 import dataclasses
 import inspect
+import pathlib
 import re
 
 import keras
@@ -24,7 +25,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.variants import VARIANTS, get_variant
+from keras_vit.variants import DEMO_VARIANT, VARIANTS, get_variant, variant_names
 from tests.oracle import import_timm, random_hybrid_npz, random_vit_npz, timm_hybrid
 
 # Counts at 224 px, 1000 classes, no pre_logits. ViT-B_16 is the official
@@ -271,8 +272,44 @@ def test_every_non_gap_variant_has_one_named_constructor(monkeypatch):
     expected = {n for n, v in VARIANTS.items() if v.classifier != "gap"}
     assert set(by_variant) == expected
     for name, attributes in by_variant.items():
-        official = "ViT_" + re.sub(r"_(\d+)$", r"\1", name.replace("ViT-", "")).replace("+", "_")
-        assert attributes == [official], name
+        assert attributes == [constructor_name(name)], name
+
+
+def constructor_name(official):
+    """ViT-B_16 -> ViT_B16, R50+ViT-B_16 -> ViT_R50_B16: the spelling of 0.1's constructors."""
+    return "ViT_" + re.sub(r"_(\d+)$", r"\1", official.replace("ViT-", "")).replace("+", "_")
+
+
+def test_constructors_all_and_the_api_page_agree_with_the_variant_table():
+    """Each non-gap row of VARIANTS, in table order, is one constructor in keras_vit and
+    keras_vit.models, in both `__all__`s, and one entry of docs/api.md's Models section:
+    a row added to the table without its docs entry fails here."""
+    import keras_vit.models
+
+    expected = [constructor_name(n) for n, v in VARIANTS.items() if v.classifier != "gap"]
+    assert [v.constructor_name for v in VARIANTS.values() if v.constructor_name] == expected
+    for module in (keras_vit, keras_vit.models):
+        assert [n for n in module.__all__ if n.startswith("ViT_")] == expected, module.__name__
+        assert sorted(n for n in dir(module) if n.startswith("ViT_")) == sorted(expected)
+    for name in expected:
+        assert getattr(keras_vit, name) is getattr(keras_vit.models, name)
+        assert getattr(keras_vit, name).__name__ == name
+    page = (pathlib.Path(__file__).parents[1] / "docs" / "api.md").read_text()
+    models = page.split("\n## Models\n")[1].split("\n## ")[0]
+    entries = re.findall(r"^::: keras_vit\.(\S+)$", models, flags=re.M)
+    assert entries == ["ViT", *expected, "ResNetV2"], "docs/api.md's Models section"
+
+
+def test_the_demo_variant_is_found_by_name_and_is_not_official():
+    """No named constructor, no weights, not in VARIANTS; `get_variant("demo")` finds it."""
+    from keras_vit.checkpoints import catalogue
+
+    assert get_variant("demo") is DEMO_VARIANT and get_variant("ViT-demo_4") is DEMO_VARIANT
+    assert DEMO_VARIANT.name not in VARIANTS and DEMO_VARIANT not in VARIANTS.values()
+    assert DEMO_VARIANT.name not in variant_names()
+    assert DEMO_VARIANT.constructor_name is None
+    assert not hasattr(keras_vit, constructor_name(DEMO_VARIANT.name))
+    assert [c.tag for c in catalogue() if c.variant == DEMO_VARIANT.name] == []
 
 
 def test_named_constructors_build_their_variant():

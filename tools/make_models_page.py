@@ -111,12 +111,8 @@ in the official layout, since the real files cannot be downloaded in CI.
 
 
 def constructor_name(variant):
-    import keras_vit
-
-    for name in keras_vit.__all__:
-        fn = getattr(keras_vit, name)
-        if callable(fn) and name.startswith("ViT_") and f"Builds {variant.name} " in (fn.__doc__ or ""):
-            return f"`{name}`"
+    if variant.constructor_name:
+        return f"`{variant.constructor_name}`"
     return f'`ViT("{variant.short_name}")`'
 
 

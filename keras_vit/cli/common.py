@@ -133,8 +133,8 @@ def load_model(args):
         if not os.path.isfile(args.model):
             raise CommandError(f"No .keras file at {args.model}.")
         # A model.keras from `keras-vit train` names its optimizer (keras_vit's SGD or AdamW),
-        # registered when keras_vit.training is imported; the parser no longer imports it.
-        import keras_vit.training  # noqa: F401
+        # which `import keras_vit` registers; under the command keras_vit loads on first use.
+        import keras_vit.training.optimizers  # noqa: F401
         return keras.saving.load_model(args.model)
     return ViT(args.model, weights=args.weights, image_size=_image_size(args.image_size),
                classes=args.classes)

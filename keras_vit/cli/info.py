@@ -11,12 +11,16 @@ def add_parser(commands):
 
 def run(args):
     from keras_vit.checkpoints import catalogue
-    from keras_vit.variants import VARIANTS
+    from keras_vit.variants import DEMO_VARIANT, VARIANTS
 
-    print(f"{'variant':<22}{'width':>6}{'depth':>6}{'heads':>6}{'stride':>7}  weights")
+    row = "{:<22}{:>6}{:>6}{:>6}{:>7}  {}"
+    print(row.format("variant", "width", "depth", "heads", "stride", "weights"))
     for v in VARIANTS.values():
         tags = ", ".join(c.tag for c in catalogue() if c.variant == v.name and not c.hub) or "-"
-        print(f"{v.name:<22}{v.width:>6}{v.depth:>6}{v.heads:>6}{v.total_stride:>7}  {tags}")
+        print(row.format(v.name, v.width, v.depth, v.heads, v.total_stride, tags))
+    demo = DEMO_VARIANT  # keras_vit's own, not an official architecture: no weights
+    print(row.format("demo", demo.width, demo.depth, demo.heads, demo.total_stride,
+                     f"- ({demo.name}, keras_vit's tiny ViT for train --model demo)"))
     print("\nHugging Face Hub weights (weights=\"hf://owner/name\", the 'hub' extra):")
     print(f"{'variant':<14}{'format':<14}{'classes':>8}{'res':>5}{'pre':>6}  weights=")
     for c in catalogue():

@@ -46,7 +46,7 @@ def _add_arguments(train):
              "(default: digits)")
     add("--model", default=None,
         help="a variant name such as B/16, S/16, R50+B/16, or 'demo' (the tiny ViT) "
-             f"(default: {_model_name(digits.model)} for digits, else B/16)")
+             f"(default: {digits.model} for digits, else B/16)")
     add("--weights", default=None,
         help="a catalogue tag (imagenet21k, augreg-in21k, ...) or an .npz path "
              "(default: imagenet21k with --recipe finetune, none for scratch)")
@@ -89,10 +89,6 @@ def _add_arguments(train):
         help="TFDS data_dir holding prepared datasets (default: TFDS' own, "
              "~/tensorflow_datasets)")
     add("--seed", type=int, default=0, help="random seed (default: 0)")
-
-
-def _model_name(model):
-    return "demo" if not isinstance(model, str) else model
 
 
 def run(args):

@@ -1,36 +1,27 @@
-"""Training: recipes, tf.distribute strategies and their work-arounds, the run, its report.
+"""Training: recipes, optimizers, tf.distribute strategies and their work-arounds, the run, its report.
 
     recipes.py      Recipe, RECIPES, the optimizer and schedule of a recipe
-    distribute.py   strategies; SGD/AdamW clipping the global gradient; multi_worker_fit
+    optimizers.py   SGD/AdamW clipping the global gradient (registered by `import keras_vit`)
+    distribute.py   strategies; multi_worker_fit
     jax_distribution.py  keras.distribution on the JAX backend (data and model parallel)
     run.py          train(): fit with resumable state, checkpoints and logs
     report.py       report.json, curves.png, confusion.png
 
-Importing `keras_vit` does not import this package; `keras_vit.train` and the
-other training names load it on first use.
+Each name below loads its module on first use (keras_vit/_lazy.py), so
+`import keras_vit.training.optimizers` costs Keras alone. Importing `keras_vit`
+imports that module and no other of this package; `keras_vit.train` and the
+other training names load the rest on first use.
 """
 
-from keras_vit.data.presets import DEMO_VARIANT
-from keras_vit.training.distribute import (
-                                           SGD,
-                                           STRATEGIES,
-                                           AdamW,
-                                           get_strategy,
-                                           multi_worker_fit,
-                                           strategy_name,
-)
-from keras_vit.training.recipes import (
-                                           PRECISIONS,
-                                           RECIPES,
-                                           Recipe,
-                                           accumulation_steps,
-                                           get_recipe,
-                                           learning_rate_schedule,
-                                           make_optimizer,
-)
-from keras_vit.training.run import build_model, train
+from keras_vit import _lazy
 
-__all__ = ["Recipe", "RECIPES", "DEMO_VARIANT", "get_recipe", "learning_rate_schedule",
-           "make_optimizer", "accumulation_steps", "get_strategy", "strategy_name",
-           "build_model", "train", "STRATEGIES", "PRECISIONS", "SGD", "AdamW",
-           "multi_worker_fit"]
+__getattr__, __dir__, __all__ = _lazy.attach(__name__, {
+    **dict.fromkeys(["Recipe", "RECIPES", "PRECISIONS", "get_recipe", "learning_rate_schedule",
+                     "make_optimizer", "accumulation_steps"], "keras_vit.training.recipes"),
+    **dict.fromkeys(["SGD", "AdamW"], "keras_vit.training.optimizers"),
+    **dict.fromkeys(["get_strategy", "strategy_name", "STRATEGIES", "multi_worker_fit"],
+                    "keras_vit.training.distribute"),
+    **dict.fromkeys(["build_model", "train"], "keras_vit.training.run"),
+    "DEMO_VARIANT": "keras_vit.variants",  # its home; kept here, where 0.1 had it
+}, submodules=("distribute", "jax_distribution", "optimizers", "recipes", "report", "resume",
+               "run"))

@@ -2,9 +2,8 @@
 
 - `get_strategy`: on TensorFlow, one device, MirroredStrategy, MultiWorkerMirroredStrategy
   or TPUStrategy; on JAX, a `keras.distribution` (`jax_distribution.py`) or one device.
-- `SGD`, `AdamW`: clip the gradient summed over replicas, so a clipped step under a
-  strategy equals the one-device step. Keras clips each replica's gradient before the
-  sum (its `BaseOptimizer._clip_gradients`, which these override).
+- `SGD`, `AdamW` (keras_vit/training/optimizers.py, re-exported here): clip the gradient
+  summed over replicas, so a clipped step under a strategy equals the one-device step.
 - `multi_worker_fit`: lets Keras' `fit` run under MultiWorkerMirroredStrategy
   (keras-team/keras#20585), by patching private Keras functions for one `fit` call.
 
@@ -20,6 +19,10 @@ import os
 import keras
 import tensorflow as tf
 
+from keras_vit.training._private_keras import KNOWN_KERAS
+from keras_vit.training._private_keras import check_private_keras as _check_private_keras
+from keras_vit.training.optimizers import SGD, AdamW
+
 __all__ = ["STRATEGIES", "get_strategy", "strategy_name", "run_scope", "num_replicas", "is_chief",
            "worker_output", "SGD", "AdamW", "multi_worker_fit", "KNOWN_KERAS"]
 
@@ -27,23 +30,6 @@ TF_STRATEGIES = ("mirrored", "multiworker", "tpu")  # tf.distribute: the TensorF
 # keras.distribution: the JAX backend (jax_distribution.DISTRIBUTIONS)
 JAX_STRATEGIES = ("data-parallel", "model-parallel")
 STRATEGIES = ("auto", *TF_STRATEGIES, *JAX_STRATEGIES, "none")
-# The Keras releases whose private code the work-arounds below were checked against.
-KNOWN_KERAS = ((3, 10), (3, 15))
-
-
-def _check_private_keras(feature, module, *names):
-    """Fails clearly when `module` lacks `names` or Keras is outside `KNOWN_KERAS`."""
-    version = tuple(int(part) for part in keras.__version__.split(".")[:2])
-    low, high = KNOWN_KERAS
-    missing = [name for name in names if not hasattr(module, name)]
-    if missing or not low <= version <= high:
-        raise RuntimeError(
-            f"{feature} patches private Keras code checked on Keras {low[0]}.{low[1]} to "
-            f"{high[0]}.{high[1]}; this is Keras {keras.__version__}"
-            + (f", which lacks {', '.join(missing)}" if missing else "")
-            + ". Install a Keras in that range (pip install 'keras>=3.10,<3.16').")
-
-
 # --- choosing a strategy ---------------------------------------------------------------------
 
 def _tf_config():
@@ -172,42 +158,6 @@ def worker_output(output, strategy):
         return os.path.join(output, f"worker-{jax_distribution.process_index()}")
     task = _tf_config().get("task", {})
     return os.path.join(output, f"{task.get('type', 'worker')}-{task.get('index', 0)}")
-
-
-# --- clipping the global gradient --------------------------------------------------------------
-
-class _ClipAfterAllReduce:
-    def _clip_gradients(self, grads):
-        if keras.backend.backend() != "tensorflow":
-            # keras.distribution (JAX) differentiates the global batch: the gradient is
-            # already the all-reduced one, and Keras' clipping of it is the right one.
-            return super()._clip_gradients(grads)
-        context = tf.distribute.get_replica_context()
-        replicas = context.num_replicas_in_sync if context is not None else 1
-        if not self.global_clipnorm or replicas == 1:
-            return super()._clip_gradients(grads)
-        total = context.all_reduce("SUM", grads)  # what the update will apply, unclipped
-        clipped = super()._clip_gradients(total)
-        # The update step all-reduces (sums) the replicas' gradients again: send 1/replicas.
-        return [g / replicas for g in clipped]
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class SGD(_ClipAfterAllReduce, keras.optimizers.SGD):
-    """`keras.optimizers.SGD`, with `global_clipnorm` applied to the global gradient."""
-
-    def __init__(self, *args, **kwargs):
-        _check_private_keras("keras_vit's SGD", keras.optimizers.SGD, "_clip_gradients")
-        super().__init__(*args, **kwargs)
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class AdamW(_ClipAfterAllReduce, keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW`, with `global_clipnorm` applied to the global gradient."""
-
-    def __init__(self, *args, **kwargs):
-        _check_private_keras("keras_vit's AdamW", keras.optimizers.AdamW, "_clip_gradients")
-        super().__init__(*args, **kwargs)
 
 
 # --- fit under MultiWorkerMirroredStrategy -----------------------------------------------------

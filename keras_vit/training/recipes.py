@@ -8,7 +8,7 @@ import dataclasses
 
 import keras
 
-from keras_vit.training.distribute import SGD, AdamW
+from keras_vit.training.optimizers import SGD, AdamW
 
 __all__ = ["Recipe", "RECIPES", "get_recipe", "accumulation_steps", "learning_rate_schedule",
            "make_optimizer", "PRECISIONS"]

@@ -40,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.atomic import atomic_open
-from keras_vit.data import DEMO_VARIANT, get_preset, load_dataset, make_pipeline
+from keras_vit.data import get_preset, load_dataset, make_pipeline
 from keras_vit.errors import RunConflictError
 from keras_vit.models import ViT
 from keras_vit.training import report, resume
@@ -146,7 +146,7 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
     preset = get_preset(dataset)
-    variant = _resolve_variant(model or preset.model)
+    variant = get_variant(model or preset.model)
     if recipe is None:
         recipe = "finetune" if weights else preset.recipe
     if isinstance(recipe, str):
@@ -183,15 +183,17 @@ def _run_config(dataset, variant, weights, recipe, precision, seed):
     """What decides a run's result, as JSON values; where the data lives and the strategy don't."""
     if isinstance(dataset, str) and os.path.isdir(dataset):
         dataset = os.path.abspath(dataset)
-    return {"dataset": dataset, "model": variant.name if variant.name in _known_variants()
+    return {"dataset": dataset, "model": variant.name if _known(variant)
             else dataclasses.asdict(variant), "weights": weights,
             "recipe": dataclasses.asdict(recipe), "precision": precision, "seed": seed}
 
 
-def _known_variants():
-    from keras_vit.variants import VARIANTS
-
-    return {*VARIANTS, DEMO_VARIANT.name}
+def _known(variant):
+    """Whether `get_variant` finds `variant` by its name (then run.json records the name)."""
+    try:
+        return get_variant(variant.name) == variant
+    except ValueError:  # a Variant of the user's own, under a name of their own
+        return False
 
 
 def _flatten(config, prefix=""):
@@ -285,14 +287,6 @@ def _check_recipe_values(recipe):
     if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) \
             or rate <= 0:
         raise ValueError(f"lr must be a positive number, got {rate!r}.")
-
-
-def _resolve_variant(model):
-    if isinstance(model, Variant):
-        return model
-    if model in ("demo", DEMO_VARIANT.name):
-        return DEMO_VARIANT
-    return get_variant(model)
 
 
 def _fit_and_report(run, config):
