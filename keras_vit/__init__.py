@@ -52,6 +52,9 @@ if not _started_as_command():
         DatasetUnavailableError,
         ImageError,
         KerasViTError,
+        PathError,
+        PathExistsError,
+        PathNotFoundError,
         RunConflictError,
         WeightsUnavailableError,
     )
@@ -121,7 +124,7 @@ __all__ = [
     # errors: one family (keras_vit/errors.py)
     "KerasViTError", "ArgumentError", "ArgumentTypeError", "CheckpointError",
     "WeightsUnavailableError", "ImageError", "DatasetError", "DatasetUnavailableError",
-    "RunConflictError", "CommandError",
+    "RunConflictError", "CommandError", "PathError", "PathNotFoundError", "PathExistsError",
     # pre- and post-processing
     "preprocess_input", "decode_predictions", "imagenet_labels",
     # export
