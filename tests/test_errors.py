@@ -8,6 +8,7 @@ import ast
 import builtins
 import errno
 import pathlib
+import re
 
 import pytest
 
@@ -172,6 +173,12 @@ def test_every_member_refines_its_builtin(name):
     expected = BUILTIN_OF[name] or Exception
     assert nearest is expected, f"{name} refines {nearest.__name__}, documented as {expected.__name__}"
     assert isinstance(error, expected)
+
+
+def test_the_api_page_documents_each_members_builtin():
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)` \| `(\w+)` \|", page, flags=re.M))
+    assert rows == {name: (builtin or Exception).__name__ for name, builtin in BUILTIN_OF.items()}
 
 
 # --- no bare builtin raised on purpose ---
