@@ -19,6 +19,9 @@ __all__ = [
     "DatasetUnavailableError",
     "RunConflictError",
     "CommandError",
+    "PathError",
+    "PathNotFoundError",
+    "PathExistsError",
 ]
 
 
@@ -60,3 +63,15 @@ class RunConflictError(KerasViTError, ValueError):
 
 class CommandError(KerasViTError):
     """A problem with a command's input that no library function raised."""
+
+
+class PathError(KerasViTError, OSError):
+    """A file or folder the caller named that cannot be used as asked (an output folder not writable)."""
+
+
+class PathNotFoundError(PathError, FileNotFoundError):
+    """A file or folder the caller named that does not exist."""
+
+
+class PathExistsError(PathError, FileExistsError):
+    """A file or folder keras_vit was asked to create that exists already."""

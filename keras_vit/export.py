@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folder, write_bytes
+from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.labels import imagenet_label_names, read_labels
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images, preprocess_input
 
@@ -77,15 +78,15 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     os.makedirs(export_dir, exist_ok=True)
     if version is not None and (not isinstance(version, int) or isinstance(version, bool)
                                 or version <= 0):
-        raise ValueError(f"version must be a positive int (TF Serving's folder names), got {version!r}.")
+        raise ArgumentError(f"version must be a positive int (TF Serving's folder names), got {version!r}.")
     if version is not None and os.path.exists(os.path.join(export_dir, str(version))) \
             and not overwrite:
-        raise FileExistsError(f"{os.path.join(export_dir, str(version))} already exists; pass "
+        raise PathExistsError(f"{os.path.join(export_dir, str(version))} already exists; pass "
                               "another version, or overwrite=True.")
     remove_temporaries(export_dir)  # what exports that died (killed, power cut) left
 
     if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
-        raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}.")
+        raise ArgumentError(f"max_pixels must be a positive int, got {max_pixels!r}.")
     archive = _archive(model, labels, top_k, (height, width), with_bytes=True,
                        max_pixels=max_pixels)
     # A hidden name (TF Serving loads integer names only), renamed into place when whole.
@@ -111,10 +112,10 @@ def _move_into_place(written, export_dir, version, overwrite):
             return publish_folder(written, target, replace=overwrite)
         except FileExistsError:
             if version is not None:
-                raise FileExistsError(f"{target} already exists (another export wrote it "
+                raise PathExistsError(f"{target} already exists (another export wrote it "
                                       "meanwhile); pass another version, or "
                                       "overwrite=True.") from None
-    raise FileExistsError(f"Could not claim a version folder in {export_dir}: other exports "
+    raise PathExistsError(f"Could not claim a version folder in {export_dir}: other exports "
                           "keep taking them.")
 
 
@@ -130,8 +131,8 @@ def export_tflite(model, path, top_k=5):
     size = _image_size(model)
     weight_bytes = sum(int(np.prod(w.shape)) * 4 for w in model.weights)
     if weight_bytes >= TFLITE_MAX_BYTES:
-        raise ValueError(f"{model.name} has {weight_bytes / 2 ** 30:.1f} GiB of float32 weights; "
-                         "a TFLite file holds at most 2 GiB. Export a smaller variant.")
+        raise ArgumentError(f"{model.name} has {weight_bytes / 2 ** 30:.1f} GiB of float32 weights; "
+                            "a TFLite file holds at most 2 GiB. Export a smaller variant.")
     with tempfile.TemporaryDirectory() as saved_model:
         _archive(model, None, top_k, size, with_bytes=False).write_out(saved_model, verbose=False,
                                                                        options=_save_options())
@@ -142,8 +143,8 @@ def export_tflite(model, path, top_k=5):
         try:
             content = converter.convert()
         except Exception as error:  # the converter's own error type is not public API
-            raise ValueError(f"{model.name} does not convert to TFLite with builtin ops only "
-                             f"(Flex ops are not available on phones): {error}") from error
+            raise ArgumentError(f"{model.name} does not convert to TFLite with builtin ops only "
+                                f"(Flex ops are not available on phones): {error}") from error
     write_bytes(path, content)
     return path
 
@@ -161,7 +162,7 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
     classes = _classes(model)
     top_k = min(int(top_k), classes)
     if top_k <= 0:
-        raise ValueError(f"top_k must be a positive int, got {top_k}.")
+        raise ArgumentError(f"top_k must be a positive int, got {top_k}.")
     softmax_head = has_softmax_head(model)
     to_model_input = model_input(model)
     label_table = None if labels is None else tf.constant(list(labels), tf.string)
@@ -300,18 +301,18 @@ def _checked_image_bytes(image_bytes):
 def _image_size(model):
     shape = model.input_shape
     if not isinstance(shape, tuple) or len(shape) != 4 or None in shape[1:3]:
-        raise ValueError(f"Export needs a model with one image input of fixed size (batch, height, "
-                         f"width, 3); {model.name} takes {shape}.")
+        raise ArgumentError(f"Export needs a model with one image input of fixed size (batch, height, "
+                            f"width, 3); {model.name} takes {shape}.")
     if shape[3] != 3:
-        raise ValueError(f"Export serves RGB images; {model.name} takes {shape[3]} channels.")
+        raise ArgumentError(f"Export serves RGB images; {model.name} takes {shape[3]} channels.")
     return shape[1], shape[2]
 
 
 def _classes(model):
     shape = model.output_shape
     if not isinstance(shape, tuple) or len(shape) != 2 or shape[1] is None:
-        raise ValueError(f"Export needs a classifier with output (batch, classes); {model.name} "
-                         f"returns {shape}. Build it with include_top=True.")
+        raise ArgumentError(f"Export needs a classifier with output (batch, classes); {model.name} "
+                            f"returns {shape}. Build it with include_top=True.")
     return shape[1]
 
 
@@ -342,13 +343,13 @@ def _resolve_labels(labels, classes):
     if isinstance(labels, str) and labels == "imagenet":
         names = imagenet_label_names(classes)
         if names is None:
-            raise ValueError(f'labels="imagenet" needs a 1000- or 21843-class head, not {classes}.')
+            raise ArgumentError(f'labels="imagenet" needs a 1000- or 21843-class head, not {classes}.')
         return names
     if isinstance(labels, (str, os.PathLike)):
         labels = read_labels(labels)
     labels = [str(name) for name in labels]
     if len(labels) != classes:
-        raise ValueError(f"Got {len(labels)} labels for a model with {classes} classes; "
-                         "give exactly one name per class, in the head's order.")
+        raise ArgumentError(f"Got {len(labels)} labels for a model with {classes} classes; "
+                            "give exactly one name per class, in the head's order.")
     return labels
 

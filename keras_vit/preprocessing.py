@@ -19,6 +19,8 @@ import re
 
 import numpy as np
 
+from keras_vit.errors import ImageError
+
 __all__ = ["preprocess_input", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "MAX_PIXELS", "decode_image",
            "declared_image_size", "check_pixel_budget",
            "resize_image", "decode_images", "load_image", "image_paths", "not_an_image"]
@@ -245,30 +247,30 @@ def decode_images(image_bytes, image_size, channels=3, max_pixels=MAX_PIXELS):
 def load_image(path, image_size, channels=3, max_pixels=MAX_PIXELS):
     """An image file -> float32 `(H, W, channels)` NumPy pixels in [0, 255] at `image_size`.
 
-    Raises `ValueError` naming the file when it is missing, not an image, or
+    Raises `ImageError` naming the file when it is missing, not an image, or
     larger than `max_pixels` pixels.
     """
     import tensorflow as tf
 
     if not os.path.isfile(path):
-        raise ValueError(f"No image file at {path}.")
+        raise ImageError(f"No image file at {path}.")
     with open(path, "rb") as f:
         data = f.read()
     try:
         image = decode_image(tf.constant(data), channels, max_pixels)
     except tf.errors.InvalidArgumentError as error:
-        raise not_an_image(path, error) from None
+        raise not_an_image(path, error) from error
     return resize_image(image, image_size).numpy()
 
 
 def not_an_image(path, error):
-    """The `ValueError` for a file TensorFlow failed to decode, with its one useful line."""
+    """The `ImageError` for a file TensorFlow failed to decode, with its one useful line."""
     reason = _reason(error.message)
     if _BUDGET_MESSAGE in reason:
-        return ValueError(f"{path} is too large to decode: {reason}.")
+        return ImageError(f"{path} is too large to decode: {reason}.")
     if reason == _ANIMATED_WEBP:
-        return ValueError(f"{path} cannot be decoded: {reason}.")
-    return ValueError(f"{path} is not a {IMAGE_FORMATS} image ({reason}).")
+        return ImageError(f"{path} cannot be decoded: {reason}.")
+    return ImageError(f"{path} is not a {IMAGE_FORMATS} image ({reason}).")
 
 
 def image_paths(entries):
@@ -281,9 +283,9 @@ def image_paths(entries):
         elif os.path.isfile(entry):
             paths.append(entry)
         else:
-            raise ValueError(f"No such image file or folder: {entry}")
+            raise ImageError(f"No such image file or folder: {entry}")
     if not paths:
-        raise ValueError(f"No {IMAGE_FORMATS} images found in {', '.join(entries)}.")
+        raise ImageError(f"No {IMAGE_FORMATS} images found in {', '.join(entries)}.")
     return paths
 
 

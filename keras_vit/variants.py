@@ -12,6 +12,8 @@ weights).
 import dataclasses
 import re
 
+from keras_vit.errors import ArgumentError, ArgumentTypeError
+
 __all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "get_variant", "variant_names",
            "constructor_names"]
 
@@ -174,13 +176,13 @@ def get_variant(name):
     if isinstance(name, Variant):
         return name
     if not isinstance(name, str):
-        raise TypeError(f"A variant name must be a string, got {type(name).__name__}.")
+        raise ArgumentTypeError(f"A variant name must be a string, got {type(name).__name__}.")
     variant = _BY_KEY.get(_canonical_key(name))
     if variant is None:
         from keras_vit._names import did_you_mean
 
         known = ", ".join(f'"{v.short_name}"' for v in VARIANTS.values())
         hint = did_you_mean(name, [v.short_name for v in VARIANTS.values()] + list(VARIANTS))
-        raise ValueError(f"Unknown ViT variant {name!r}.{hint} Known variants: {known} "
-                         '(official spellings such as "ViT-B_16" work too).')
+        raise ArgumentError(f"Unknown ViT variant {name!r}.{hint} Known variants: {known} "
+                            '(official spellings such as "ViT-B_16" work too).')
     return variant

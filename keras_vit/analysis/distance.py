@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from keras_vit.errors import ArgumentError
+
 __all__ = ["mean_attention_distance", "patch_distances"]
 
 
@@ -43,13 +45,13 @@ def mean_attention_distance(attention, grid_size, stride, num_prefix_tokens=1,
     """
     attention = np.asarray(attention)
     if attention.ndim not in (4, 5):
-        raise ValueError("attention must have shape (layers, batch, heads, tokens, tokens) or "
-                         f"(batch, heads, tokens, tokens), got {attention.shape}.")
+        raise ArgumentError("attention must have shape (layers, batch, heads, tokens, tokens) or "
+                            f"(batch, heads, tokens, tokens), got {attention.shape}.")
     rows, cols = grid_size
     if attention.shape[-1] != attention.shape[-2] or \
             attention.shape[-1] != num_prefix_tokens + rows * cols:
-        raise ValueError(f"Attention over {attention.shape[-2:]} tokens does not match a "
-                         f"{rows}x{cols} grid with {num_prefix_tokens} prefix token(s).")
+        raise ArgumentError(f"Attention over {attention.shape[-2:]} tokens does not match a "
+                            f"{rows}x{cols} grid with {num_prefix_tokens} prefix token(s).")
     distances = patch_distances(grid_size, stride)
 
     def one_layer(layer):  # (batch, heads, tokens, tokens) -> (heads,)

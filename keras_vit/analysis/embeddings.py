@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from sklearn.decomposition import PCA
 
+from keras_vit.errors import ArgumentError
 from keras_vit.layers import AddPositionEmbedding, PatchEncoder
 
 __all__ = ["position_embedding_similarity", "patch_embedding_components",
@@ -36,15 +37,15 @@ def position_embedding_similarity(model_or_embedding, grid_size=None, num_prefix
     else:
         embedding = np.asarray(model_or_embedding)
         if grid_size is None or num_prefix_tokens is None:
-            raise ValueError("With an embedding array, give grid_size and num_prefix_tokens.")
+            raise ArgumentError("With an embedding array, give grid_size and num_prefix_tokens.")
     embedding = np.asarray(embedding, dtype=np.float64)
     if embedding.ndim == 3 and embedding.shape[0] == 1:
         embedding = embedding[0]
     rows, cols = grid_size
     if embedding.ndim != 2 or embedding.shape[0] != num_prefix_tokens + rows * cols:
-        raise ValueError(f"A {rows}x{cols} grid with {num_prefix_tokens} prefix token(s) needs "
-                         f"a ({num_prefix_tokens + rows * cols}, D) embedding, got "
-                         f"{embedding.shape}.")
+        raise ArgumentError(f"A {rows}x{cols} grid with {num_prefix_tokens} prefix token(s) needs "
+                            f"a ({num_prefix_tokens + rows * cols}, D) embedding, got "
+                            f"{embedding.shape}.")
     grid = embedding[num_prefix_tokens:]
     unit = grid / np.maximum(np.linalg.norm(grid, axis=-1, keepdims=True), 1e-12)
     return (unit @ unit.T).reshape(rows, cols, rows, cols)
@@ -80,13 +81,13 @@ def patch_embedding_components(model_or_kernel, num_components=28):
     else:
         kernel = np.asarray(model_or_kernel)
     if kernel.ndim != 4:
-        raise ValueError(f"A patch-embedding kernel has shape (P, P, channels, D), got "
-                         f"{kernel.shape}.")
+        raise ArgumentError(f"A patch-embedding kernel has shape (P, P, channels, D), got "
+                            f"{kernel.shape}.")
     height, width, channels, filters = kernel.shape
     limit = min(filters, height * width * channels)
     if not 1 <= num_components <= limit:
-        raise ValueError(f"num_components must be between 1 and {limit} for a kernel of shape "
-                         f"{kernel.shape}, got {num_components}.")
+        raise ArgumentError(f"num_components must be between 1 and {limit} for a kernel of shape "
+                            f"{kernel.shape}, got {num_components}.")
     points = kernel.reshape(-1, filters).T.astype(np.float64)  # (D, P * P * channels)
     pca = PCA(n_components=num_components).fit(points)
     components = pca.components_.reshape(num_components, height, width, channels)
@@ -96,6 +97,6 @@ def patch_embedding_components(model_or_kernel, num_components=28):
 def _single_layer(model, layer_type):
     layers = [layer for layer in model.layers if isinstance(layer, layer_type)]
     if len(layers) != 1:
-        raise ValueError(f"Model {model.name!r} has {len(layers)} {layer_type.__name__} layers; "
-                         "expected exactly one (is it a keras_vit model?).")
+        raise ArgumentError(f"Model {model.name!r} has {len(layers)} {layer_type.__name__} layers; "
+                            "expected exactly one (is it a keras_vit model?).")
     return layers[0]

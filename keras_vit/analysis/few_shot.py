@@ -3,6 +3,8 @@
 import numpy as np
 from sklearn.linear_model import Ridge
 
+from keras_vit.errors import ArgumentError
+
 __all__ = ["few_shot_linear_eval", "few_shot_indices"]
 
 
@@ -13,14 +15,14 @@ def few_shot_indices(labels, shots, seed=0):
     """
     labels = np.asarray(labels)
     if not isinstance(shots, (int, np.integer)) or shots <= 0:
-        raise ValueError(f"shots must be a positive int, got {shots!r}.")
+        raise ArgumentError(f"shots must be a positive int, got {shots!r}.")
     rng = np.random.default_rng(seed)
     chosen = []
     for label in np.unique(labels):
         members = np.flatnonzero(labels == label)
         if len(members) < shots:
-            raise ValueError(f"Class {label!r} has {len(members)} examples, fewer than "
-                             f"{shots} shots.")
+            raise ArgumentError(f"Class {label!r} has {len(members)} examples, fewer than "
+                                f"{shots} shots.")
         chosen.append(rng.choice(members, size=shots, replace=False))
     return np.sort(np.concatenate(chosen))
 
@@ -54,15 +56,15 @@ def few_shot_linear_eval(train_features, train_labels, test_features, test_label
     for name, features, labels in (("train", train_features, train_labels),
                                    ("test", test_features, test_labels)):
         if features.ndim != 2 or labels.shape != (len(features),):
-            raise ValueError(f"{name} features must be (n, D) with (n,) labels, got "
-                             f"{features.shape} and {labels.shape}.")
+            raise ArgumentError(f"{name} features must be (n, D) with (n,) labels, got "
+                                f"{features.shape} and {labels.shape}.")
         if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
-            raise ValueError(f"{name} labels must be non-negative integer class ids.")
+            raise ArgumentError(f"{name} labels must be non-negative integer class ids.")
     if train_features.shape[1] != test_features.shape[1]:
-        raise ValueError(f"Train and test features differ in width: {train_features.shape[1]} "
-                         f"vs {test_features.shape[1]}.")
+        raise ArgumentError(f"Train and test features differ in width: {train_features.shape[1]} "
+                            f"vs {test_features.shape[1]}.")
     if l2_regularization < 0:
-        raise ValueError(f"l2_regularization must be >= 0, got {l2_regularization}.")
+        raise ArgumentError(f"l2_regularization must be >= 0, got {l2_regularization}.")
     if num_classes is None:
         num_classes = int(max(train_labels.max(), test_labels.max())) + 1
     if shots is not None:

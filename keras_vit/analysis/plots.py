@@ -11,6 +11,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from keras_vit.analysis.rollout import _to_unit_rgb, overlay
+from keras_vit.errors import ArgumentError
 
 __all__ = ["plot_attention_rollout", "plot_mean_attention_distance",
            "plot_position_embedding_similarity", "plot_patch_embedding_components"]
@@ -59,7 +60,7 @@ def plot_mean_attention_distance(path, distances, image_size=None, title=None, d
     """
     distances = np.asarray(distances)
     if distances.ndim != 2:
-        raise ValueError(f"distances must be (layers, heads), got {distances.shape}.")
+        raise ArgumentError(f"distances must be (layers, heads), got {distances.shape}.")
     layers, heads = distances.shape
     figure = Figure(figsize=figsize, dpi=dpi)
     axis = figure.subplots()
@@ -91,8 +92,8 @@ def plot_position_embedding_similarity(path, similarity, title=None, dpi=100, fi
     """
     similarity = np.asarray(similarity)
     if similarity.ndim != 4:
-        raise ValueError(f"similarity must be (rows, columns, rows, columns), got "
-                         f"{similarity.shape}.")
+        raise ArgumentError(f"similarity must be (rows, columns, rows, columns), got "
+                            f"{similarity.shape}.")
     rows, cols = similarity.shape[:2]
     figure = Figure(figsize=figsize, dpi=dpi)
     grid = figure.add_gridspec(rows, cols, left=0.08, right=0.82, bottom=0.08, top=0.9,
@@ -132,8 +133,8 @@ def plot_patch_embedding_components(path, components, columns=7, title=None, dpi
     """
     components = np.asarray(components)
     if components.ndim != 4 or components.shape[-1] not in (1, 3):
-        raise ValueError("components must be (k, P, P, 1 or 3) image-like filters, got "
-                         f"{components.shape}; hybrid models' 1x1 feature filters are not images.")
+        raise ArgumentError("components must be (k, P, P, 1 or 3) image-like filters, got "
+                            f"{components.shape}; hybrid models' 1x1 feature filters are not images.")
     count = len(components)
     rows = -(-count // columns)
     extra = 0.3 if title else 0.0

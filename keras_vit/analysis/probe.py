@@ -13,6 +13,7 @@ import numpy as np
 
 from keras_vit.analysis.distance import mean_attention_distance
 from keras_vit.analysis.rollout import attention_rollout
+from keras_vit.errors import ArgumentError, ArgumentTypeError
 from keras_vit.layers import AddPositionEmbedding, TransformerBlock
 
 __all__ = ["AttentionProbe", "ProbeOutputs", "pooled_features"]
@@ -57,15 +58,15 @@ class AttentionProbe:
 
     def __init__(self, model):
         if not isinstance(model, keras.Model):
-            raise TypeError(f"AttentionProbe needs a keras.Model, got {type(model).__name__}.")
+            raise ArgumentTypeError(f"AttentionProbe needs a keras.Model, got {type(model).__name__}.")
         blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
         positions = [layer for layer in model.layers if isinstance(layer, AddPositionEmbedding)]
         if not blocks or len(positions) != 1:
-            raise ValueError(f"Model {model.name!r} is not a keras_vit ViT: it needs "
-                             f"TransformerBlock layers and one AddPositionEmbedding, found "
-                             f"{len(blocks)} and {len(positions)}.")
+            raise ArgumentError(f"Model {model.name!r} is not a keras_vit ViT: it needs "
+                                f"TransformerBlock layers and one AddPositionEmbedding, found "
+                                f"{len(blocks)} and {len(positions)}.")
         if len(model.inputs) != 1 or len(model.outputs) != 1:
-            raise ValueError("AttentionProbe needs a model with one input and one output.")
+            raise ArgumentError("AttentionProbe needs a model with one input and one output.")
         self.model = model
         self.grid_size = positions[0].grid_size
         self.num_prefix_tokens = positions[0].num_prefix_tokens
@@ -91,7 +92,7 @@ class AttentionProbe:
         """Yields `ProbeOutputs` batch by batch, so memory stays bounded."""
         images = self._check_images(images)
         if not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+            raise ArgumentError(f"batch_size must be a positive int, got {batch_size!r}.")
         for start in range(0, len(images), batch_size):
             outputs, attention, tokens = self._forward(images[start:start + batch_size])
             yield ProbeOutputs(attention=_numpy(attention), tokens=_numpy(tokens),
@@ -141,20 +142,20 @@ class AttentionProbe:
         images = np.asarray(images)
         expected = tuple(self.model.input_shape[1:])
         if images.ndim != 4 or images.shape[1:] != expected:
-            raise ValueError(f"Images must have shape (batch, {', '.join(map(str, expected))}) "
-                             f"for model {self.model.name!r}, got {images.shape}.")
+            raise ArgumentError(f"Images must have shape (batch, {', '.join(map(str, expected))}) "
+                                f"for model {self.model.name!r}, got {images.shape}.")
         if len(images) == 0:
-            raise ValueError("No images given.")
+            raise ArgumentError("No images given.")
         return images
 
 
 def _image_size(model, grid_size):
     height, width = model.input_shape[1:3]
     if height is None or width is None:
-        raise ValueError("AttentionProbe needs a model built for a fixed image size.")
+        raise ArgumentError("AttentionProbe needs a model built for a fixed image size.")
     if height % grid_size[0] or width % grid_size[1]:
-        raise ValueError(f"Image size {height}x{width} is not a whole number of pixels per "
-                         f"token on the {grid_size[0]}x{grid_size[1]} grid.")
+        raise ArgumentError(f"Image size {height}x{width} is not a whole number of pixels per "
+                            f"token on the {grid_size[0]}x{grid_size[1]} grid.")
     return height, width
 
 
@@ -167,13 +168,13 @@ def _layer_chain(model):
         # keras_vit models are one chain of layers; a branching graph would be
         # silently mis-wired by calling its layers in order, so refuse it.
         if layer.input is not previous:
-            raise ValueError(f"Layer {layer.name!r} of model {model.name!r} does not follow the "
-                             "previous layer; AttentionProbe supports keras_vit's chain-shaped "
-                             "models only.")
+            raise ArgumentError(f"Layer {layer.name!r} of model {model.name!r} does not follow the "
+                                "previous layer; AttentionProbe supports keras_vit's chain-shaped "
+                                "models only.")
         chain.append(layer)
         previous = layer.output
     if previous is not model.outputs[0]:
-        raise ValueError(f"The layers of model {model.name!r} do not end at its output.")
+        raise ArgumentError(f"The layers of model {model.name!r} do not end at its output.")
     return chain
 
 
@@ -203,5 +204,5 @@ def pooled_features(model, images, batch_size=32):
             extractor = keras.Model(model.inputs, model.get_layer(name).output)
             return np.asarray(extractor.predict(np.asarray(images), batch_size=batch_size,
                                                 verbose=0), dtype=np.float32)
-    raise ValueError(f"Model {model.name!r} has no pooling layer (token_pool, gap_pool or "
-                     "pre_logits); build it with pooling='token' or 'gap'.")
+    raise ArgumentError(f"Model {model.name!r} has no pooling layer (token_pool, gap_pool or "
+                        "pre_logits); build it with pooling='token' or 'gap'.")

@@ -5,6 +5,8 @@ import dataclasses
 import numpy as np
 from keras import ops
 
+from keras_vit.errors import ArgumentError
+
 __all__ = ["RolloutResult", "rollout", "attention_rollout", "overlay"]
 
 
@@ -35,8 +37,8 @@ def rollout(attention, residual=True):
     """
     attention = np.asarray(attention)
     if attention.ndim != 5 or attention.shape[-1] != attention.shape[-2]:
-        raise ValueError("attention must have shape (layers, batch, heads, tokens, tokens), "
-                         f"got {attention.shape}.")
+        raise ArgumentError("attention must have shape (layers, batch, heads, tokens, tokens), "
+                            f"got {attention.shape}.")
     per_layer = attention.mean(axis=2, dtype=np.float64)  # (layers, batch, tokens, tokens)
     if residual:
         per_layer = per_layer + np.eye(per_layer.shape[-1])
@@ -69,8 +71,8 @@ def attention_rollout(attention, grid_size, num_prefix_tokens=1, image_size=None
     rows, cols = grid_size
     joint = rollout(attention, residual=residual)
     if joint.shape[-1] != num_prefix_tokens + rows * cols:
-        raise ValueError(f"{joint.shape[-1]} tokens do not match a {rows}x{cols} grid with "
-                         f"{num_prefix_tokens} prefix token(s).")
+        raise ArgumentError(f"{joint.shape[-1]} tokens do not match a {rows}x{cols} grid with "
+                            f"{num_prefix_tokens} prefix token(s).")
     if num_prefix_tokens:
         from_output = joint[:, 0, num_prefix_tokens:]
     else:
@@ -109,7 +111,7 @@ def overlay(images, upsampled, alpha=0.6, colormap="inferno"):
     images = _to_unit_rgb(images)
     upsampled = np.asarray(upsampled)
     if upsampled.shape != images.shape[:3]:
-        raise ValueError(f"Heatmaps {upsampled.shape} do not match images {images.shape[:3]}.")
+        raise ArgumentError(f"Heatmaps {upsampled.shape} do not match images {images.shape[:3]}.")
     heat = matplotlib.colormaps[colormap](upsampled)[..., :3]
     return (1 - alpha) * images + alpha * heat
 
@@ -117,7 +119,7 @@ def overlay(images, upsampled, alpha=0.6, colormap="inferno"):
 def _to_unit_rgb(images):
     images = np.asarray(images, dtype=np.float32)
     if images.ndim != 4 or images.shape[-1] not in (1, 3):
-        raise ValueError(f"Images must be (batch, height, width, 1 or 3), got {images.shape}.")
+        raise ArgumentError(f"Images must be (batch, height, width, 1 or 3), got {images.shape}.")
     if images.min() < 0:  # preprocessed [-1, 1]
         images = (images + 1) / 2
     elif images.max() > 1:  # [0, 255]

@@ -32,6 +32,7 @@ from keras_vit.checkpoints.layout import (
     describe_architecture,
     square_grid,
 )
+from keras_vit.errors import ArgumentError, ArgumentTypeError, PathNotFoundError
 
 __all__ = ["Checkpoint", "catalogue", "find_checkpoint", "resolve_weights", "pin_checksum",
            "cache_dir", "OFFICIAL_BASE_URL", "WEIGHTS_URL_ENV"]
@@ -129,12 +130,12 @@ def find_checkpoint(variant, tag):
 
         # The hub entries are many and all spelled hf://...; `keras-vit info` lists them.
         named = [t for t in tags if not t.startswith("hf://")]
-        raise ValueError(f"Unknown weights {tag!r}.{did_you_mean(tag, tags)} Use None, the path "
-                         "of a checkpoint file or directory, hf://owner/name (keras-vit info "
-                         f"lists the catalogued ones), or one of the tags: {', '.join(named)}.")
+        raise ArgumentError(f"Unknown weights {tag!r}.{did_you_mean(tag, tags)} Use None, the path "
+                            "of a checkpoint file or directory, hf://owner/name (keras-vit info "
+                            f"lists the catalogued ones), or one of the tags: {', '.join(named)}.")
     available = sorted(c.tag for c in catalogue() if c.variant == variant.name)
-    raise ValueError(f"There are no {tag!r} weights for {variant.name}. Available for this "
-                     f"variant: {', '.join(available) or 'none'}.")
+    raise ArgumentError(f"There are no {tag!r} weights for {variant.name}. Available for this "
+                        f"variant: {', '.join(available) or 'none'}.")
 
 
 def resolve_weights(variant, weights, image_size=None):
@@ -142,13 +143,14 @@ def resolve_weights(variant, weights, image_size=None):
     if weights is None:
         return None
     if not isinstance(weights, (str, os.PathLike)):
-        raise TypeError(f"weights must be None, a catalogue tag or a path, got {type(weights).__name__}.")
+        raise ArgumentTypeError("weights must be None, a catalogue tag or a path, got "
+                                f"{type(weights).__name__}.")
     weights = os.fspath(weights)
     if weights.startswith("hf://"):
         return _hub_checkpoint(variant, weights)
     if is_checkpoint_path(weights):
         if not os.path.exists(weights):
-            raise FileNotFoundError(f"No checkpoint file at {weights!r}.")
+            raise PathNotFoundError(f"No checkpoint file at {weights!r}.")
         return _local_checkpoint(variant, weights)
     return find_checkpoint(variant, weights)
 
@@ -192,7 +194,7 @@ def pin_checksum(key, sha256):
     against its entry), so a file that changes in the cache afterwards is caught.
     """
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower()):
-        raise ValueError(f"A sha256 is 64 hexadecimal digits, got {sha256!r}.")
+        raise ArgumentError(f"A sha256 is 64 hexadecimal digits, got {sha256!r}.")
     pins = _pins()
     pins[key] = sha256.lower()
     with atomic_open(_pins_path(), "w") as f:  # never a half-written pin file
@@ -358,8 +360,8 @@ def _hub_checkpoint(variant, weights):
             return c
     others = sorted({c.variant for c in catalogue() if c.hub == repo})
     if others:
-        raise ValueError(f"{weights} holds {' or '.join(others)} weights (catalogue), not "
-                         f"{variant.name}; build {others[0]} to use them.")
+        raise CheckpointError(f"{weights} holds {' or '.join(others)} weights (catalogue), not "
+                              f"{variant.name}; build {others[0]} to use them.")
     return _local_checkpoint(variant, _hub_snapshot(repo, revision or None, weights), hub=repo,
                              revision=revision or None)
 

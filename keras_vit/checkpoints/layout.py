@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.errors import ArgumentError
 from keras_vit.variants import VARIANTS
 
 __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "is_head_key",
@@ -273,11 +274,11 @@ def split_heads(a, heads, axis):
 def official_to_timm(arrays):
     """Official-key arrays (heads split as (D, H, hd)) -> timm's VisionTransformer keys."""
     if "conv_root/kernel" in arrays:
-        raise ValueError("save_safetensors writes timm's plain ViT layout; a hybrid's ResNet trunk "
-                         "has no equivalent there. Use save_npz, which timm's npz loader reads.")
+        raise ArgumentError("save_safetensors writes timm's plain ViT layout; a hybrid's ResNet trunk "
+                            "has no equivalent there. Use save_npz, which timm's npz loader reads.")
     if "pre_logits/kernel" in arrays:
-        raise ValueError("timm's ViT layout has no pre_logits layer; save this model with "
-                         "save_npz, or build it with representation_size=None.")
+        raise ArgumentError("timm's ViT layout has no pre_logits layer; save this model with "
+                            "save_npz, or build it with representation_size=None.")
     sd = {"patch_embed.proj.weight": arrays["embedding/kernel"].transpose(3, 2, 0, 1),
           "patch_embed.proj.bias": arrays["embedding/bias"],
           "pos_embed": arrays["Transformer/posembed_input/pos_embedding"],

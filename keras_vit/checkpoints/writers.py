@@ -13,6 +13,7 @@ import numpy as np
 from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.formats.safetensors import write_safetensors
 from keras_vit.checkpoints.layout import layout, official_to_timm, released_shape
+from keras_vit.errors import ArgumentError
 
 __all__ = ["official_arrays", "save_npz", "save_safetensors"]
 
@@ -33,7 +34,7 @@ def save_npz(model, path):
     loader and keras_vit all read it), atomically."""
     path = os.fspath(path)
     if not path.endswith(".npz"):
-        raise ValueError(f"save_npz writes an .npz file; got the path {path!r}.")
+        raise ArgumentError(f"save_npz writes an .npz file; got the path {path!r}.")
     arrays = official_arrays(model)
     with atomic_open(path, "wb") as file:
         np.savez(file, **arrays)
@@ -45,6 +46,6 @@ def save_safetensors(model, path):
     atomically. Hybrids and models with pre_logits have no timm equivalent: use save_npz."""
     path = os.fspath(path)
     if not path.endswith(".safetensors"):
-        raise ValueError(f"save_safetensors writes a .safetensors file; got the path {path!r}.")
+        raise ArgumentError(f"save_safetensors writes a .safetensors file; got the path {path!r}.")
     write_safetensors(official_to_timm(official_arrays(model)), path, metadata={"format": "pt"})
     return path

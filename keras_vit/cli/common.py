@@ -1,19 +1,24 @@
 """What every sub-command shares: one error policy and one set of model flags.
 
-The error policy: a problem with the user's input (a bad argument, a missing or
-unreadable file, weights that cannot be had) ends the command with one line on
-stderr, `keras-vit <command>: error: <what>`, and exit status 2. Anything else
-is a bug and keeps its traceback.
+The error policy: the user's mistakes end the command with one line on stderr,
+`keras-vit <command>: error: <what>`, and exit status 2. They are three kinds:
+a usage error argparse finds (`Parser.error`); an error of keras_vit's own
+family (`keras_vit.KerasViTError`: a bad argument, a file that is not an image
+or checkpoint, weights that cannot be had); and an `OSError` about a path the
+user named on the command line (a folder given where a file is expected, a file
+that cannot be read). Anything else, a plain `ValueError` or an `OSError` about
+some other file included, is a bug and keeps its traceback.
 """
 
 import argparse
 import os
 import sys
+import zipfile
 
-from keras_vit.errors import CommandError
+from keras_vit.errors import CheckpointError, CommandError, KerasViTError
 
 __all__ = ["CommandError", "Parser", "add_model_options", "add_max_pixels_option", "load_model",
-           "report_errors", "user_errors"]
+           "report_errors"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -62,23 +67,32 @@ def _choice_hint(message):
     return did_you_mean(found.group(1), choices)
 
 
-def user_errors():
-    """The exceptions a command reports as one line: bad input, missing files, no network."""
-    from keras_vit.checkpoints import WeightsUnavailableError
-    from keras_vit.data import DatasetUnavailableError
-
-    return (CommandError, ValueError, OSError, WeightsUnavailableError, DatasetUnavailableError)
-
-
 def report_errors(prog, run, args):
     """Runs `run(args)`; a user error becomes one line on stderr and exit status 2."""
     try:
         return run(args)
-    except user_errors() as error:
-        # Some messages (a checkpoint report, the offline advice) span lines: fold them.
-        text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-        print(f"{prog}: error: {text}", file=sys.stderr)
-        return 2
+    except KerasViTError as error:
+        text = str(error)
+    except OSError as error:
+        if not _names_a_given_path(error, args):
+            raise
+        names = " -> ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
+        text = f"{names}: {error.strerror or error}"
+    # Some messages (a checkpoint report, the offline advice) span lines: fold them.
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    print(f"{prog}: error: {text}", file=sys.stderr)
+    return 2
+
+
+def _names_a_given_path(error, args):
+    """Whether the `OSError` is about a path among the values of the command line's arguments."""
+    given = set()
+    for value in vars(args).values():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, str) and item:
+                given.add(os.path.abspath(item))
+    about = [name for name in (error.filename, error.filename2) if isinstance(name, (str, os.PathLike))]
+    return any(os.path.abspath(name) in given for name in about)
 
 
 def add_model_options(parser, model_help=None, required=True):
@@ -132,10 +146,20 @@ def load_model(args):
             raise CommandError(f"{args.model} is a saved model; {', '.join(given)} cannot change it.")
         if not os.path.isfile(args.model):
             raise CommandError(f"No .keras file at {args.model}.")
+        if not zipfile.is_zipfile(args.model):  # Keras would call it "File not found"
+            raise CheckpointError(f"{args.model} is not a .keras file (a zip): truncated, or "
+                                  "another kind of file?")
         # A model.keras from `keras-vit train` names its optimizer (keras_vit's SGD or AdamW),
         # which `import keras_vit` registers; under the command keras_vit loads on first use.
         import keras_vit.training.optimizers  # noqa: F401
-        return keras.saving.load_model(args.model)
+        try:
+            return keras.saving.load_model(args.model)
+        except (ValueError, KeyError, OSError, zipfile.BadZipFile, EOFError) as error:
+            # Keras' errors for a torn or foreign file (a truncated zip, no config.json, an
+            # unknown class); the first line says which.
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise CheckpointError(f"{args.model} is not a .keras model keras_vit can load "
+                                  f"({type(error).__name__}: {reason}).") from error
     return ViT(args.model, weights=args.weights, image_size=_image_size(args.image_size),
                classes=args.classes)
 

@@ -121,7 +121,7 @@ def _predict_saved_model(folder, paths, labels, top):
         try:
             outputs = signature(image_bytes=tf.constant([data]))
         except tf.errors.InvalidArgumentError as error:
-            raise not_an_image(path, error) from None
+            raise not_an_image(path, error) from error
         probabilities = outputs["probabilities"].numpy()[0]
         names = _check_labels(labels, probabilities.shape[-1])
         if names is None and "labels" in outputs:  # the names the export gave its own top-k

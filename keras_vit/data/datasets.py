@@ -13,7 +13,7 @@ import socket
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.errors import DatasetUnavailableError
+from keras_vit.errors import DatasetError, DatasetUnavailableError, PathNotFoundError
 from keras_vit.preprocessing import IMAGE_EXTENSIONS, decode_image
 
 __all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
@@ -55,13 +55,13 @@ class DatasetSplits:
 def load_dataset(source, data_dir=None):
     """`"digits"`, a folder of class sub-folders, or a TFDS name ("tf_flowers")."""
     if not isinstance(source, str) or not source:
-        raise ValueError(f"dataset must be 'digits', a folder or a TFDS name, got {source!r}.")
+        raise DatasetError(f"dataset must be 'digits', a folder or a TFDS name, got {source!r}.")
     if source == "digits":
         return load_digits()
     if os.path.isdir(source):
         return load_image_folder(source)
     if os.sep in source or source.startswith("."):
-        raise FileNotFoundError(f"Dataset folder {source!r} does not exist.")
+        raise PathNotFoundError(f"Dataset folder {source!r} does not exist.")
     return load_tfds(source, data_dir=data_dir)
 
 
@@ -112,7 +112,7 @@ def load_image_folder(root):
     """
     class_names = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
     if not class_names:
-        raise ValueError(f"{root!r} has no class sub-folders; expected root/<class>/<image>.")
+        raise DatasetError(f"{root!r} has no class sub-folders; expected root/<class>/<image>.")
     paths, labels, sizes, skipped, unsupported = [], [], [], [], []
     for label, name in enumerate(class_names):
         folder = os.path.join(root, name)
@@ -131,9 +131,9 @@ def load_image_folder(root):
     labels = np.asarray(labels, np.int32)
     missing = [c for i, c in enumerate(class_names) if not np.any(labels == i)]
     if missing:
-        raise ValueError(f"No readable images for classes {missing} under {root!r} "
-                         f"({len(skipped)} unreadable and {len(unsupported)} unsupported files "
-                         "skipped).")
+        raise DatasetError(f"No readable images for classes {missing} under {root!r} "
+                           f"({len(skipped)} unreadable and {len(unsupported)} unsupported files "
+                           "skipped).")
     train, test = _held_out_split(labels)
     paths, sizes = np.asarray(paths), np.asarray(sizes, np.int64)
 
@@ -188,9 +188,9 @@ def load_tfds(name, data_dir=None):
 
         # Not TFDS' own message: it lists every one of its ~450 datasets.
         hint = did_you_mean(name, ["digits", *tfds.list_builders()])
-        raise ValueError(f"Unknown dataset {name!r}: not 'digits', not an existing folder, "
-                         f"and not a TFDS name.{hint} TFDS' names: "
-                         "https://www.tensorflow.org/datasets/catalog/overview") from None
+        raise DatasetError(f"Unknown dataset {name!r}: not 'digits', not an existing folder, "
+                           f"and not a TFDS name.{hint} TFDS' names: "
+                           "https://www.tensorflow.org/datasets/catalog/overview") from None
     if not _is_prepared(builder):
         _prepare(builder, name)
     splits = builder.info.splits

@@ -6,6 +6,8 @@ from importlib import resources
 import numpy as np
 from keras import ops
 
+from keras_vit.errors import ArgumentError
+
 __all__ = ["imagenet_labels", "imagenet_label_names", "decode_predictions", "read_labels"]
 
 _FILES = {1000: "imagenet1k_labels.tsv", 21843: "imagenet21k_labels.tsv"}
@@ -20,7 +22,7 @@ def imagenet_labels(classes=1000):
     Regenerate the files with `python tools/make_label_files.py`.
     """
     if classes not in _FILES:
-        raise ValueError(f"ImageNet labels exist for 1000 or 21843 classes, not {classes}.")
+        raise ArgumentError(f"ImageNet labels exist for 1000 or 21843 classes, not {classes}.")
     text = resources.files("keras_vit.labels").joinpath(_FILES[classes]).read_text("utf-8")
     return tuple(tuple(line.split("\t", 1)) for line in text.splitlines())
 
@@ -37,7 +39,7 @@ def read_labels(path):
     with open(path, encoding="utf-8") as f:
         names = f.read().rstrip("\n").split("\n")
     if not names or names == [""]:
-        raise ValueError(f"{path} holds no labels; write one class name per line.")
+        raise ArgumentError(f"{path} holds no labels; write one class name per line.")
     return [name.rstrip("\r") for name in names]
 
 
@@ -50,7 +52,7 @@ def decode_predictions(predictions, top=5):
     """
     predictions = np.asarray(ops.convert_to_numpy(predictions), dtype=np.float64)
     if predictions.ndim != 2:
-        raise ValueError(f"predictions must be (batch, classes), got shape {predictions.shape}.")
+        raise ArgumentError(f"predictions must be (batch, classes), got shape {predictions.shape}.")
     labels = imagenet_labels(predictions.shape[1])
     is_probability = np.all(predictions >= 0) and np.allclose(predictions.sum(axis=1), 1.0, atol=1e-3)
     if not is_probability:

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.errors import ArgumentError
+
 __all__ = ["PatchEncoder"]
 
 
@@ -19,8 +21,8 @@ class PatchEncoder(keras.layers.Layer):
                  bias_initializer="zeros", **kwargs):
         super().__init__(**kwargs)
         if hidden_size <= 0 or patch_size <= 0:
-            raise ValueError(f"hidden_size and patch_size must be positive, got "
-                             f"{hidden_size} and {patch_size}.")
+            raise ArgumentError(f"hidden_size and patch_size must be positive, got "
+                                f"{hidden_size} and {patch_size}.")
         self.hidden_size = hidden_size
         self.patch_size = patch_size
         self.kernel_initializer = keras.initializers.get(kernel_initializer)

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.errors import ArgumentError
+
 __all__ = ["TokenPooling"]
 
 
@@ -17,9 +19,9 @@ class TokenPooling(keras.layers.Layer):
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
         if mode not in ("token", "gap", "max"):
-            raise ValueError(f'mode must be "token", "gap" or "max", got {mode!r}.')
+            raise ArgumentError(f'mode must be "token", "gap" or "max", got {mode!r}.')
         if mode == "token" and num_prefix_tokens < 1:
-            raise ValueError('mode="token" needs a class token (num_prefix_tokens >= 1).')
+            raise ArgumentError('mode="token" needs a class token (num_prefix_tokens >= 1).')
         self.mode = mode
         self.num_prefix_tokens = num_prefix_tokens
 

@@ -12,6 +12,8 @@ table of names.
 import keras
 from keras import ops
 
+from keras_vit.errors import ArgumentError
+
 __all__ = ["StdConv2D", "BottleneckUnit", "ResNetStem", "GROUP_NORM_EPSILON",
            "STD_CONV_EPSILON"]
 
@@ -133,7 +135,7 @@ class ResNetStem(keras.layers.Layer):
         super().__init__(**kwargs)
         self.stages = tuple(int(n) for n in stages)
         if any(n < 1 for n in self.stages):
-            raise ValueError(f"Every ResNet stage needs at least one unit, got {self.stages}.")
+            raise ArgumentError(f"Every ResNet stage needs at least one unit, got {self.stages}.")
         self.width = width
         root = 64 * width
         dtype = self.dtype_policy

@@ -4,6 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.errors import ArgumentError
+
 __all__ = ["ClassToken", "AddPositionEmbedding", "resize_position_embedding"]
 
 
@@ -40,7 +42,7 @@ class AddPositionEmbedding(keras.layers.Layer):
         super().__init__(**kwargs)
         self.grid_size = _pair(grid_size, "grid_size")
         if num_prefix_tokens < 0:
-            raise ValueError(f"num_prefix_tokens must be >= 0, got {num_prefix_tokens}.")
+            raise ArgumentError(f"num_prefix_tokens must be >= 0, got {num_prefix_tokens}.")
         self.num_prefix_tokens = num_prefix_tokens
         # The official initialiser: normal with stddev 0.02.
         self.initializer = keras.initializers.get(
@@ -52,7 +54,7 @@ class AddPositionEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         if input_shape[1] is not None and input_shape[1] != self.num_positions:
-            raise ValueError(
+            raise ArgumentError(
                 f"AddPositionEmbedding is laid out for {self.num_prefix_tokens} prefix token(s) "
                 f"and a {self.grid_size[0]}x{self.grid_size[1]} grid ({self.num_positions} "
                 f"tokens) but receives {input_shape[1]} tokens.")
@@ -83,10 +85,10 @@ def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_toke
     pos_embedding = np.asarray(pos_embedding)
     old_grid, new_grid = _pair(old_grid, "old_grid"), _pair(new_grid, "new_grid")
     if pos_embedding.ndim != 3 or pos_embedding.shape[0] != 1:
-        raise ValueError(f"A position embedding has shape (1, tokens, D), got {pos_embedding.shape}.")
+        raise ArgumentError(f"A position embedding has shape (1, tokens, D), got {pos_embedding.shape}.")
     expected = num_prefix_tokens + old_grid[0] * old_grid[1]
     if pos_embedding.shape[1] != expected:
-        raise ValueError(
+        raise ArgumentError(
             f"A {old_grid[0]}x{old_grid[1]} grid with {num_prefix_tokens} prefix token(s) needs "
             f"{expected} positions, but the embedding has {pos_embedding.shape[1]}.")
     prefix = pos_embedding[:, :num_prefix_tokens]
@@ -121,5 +123,5 @@ def _pair(value, what):
         value = (value, value)
     value = tuple(int(v) for v in value)
     if len(value) != 2 or min(value) <= 0:
-        raise ValueError(f"{what} must be a positive int or (rows, columns), got {value}.")
+        raise ArgumentError(f"{what} must be a positive int or (rows, columns), got {value}.")
     return value

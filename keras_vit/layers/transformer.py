@@ -10,6 +10,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.errors import ArgumentError
+
 __all__ = ["MultiHeadSelfAttention", "MlpBlock", "TransformerBlock", "use_fused_attention"]
 
 LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 breaks parity
@@ -49,7 +51,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def build(self, input_shape):
         width = input_shape[-1]
         if width % self.num_heads:
-            raise ValueError(f"Width {width} is not divisible by {self.num_heads} heads.")
+            raise ArgumentError(f"Width {width} is not divisible by {self.num_heads} heads.")
         self.head_dim = width // self.num_heads
         self.qkv_kernel = self.add_weight(name="qkv_kernel", shape=(width, 3 * width),
                                           initializer=self.kernel_initializer)

@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.checkpoints import load_resnet_weights, resolve_weights
+from keras_vit.errors import ArgumentError
 from keras_vit.layers import ResNetStem
 from keras_vit.variants import get_variant
 
@@ -30,8 +31,8 @@ def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, 
     """
     variant = get_variant(variant)
     if not variant.is_hybrid:
-        raise ValueError(f"{variant.short_name} has no ResNet; use a hybrid variant such as "
-                         '"R50+B/16", "R26+S/32" or "R+Ti/16".')
+        raise ArgumentError(f"{variant.short_name} has no ResNet; use a hybrid variant such as "
+                            '"R50+B/16", "R26+S/32" or "R+Ti/16".')
     if isinstance(image_size, int):
         image_size = (image_size, image_size)
     shape = (None, None) if image_size is None else tuple(image_size)

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 
 from keras_vit.checkpoints import load_weights, resolve_weights
+from keras_vit.errors import ArgumentError
 from keras_vit.layers import (
     AddPositionEmbedding,
     ClassToken,
@@ -98,7 +99,7 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
     """
     image_size, channels = _input_arguments(input_shape, input_tensor, image_size, channels)
     if not isinstance(include_preprocessing, bool):
-        raise ValueError(f"include_preprocessing must be True or False, got {include_preprocessing!r}.")
+        raise ArgumentError(f"include_preprocessing must be True or False, got {include_preprocessing!r}.")
     if isinstance(pooling, str) and pooling in _POOLING_ALIASES:
         pooling = _POOLING_ALIASES[pooling]
     variant = get_variant(variant)
@@ -106,8 +107,8 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
     channels = _positive_int("channels", channels)
     if classes is not None:
         if not include_top:
-            raise ValueError(f"classes={classes!r} sets the size of the head, which "
-                             "include_top=False leaves out; drop classes, or keep the top.")
+            raise ArgumentError(f"classes={classes!r} sets the size of the head, which "
+                                "include_top=False leaves out; drop classes, or keep the top.")
         classes = _positive_int("classes", classes)
     source = resolve_weights(variant, weights, image_size)
     image_size = _image_size(image_size, source, variant)
@@ -120,7 +121,7 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         representation_size = source.representation_size if keep else None
     for rate_name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
         if not 0.0 <= rate < 1.0:
-            raise ValueError(f"{rate_name} must be in [0, 1), got {rate}.")
+            raise ArgumentError(f"{rate_name} must be in [0, 1), got {rate}.")
 
     # A model computes what its weights' library computes, unless the caller says otherwise.
     source_gelu, source_epsilon = source.numerics if source else (True, LAYER_NORM_EPSILON)
@@ -140,28 +141,28 @@ def _input_arguments(input_shape, input_tensor, image_size, channels):
     """keras.applications' input_shape and input_tensor as (image_size, channels)."""
     if input_tensor is not None:
         if not keras.backend.is_keras_tensor(input_tensor):
-            raise ValueError("input_tensor must be a Keras tensor (keras.Input(...) or a layer's "
-                             f"output), got {type(input_tensor).__name__}.")
+            raise ArgumentError("input_tensor must be a Keras tensor (keras.Input(...) or a layer's "
+                                f"output), got {type(input_tensor).__name__}.")
         tensor_shape = tuple(input_tensor.shape[1:])
         if input_shape is not None and tuple(input_shape) != tensor_shape:
-            raise ValueError(f"input_shape {tuple(input_shape)} differs from input_tensor's "
-                             f"shape {tensor_shape}; give one of them.")
+            raise ArgumentError(f"input_shape {tuple(input_shape)} differs from input_tensor's "
+                                f"shape {tensor_shape}; give one of them.")
         input_shape = tensor_shape
     if input_shape is None:
         return image_size, channels
     if (isinstance(input_shape, str) or not hasattr(input_shape, "__len__") or len(input_shape) != 3
             or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in input_shape)):
-        raise ValueError("input_shape must be (height, width, channels) with fixed positive sizes "
-                         f"(a ViT's position embeddings are per patch), got {input_shape!r}.")
+        raise ArgumentError("input_shape must be (height, width, channels) with fixed positive sizes "
+                            f"(a ViT's position embeddings are per patch), got {input_shape!r}.")
     height, width, depth = input_shape
     if image_size is not None:
         size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
         if size != (height, width):
-            raise ValueError(f"image_size {image_size!r} differs from input_shape {tuple(input_shape)}; "
-                             "give one of them.")
+            raise ArgumentError(f"image_size {image_size!r} differs from input_shape {tuple(input_shape)}; "
+                                "give one of them.")
     if channels not in (3, depth):  # 3 is the default: input_shape decides
-        raise ValueError(f"channels={channels} differs from input_shape {tuple(input_shape)}; "
-                         "give one of them.")
+        raise ArgumentError(f"channels={channels} differs from input_shape {tuple(input_shape)}; "
+                            "give one of them.")
     return (height, width), depth
 
 
@@ -174,7 +175,7 @@ def _positive_int(name, value):
     """`value` as an int (NumPy integers too); a bool, float or non-positive value is an error."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
             or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}.")
+        raise ArgumentError(f"{name} must be a positive int, got {value!r}.")
     return int(value)
 
 
@@ -185,8 +186,8 @@ def _size_argument(image_size):
     pair = (image_size, image_size) if not isinstance(image_size, (tuple, list)) else image_size
     if len(pair) != 2 or any(isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral)
                              or s <= 0 for s in pair):
-        raise ValueError(f"image_size must be a positive int or (height, width) of ints, got "
-                         f"{image_size!r}.")
+        raise ArgumentError(f"image_size must be a positive int or (height, width) of ints, got "
+                            f"{image_size!r}.")
     return tuple(int(s) for s in pair)
 
 
@@ -199,9 +200,9 @@ def _image_size(image_size, source, variant):
         return image_size
     stride = variant.total_stride
     if any(s % stride for s in image_size):
-        raise ValueError(f"image_size {image_size[0]}x{image_size[1]} is not divisible by "
-                         f"{variant.short_name}'s stride of {stride} pixels; use a multiple "
-                         f"of {stride}, e.g. {stride * max(1, image_size[0] // stride)}.")
+        raise ArgumentError(f"image_size {image_size[0]}x{image_size[1]} is not divisible by "
+                            f"{variant.short_name}'s stride of {stride} pixels; use a multiple "
+                            f"of {stride}, e.g. {stride * max(1, image_size[0] // stride)}.")
     return image_size
 
 
@@ -211,7 +212,7 @@ def _check_hybrid_image_size(variant, image_size):
     feature = [variant.feature_size(s) for s in image_size]
     if any(f % variant.patch_size for f in feature):
         stride = variant.resnet_stride
-        raise ValueError(
+        raise ArgumentError(
             f"image_size {image_size[0]}x{image_size[1]} gives {variant.short_name}'s ResNet a "
             f"{feature[0]}x{feature[1]} feature map (ceil(size / {stride})), which its "
             f"{variant.patch_size}x{variant.patch_size} patches do not tile; use a size whose "
@@ -221,17 +222,17 @@ def _check_hybrid_image_size(variant, image_size):
 
 def _check_head_arguments(variant, include_top, pooling, classifier_activation):
     if pooling not in _POOLINGS:
-        raise ValueError(f'pooling must be "token", "gap" (or "avg"), "max" or None, got {pooling!r}.')
+        raise ArgumentError(f'pooling must be "token", "gap" (or "avg"), "max" or None, got {pooling!r}.')
     if pooling == "max" and include_top:
-        raise ValueError('pooling="max" gives features (include_top=False); no official head '
-                         'was trained on it. With the head use "token" or "gap".')
+        raise ArgumentError('pooling="max" gives features (include_top=False); no official head '
+                            'was trained on it. With the head use "token" or "gap".')
     if pooling == "token" and variant.classifier == "gap":
-        raise ValueError(f'{variant.short_name} has no class token; use pooling="gap" or None.')
+        raise ArgumentError(f'{variant.short_name} has no class token; use pooling="gap" or None.')
     if include_top and pooling is None:
-        raise ValueError("include_top=True needs pooled features: pooling must be "
-                         '"token" or "gap", not None.')
+        raise ArgumentError("include_top=True needs pooled features: pooling must be "
+                            '"token" or "gap", not None.')
     if not include_top and classifier_activation is not None:
-        raise ValueError("classifier_activation applies to the head; it needs include_top=True.")
+        raise ArgumentError("classifier_activation applies to the head; it needs include_top=True.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,7 @@ import os
 import keras
 import tensorflow as tf
 
+from keras_vit.errors import ArgumentError
 from keras_vit.training._private_keras import KNOWN_KERAS
 from keras_vit.training._private_keras import check_private_keras as _check_private_keras
 from keras_vit.training.optimizers import SGD, AdamW
@@ -49,16 +50,16 @@ def _tpu_configured():
 def strategy_name(name="auto"):
     """What "auto" resolves to here; other names are checked and returned."""
     if name not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {name!r}.")
+        raise ArgumentError(f"strategy must be one of {STRATEGIES}, got {name!r}.")
     backend = keras.backend.backend()
     if backend != "tensorflow" and name in TF_STRATEGIES:
-        raise ValueError(f'strategy "{name}" is tf.distribute, which needs the TensorFlow '
-                         f'backend; this is {backend}: use "auto", "data-parallel" or '
-                         '"model-parallel" (JAX), or set KERAS_BACKEND=tensorflow.')
+        raise ArgumentError(f'strategy "{name}" is tf.distribute, which needs the TensorFlow '
+                            f'backend; this is {backend}: use "auto", "data-parallel" or '
+                            '"model-parallel" (JAX), or set KERAS_BACKEND=tensorflow.')
     if backend == "tensorflow" and name in JAX_STRATEGIES:
-        raise ValueError(f'strategy "{name}" is keras.distribution on the JAX backend; this '
-                         'is TensorFlow: set KERAS_BACKEND=jax, or use "auto", "mirrored", '
-                         '"multiworker" or "tpu".')
+        raise ArgumentError(f'strategy "{name}" is keras.distribution on the JAX backend; this '
+                            'is TensorFlow: set KERAS_BACKEND=jax, or use "auto", "mirrored", '
+                            '"multiworker" or "tpu".')
     if name != "auto" or backend != "tensorflow":
         return name
     if _tpu_configured():
@@ -89,16 +90,16 @@ def get_strategy(name="auto", variant=None):
         distribution = jax_distribution.get_distribution(name, variant)
         return distribution if distribution is not None else tf.distribute.get_strategy()
     if keras.backend.backend() != "tensorflow" and name != "none" and name != "auto":
-        raise ValueError(f'strategy "{name}" needs the TensorFlow or JAX backend.')
+        raise ArgumentError(f'strategy "{name}" needs the TensorFlow or JAX backend.')
     if name in ("none", "auto"):  # "auto" stays here only on backends without a strategy
         return tf.distribute.get_strategy()
     if name == "mirrored":
         return tf.distribute.MirroredStrategy()
     if name == "multiworker":
         if not _multiworker_configured():
-            raise ValueError('strategy "multiworker" needs TF_CONFIG describing the cluster, '
-                             'e.g. {"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
-                             '"task": {"type": "worker", "index": 0}}.')
+            raise ArgumentError('strategy "multiworker" needs TF_CONFIG describing the cluster, '
+                                'e.g. {"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+                                '"task": {"type": "worker", "index": 0}}.')
         return tf.distribute.MultiWorkerMirroredStrategy()
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(

@@ -31,6 +31,7 @@ import os
 
 import keras
 
+from keras_vit.errors import ArgumentError
 from keras_vit.layers.transformer import MLP_HIDDEN_NAME, MLP_OUTPUT_NAME
 
 __all__ = ["DISTRIBUTIONS", "initialize_multi_host", "get_distribution", "layout_map",
@@ -59,9 +60,9 @@ _MULTI_HOST_VARIABLES = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION
 
 def _check_backend(name):
     if keras.backend.backend() != "jax":
-        raise ValueError(f'strategy "{name}" is keras.distribution on the JAX backend; this is '
-                         f'the {keras.backend.backend()} backend (set KERAS_BACKEND=jax before '
-                         'importing keras), or use "auto", "mirrored", "multiworker" or "tpu".')
+        raise ArgumentError(f'strategy "{name}" is keras.distribution on the JAX backend; this is '
+                            f'the {keras.backend.backend()} backend (set KERAS_BACKEND=jax before '
+                            'importing keras), or use "auto", "mirrored", "multiworker" or "tpu".')
 
 
 def initialize_multi_host():
@@ -99,15 +100,15 @@ def get_distribution(name="auto", variant=None):
     if name == "data-parallel":
         return keras.distribution.DataParallel(devices=devices)
     if name != "model-parallel":
-        raise ValueError(f"distribution must be one of {('auto', 'none', *DISTRIBUTIONS)}, "
-                         f"got {name!r}.")
+        raise ArgumentError(f"distribution must be one of {('auto', 'none', *DISTRIBUTIONS)}, "
+                            f"got {name!r}.")
     import jax
 
     model_axis = jax.local_device_count()
     if variant is not None and (variant.heads % model_axis or variant.mlp_dim % model_axis):
-        raise ValueError(f'strategy "model-parallel" splits {variant.name} over {model_axis} '
-                         f'devices, which must divide its {variant.heads} heads and MLP width '
-                         f'{variant.mlp_dim}; use "data-parallel".')
+        raise ArgumentError(f'strategy "model-parallel" splits {variant.name} over {model_axis} '
+                            f'devices, which must divide its {variant.heads} heads and MLP width '
+                            f'{variant.mlp_dim}; use "data-parallel".')
     mesh = keras.distribution.DeviceMesh((len(devices) // model_axis, model_axis),
                                          ("batch", "model"), devices)
     return keras.distribution.ModelParallel(layout_map=layout_map(mesh), batch_dim_name="batch")

@@ -8,6 +8,7 @@ import dataclasses
 
 import keras
 
+from keras_vit.errors import ArgumentError
 from keras_vit.training.optimizers import SGD, AdamW
 
 __all__ = ["Recipe", "RECIPES", "get_recipe", "accumulation_steps", "learning_rate_schedule",
@@ -57,11 +58,11 @@ def get_recipe(name, **overrides):
     if name not in RECIPES:
         from keras_vit._names import did_you_mean
 
-        raise ValueError(f"Unknown recipe {name!r};{did_you_mean(name, RECIPES)} choose one of "
-                         f"{sorted(RECIPES)}.")
+        raise ArgumentError(f"Unknown recipe {name!r};{did_you_mean(name, RECIPES)} choose one of "
+                            f"{sorted(RECIPES)}.")
     unknown = set(overrides) - {f.name for f in dataclasses.fields(Recipe)}
     if unknown:
-        raise ValueError(f"Unknown recipe fields: {sorted(unknown)}.")
+        raise ArgumentError(f"Unknown recipe fields: {sorted(unknown)}.")
     return dataclasses.replace(RECIPES[name], **overrides)
 
 
@@ -70,8 +71,8 @@ def accumulation_steps(global_batch_size, batch_size):
     if not global_batch_size or global_batch_size <= batch_size:
         return 1
     if global_batch_size % batch_size:
-        raise ValueError(f"The global batch {global_batch_size} is not a multiple of the batch "
-                         f"size {batch_size}; pick a batch size that divides it (e.g. 32, 64).")
+        raise ArgumentError(f"The global batch {global_batch_size} is not a multiple of the batch "
+                            f"size {batch_size}; pick a batch size that divides it (e.g. 32, 64).")
     return global_batch_size // batch_size
 
 
@@ -81,7 +82,7 @@ def learning_rate_schedule(peak, total_steps, warmup_steps):
     Steps are the optimizer's iterations (forward passes when accumulating).
     """
     if total_steps <= warmup_steps:
-        raise ValueError(f"total_steps ({total_steps}) must exceed warmup_steps ({warmup_steps}).")
+        raise ArgumentError(f"total_steps ({total_steps}) must exceed warmup_steps ({warmup_steps}).")
     if not warmup_steps:
         return keras.optimizers.schedules.CosineDecay(peak, decay_steps=total_steps, alpha=0.0)
     return keras.optimizers.schedules.CosineDecay(
@@ -107,4 +108,4 @@ def make_optimizer(recipe, total_updates, accumulation=1):
     if recipe.optimizer == "adamw":
         return AdamW(weight_decay=recipe.weight_decay, beta_1=recipe.beta_1,
                      beta_2=recipe.beta_2, **common)
-    raise ValueError(f'Recipe optimizer must be "sgd" or "adamw", got {recipe.optimizer!r}.')
+    raise ArgumentError(f'Recipe optimizer must be "sgd" or "adamw", got {recipe.optimizer!r}.')

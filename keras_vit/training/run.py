@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from keras_vit.atomic import atomic_open
 from keras_vit.data import get_preset, load_dataset, make_pipeline
-from keras_vit.errors import RunConflictError
+from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
 from keras_vit.models import ViT
 from keras_vit.training import report, resume
 from keras_vit.training.distribute import (
@@ -144,7 +144,7 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
         The report dict that is also written to `output/report.json`.
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+        raise ArgumentError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
     preset = get_preset(dataset)
     variant = get_variant(model or preset.model)
     if recipe is None:
@@ -161,7 +161,7 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
         overrides.update(epochs=epochs, steps=None)
     recipe = dataclasses.replace(recipe, **overrides)
     if recipe.steps is None and recipe.epochs is None:
-        raise ValueError("Give steps or epochs.")
+        raise ArgumentError("Give steps or epochs.")
     _check_recipe_values(recipe)
 
     config = _run_config(dataset, variant, weights, recipe, precision, seed)
@@ -270,7 +270,7 @@ def _write_labels(path, class_names):
     names = [str(name) for name in class_names]
     bad = [name for name in names if "\n" in name or "\r" in name or not name]
     if bad:
-        raise ValueError(f"Class names must be non-empty single lines, got {bad[:3]!r}.")
+        raise DatasetError(f"Class names must be non-empty single lines, got {bad[:3]!r}.")
     with atomic_open(path, encoding="utf-8") as f:
         f.write("".join(f"{name}\n" for name in names))
 
@@ -282,11 +282,11 @@ def _check_recipe_values(recipe):
                         ("batch_size", recipe.batch_size), ("image_size", recipe.image_size)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
                                   or value <= 0):
-            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+            raise ArgumentError(f"{name} must be a positive integer, got {value!r}.")
     rate = recipe.learning_rate
     if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) \
             or rate <= 0:
-        raise ValueError(f"lr must be a positive number, got {rate!r}.")
+        raise ArgumentError(f"lr must be a positive number, got {rate!r}.")
 
 
 def _fit_and_report(run, config):
@@ -295,8 +295,8 @@ def _fit_and_report(run, config):
     _check_output(output)
     splits = load_dataset(run.dataset, data_dir=run.data_dir)
     if splits.num_classes < 2:
-        raise ValueError(f"Dataset {run.dataset!r} has one class ({splits.class_names[0]!r}); "
-                         "a classifier needs at least two.")
+        raise DatasetError(f"Dataset {run.dataset!r} has one class ({splits.class_names[0]!r}); "
+                           "a classifier needs at least two.")
     with _output_folder(output):
         return _fit_in(output, run, strategy, splits, config)
 
@@ -304,7 +304,7 @@ def _fit_and_report(run, config):
 def _check_output(output):
     """Refuses an output that is a file, or a folder holding outputs of something else."""
     if os.path.exists(output) and not os.path.isdir(output):
-        raise ValueError(f"output {output!r} is a file; a run writes a folder of outputs there.")
+        raise RunConflictError(f"output {output!r} is a file; a run writes a folder of outputs there.")
     if not os.path.isdir(output):
         return
     if _read_run_file(output) is not None:  # a keras_vit run's folder, checked by train()
@@ -315,17 +315,17 @@ def _check_output(output):
             with open(log_path, newline="") as f:
                 header = next(csv.reader(f), None)
         except (OSError, UnicodeDecodeError, csv.Error) as error:
-            raise ValueError(f"{log_path} cannot be read as a run's log ({error}).") from None
+            raise RunConflictError(f"{log_path} cannot be read as a run's log ({error}).") from error
         if header is not None and "epoch" not in header:
-            raise ValueError(f"{log_path} is not the log of a keras_vit run (no 'epoch' column); "
-                             "choose another output folder, or move the file away.")
+            raise RunConflictError(f"{log_path} is not the log of a keras_vit run (no 'epoch' column); "
+                                   "choose another output folder, or move the file away.")
     if not report.read_log(log_path):  # no epoch yet: nothing here can be a previous run's
         foreign = [name for name in RUN_OUTPUTS if name != "log.csv"
                    and os.path.exists(os.path.join(output, name))]
         if foreign:
-            raise ValueError(f"output {output!r} already holds {', '.join(foreign)} but no "
-                             "log.csv of a keras_vit run: they are not this run's to overwrite. "
-                             "Choose another output folder, or move them away.")
+            raise RunConflictError(f"output {output!r} already holds {', '.join(foreign)} but no "
+                                   "log.csv of a keras_vit run: they are not this run's to overwrite. "
+                                   "Choose another output folder, or move them away.")
 
 
 @contextlib.contextmanager
@@ -342,8 +342,8 @@ def _output_folder(output):
             pass
     except OSError as error:
         _remove_empty(created)
-        raise OSError(f"Cannot write to the output folder {output!r}: "
-                      f"{error.strerror or error}.") from None
+        raise PathError(f"Cannot write to the output folder {output!r}: "
+                        f"{error.strerror or error}.") from error
     try:
         yield
     except BaseException:
