@@ -63,7 +63,7 @@ if not _started_as_command():
         MlpBlock,
         MultiHeadSelfAttention,
         PatchEncoder,
-        ResNetStem,
+        ResNetTrunk,
         StdConv2D,
         TokenPooling,
         TransformerBlock,
@@ -114,7 +114,7 @@ __all__ = [
     # layers
     "PatchEncoder", "ClassToken", "AddPositionEmbedding", "resize_position_embedding",
     "MultiHeadSelfAttention", "MlpBlock", "TransformerBlock", "TokenPooling",
-    "StdConv2D", "BottleneckUnit", "ResNetStem",
+    "StdConv2D", "BottleneckUnit", "ResNetTrunk",
     # variants and weights
     "VARIANTS", "Variant", "get_variant", "variant_names", "Checkpoint", "catalogue",
     "pin_checksum", "load_weights", "load_resnet_weights", "save_npz", "save_safetensors",
@@ -144,7 +144,7 @@ def __getattr__(name):
         return value
     if name in _SUBPACKAGES:
         return importlib.import_module(f"keras_vit.{name}")
-    raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
+    return _renamed.moved_name(__name__, name)  # a 0.1 name, or AttributeError
 
 
 def __dir__():

@@ -2,6 +2,7 @@
 and the hybrids' ResNet pieces (StdConv2D, GroupNorm, the ResNetV2 trunk)."""
 
 import dataclasses
+import zipfile
 
 import keras
 import numpy as np
@@ -170,3 +171,33 @@ def test_mixed_precision_hybrid_runs_with_float32_logits():
         assert logits.dtype == "float32"
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_the_0_1_name_resnet_stem_warns_and_its_keras_files_load_as_resnet_trunk(tmp_path):
+    for module in (keras_vit, keras_vit.layers, keras_vit.layers.resnet):
+        with pytest.warns(DeprecationWarning, match="ResNetStem is now .*ResNetTrunk"):
+            assert module.ResNetStem is keras_vit.ResNetTrunk
+    images = keras.Input((16, 16, 3))
+    model = keras.Model(images, keras_vit.ResNetTrunk((1,), name="resnet")(images))
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 16, 16, 3)).astype("float32")
+    model.save(tmp_path / "new.keras")
+    # A file of 0.1: the same file, with the class under its old name.
+    with zipfile.ZipFile(tmp_path / "new.keras") as new, \
+            zipfile.ZipFile(tmp_path / "old.keras", "w") as old:
+        for item in new.infolist():
+            data = new.read(item)
+            if item.filename == "config.json":
+                config = data.decode()
+                assert config.count('"ResNetTrunk"') == 1 and "keras_vit>ResNetTrunk" in config
+                data = config.replace('"ResNetTrunk"', '"ResNetStem"').replace(
+                    "keras_vit>ResNetTrunk", "keras_vit>ResNetStem").encode()
+            old.writestr(item, data)
+    loaded = keras.saving.load_model(tmp_path / "old.keras")  # safe_mode stays on
+    assert type(loaded.get_layer("resnet")) is keras_vit.ResNetTrunk
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_importing_keras_vit_uses_no_deprecated_name(python):
+    run = python(["-W", "error::DeprecationWarning", "-c",
+                  "import keras_vit, keras_vit.layers, keras_vit.models"], timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
