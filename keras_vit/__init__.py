@@ -28,7 +28,7 @@ _CORE = {
     **dict.fromkeys(["PatchEncoder", "ClassToken", "AddPositionEmbedding",
                      "resize_position_embedding", "MultiHeadSelfAttention", "MlpBlock",
                      "TransformerBlock", "TokenPooling", "StdConv2D", "BottleneckUnit",
-                     "ResNetStem"], "keras_vit.layers"),
+                     "ResNetTrunk"], "keras_vit.layers"),
     **dict.fromkeys(["VARIANTS", "Variant", "get_variant", "variant_names"], "keras_vit.variants"),
     **dict.fromkeys(["Checkpoint", "catalogue", "pin_checksum", "load_weights",
                      "load_resnet_weights", "save_npz", "save_safetensors"],

@@ -30,9 +30,16 @@ MOVED = {
     ("keras_vit.models", "TokenPooling"): "keras_vit.layers",
 }
 
+# Old name -> new name, in every module that has the new one and asks `moved_name`.
+RENAMED_NAMES = {"ResNetStem": "ResNetTrunk"}
+
 
 def moved_name(module, name):
     """The value of a name that left `module` (for that module's `__getattr__`)."""
+    if name in RENAMED_NAMES:
+        warnings.warn(f"{module}.{name} is now {module}.{RENAMED_NAMES[name]}; the old name will "
+                      "be removed in keras_vit 0.3.", DeprecationWarning, stacklevel=3)
+        return getattr(sys.modules[module], RENAMED_NAMES[name])
     new = MOVED.get((module, name))
     if new is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")

@@ -1,6 +1,8 @@
 """Plot helpers write PNGs of the promised size; `keras-vit analyze` writes them all."""
 
 import json
+import os
+import pathlib
 
 import keras
 import matplotlib.image
@@ -72,6 +74,25 @@ def test_analyze_command(tmp_path, capsys):
     report = json.loads((out / "analysis.json").read_text())
     assert report["images"] == 3 and report["grid_size"] == [4, 6] and report["stride"] == [8, 8]
     assert np.array(report["mean_attention_distance_pixels"]).shape == (2, 4)
+
+
+def test_analyze_as_a_library_function_on_pixels(tmp_path):
+    # A hybrid: its patch embedding reads 512 ResNet channels, not images, so no figure of it.
+    hybrid = keras_vit.Variant("R-tiny", 64, 1, 128, 2, 1, "token", (1, 1))
+    model = keras_vit.ViT(hybrid, image_size=(32, 48), classes=3)
+    pixels = np.random.default_rng(0).uniform(0, 255, size=(3, 32, 48, 3))
+    written = analysis.analyze(model, pixels, tmp_path / "out", rollout_images=1, batch_size=2)
+    assert [os.path.basename(path) for path in written] == [
+        "attention_rollout.png", "attention_distance.png", "position_embedding_similarity.png",
+        "analysis.json"]
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(map(os.path.basename, written))
+    assert _pixels(written[0]) == (400, 200)  # 1 image: 2 panels of 2 in at 100 dpi, stacked
+    report = json.loads(pathlib.Path(written[-1]).read_text())
+    assert report["images"] == 3 and report["grid_size"] == [4, 6] and report["stride"] == [8, 8]
+    assert report["patch_components_explained_variance"] is None
+    assert np.array(report["mean_attention_distance_pixels"]).shape == (1, 2)
+    with pytest.raises(keras_vit.ArgumentError, match=r"pixels \(N, 32, 48, 3\)"):
+        analysis.analyze(model, pixels[..., :1], tmp_path / "bad")
 
 
 def test_analyze_command_errors(tmp_path, capsys):

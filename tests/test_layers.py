@@ -1,7 +1,9 @@
-"""Layers: config round trips, `.keras` saving, mixed precision, backends-neutral ops,
-and the hybrids' ResNet pieces (StdConv2D, GroupNorm, the ResNetV2 trunk)."""
+"""Layers: every public layer through tests/layer_checks.py (config and `.keras` round
+trips, shapes, bfloat16, the training flag), numerics against NumPy, mixed precision in a
+model, and the hybrids' ResNet pieces (StdConv2D, GroupNorm, the ResNetV2 trunk)."""
 
 import dataclasses
+import zipfile
 
 import keras
 import numpy as np
@@ -10,32 +12,45 @@ import pytest
 import keras_vit
 from keras_vit.layers.resnet import StdConv2D
 from keras_vit.variants import get_variant
+from tests.layer_checks import check_layer
 
 TINY = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny-ti")
 # A cheap hybrid with the real trunk layout: 2 stages of 1 unit, a 1-block width-64 transformer.
 TINY_HYBRID = keras_vit.Variant("R-tiny", 64, 1, 128, 2, 1, "token", (1, 1))
 
-LAYERS = [
-    (keras_vit.PatchEncoder(32, 4), (2, 16, 16, 3)),
-    (keras_vit.ClassToken(), (2, 5, 8)),
-    (keras_vit.AddPositionEmbedding((2, 3), num_prefix_tokens=1), (2, 7, 8)),
-    (keras_vit.AddPositionEmbedding(2, num_prefix_tokens=0), (2, 4, 8)),
-    (keras_vit.MultiHeadSelfAttention(2, dropout=0.1), (2, 5, 8)),
-    (keras_vit.MlpBlock(16, dropout=0.1, approximate_gelu=False), (2, 5, 8)),
-    (keras_vit.TransformerBlock(2, 16, dropout=0.1, attention_dropout=0.1), (2, 5, 8)),
-    (keras_vit.TokenPooling("gap", num_prefix_tokens=1), (2, 5, 8)),
+# Every public layer, tiny: (class, constructor arguments, input shape, output shape, dropout rates).
+LAYER_CASES = [
+    (keras_vit.PatchEncoder, {"hidden_size": 8, "patch_size": 4}, (2, 8, 12, 3), (2, 6, 8), ()),
+    (keras_vit.ClassToken, {}, (2, 5, 8), (2, 6, 8), ()),
+    (keras_vit.AddPositionEmbedding, {"grid_size": (2, 3), "num_prefix_tokens": 1}, (2, 7, 8),
+     (2, 7, 8), ()),
+    (keras_vit.AddPositionEmbedding, {"grid_size": 2, "num_prefix_tokens": 0}, (2, 4, 8),
+     (2, 4, 8), ()),
+    (keras_vit.MultiHeadSelfAttention, {"num_heads": 2}, (2, 5, 8), (2, 5, 8), ("dropout",)),
+    (keras_vit.MlpBlock, {"mlp_dim": 16, "approximate_gelu": False}, (2, 5, 8), (2, 5, 8),
+     ("dropout",)),
+    (keras_vit.TransformerBlock, {"num_heads": 2, "mlp_dim": 16, "layer_norm_epsilon": 1e-12},
+     (2, 5, 8), (2, 5, 8), ("dropout", "attention_dropout")),
+    (keras_vit.TokenPooling, {"mode": "gap", "num_prefix_tokens": 1}, (2, 5, 8), (2, 8), ()),
+    (keras_vit.TokenPooling, {"mode": "max", "num_prefix_tokens": 0}, (2, 5, 8), (2, 8), ()),
+    (keras_vit.StdConv2D, {"filters": 4, "kernel_size": (3, 3), "strides": (2, 2)},
+     (2, 9, 9, 3), (2, 5, 5, 4), ()),
+    # GroupNorm's 32 groups: 32 bottleneck features are the fewest a unit can have.
+    (keras_vit.BottleneckUnit, {"features": 32, "strides": 2}, (1, 6, 6, 16), (1, 3, 3, 128), ()),
+    (keras_vit.ResNetTrunk, {"stages": (1,), "width": 1}, (1, 16, 16, 3), (1, 4, 4, 256), ()),
 ]
 
 
-@pytest.mark.parametrize("layer,shape", LAYERS, ids=lambda x: type(x).__name__)
-def test_from_config_rebuilds_the_layer(layer, shape):
-    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
-    y = layer(x)
-    clone = type(layer).from_config(layer.get_config())
-    clone(x)  # build
-    clone.set_weights(layer.get_weights())
-    assert clone.get_config() == layer.get_config()
-    np.testing.assert_allclose(clone(x), y, atol=1e-6)
+@pytest.mark.parametrize("cls, init_kwargs, input_shape, output_shape, dropout", LAYER_CASES,
+                         ids=[f"{case[0].__name__}-{i}" for i, case in enumerate(LAYER_CASES)])
+def test_public_layer(cls, init_kwargs, input_shape, output_shape, dropout, tmp_path):
+    check_layer(cls, init_kwargs, input_shape, output_shape, tmp_path, dropout=dropout)
+
+
+def test_every_public_layer_is_checked():
+    public = {getattr(keras_vit.layers, name) for name in keras_vit.layers.__all__}
+    layers = {cls for cls in public if isinstance(cls, type) and issubclass(cls, keras.layers.Layer)}
+    assert layers == {case[0] for case in LAYER_CASES}
 
 
 def test_transformer_block_matches_a_numpy_reference():
@@ -170,3 +185,33 @@ def test_mixed_precision_hybrid_runs_with_float32_logits():
         assert logits.dtype == "float32"
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_the_0_1_name_resnet_stem_warns_and_its_keras_files_load_as_resnet_trunk(tmp_path):
+    for module in (keras_vit, keras_vit.layers, keras_vit.layers.resnet):
+        with pytest.warns(DeprecationWarning, match="ResNetStem is now .*ResNetTrunk"):
+            assert module.ResNetStem is keras_vit.ResNetTrunk
+    images = keras.Input((16, 16, 3))
+    model = keras.Model(images, keras_vit.ResNetTrunk((1,), name="resnet")(images))
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 16, 16, 3)).astype("float32")
+    model.save(tmp_path / "new.keras")
+    # A file of 0.1: the same file, with the class under its old name.
+    with zipfile.ZipFile(tmp_path / "new.keras") as new, \
+            zipfile.ZipFile(tmp_path / "old.keras", "w") as old:
+        for item in new.infolist():
+            data = new.read(item)
+            if item.filename == "config.json":
+                config = data.decode()
+                assert config.count('"ResNetTrunk"') == 1 and "keras_vit>ResNetTrunk" in config
+                data = config.replace('"ResNetTrunk"', '"ResNetStem"').replace(
+                    "keras_vit>ResNetTrunk", "keras_vit>ResNetStem").encode()
+            old.writestr(item, data)
+    loaded = keras.saving.load_model(tmp_path / "old.keras")  # safe_mode stays on
+    assert type(loaded.get_layer("resnet")) is keras_vit.ResNetTrunk
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_importing_keras_vit_uses_no_deprecated_name(python):
+    run = python(["-W", "error::DeprecationWarning", "-c",
+                  "import keras_vit, keras_vit.layers, keras_vit.models"], timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]

@@ -505,7 +505,7 @@ def test_a_loaded_hybrid_and_its_trunk_survive_keras_saving(hybrid_checkpoint, t
     restored = keras.saving.load_model(file)  # safe_mode stays on: no Lambda, no pickles
     np.testing.assert_array_equal(restored(x).numpy(), model(x).numpy())
     layer = restored.get_layer("resnet")
-    assert type(layer).__name__ == "ResNetStem" and layer.stages == (2, 2)
+    assert type(layer).__name__ == "ResNetTrunk" and layer.stages == (2, 2)
     trunk = keras_vit.ResNetV2(variant, weights=str(path))
     trunk.save(tmp_path / "trunk.keras")
     again = keras.saving.load_model(tmp_path / "trunk.keras")

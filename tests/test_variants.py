@@ -178,7 +178,7 @@ def test_keras_file_round_trip(name, full, tmp_path):
     assert [layer.name for layer in restored.layers] == [layer.name for layer in model.layers]
     if variant.is_hybrid:
         trunk = restored.get_layer("resnet")
-        assert type(trunk).__name__ == "ResNetStem"
+        assert type(trunk).__name__ == "ResNetTrunk"
         assert tuple(trunk.stages) == tuple(variant.resnet_stages)
 
 

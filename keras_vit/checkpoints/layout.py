@@ -138,7 +138,7 @@ def layout(model):
 
 
 def trunk_rows(trunk):
-    """The rows of a `ResNetStem`: conv_root, gn_root, then every bottleneck unit's
+    """The rows of a `ResNetTrunk`: conv_root, gn_root, then every bottleneck unit's
     block{s}/unit{u}/{conv1,conv2,conv3,conv_proj}/kernel and gn{1,2,3,_proj}/{scale,bias}."""
     pairs = [("conv_root/kernel", trunk.conv_root.kernel),
              ("gn_root/scale", trunk.gn_root.gamma), ("gn_root/bias", trunk.gn_root.beta)]

@@ -2,7 +2,7 @@
 
 from keras_vit.layers.patching import PatchEncoder
 from keras_vit.layers.pooling import TokenPooling
-from keras_vit.layers.resnet import BottleneckUnit, ResNetStem, StdConv2D
+from keras_vit.layers.resnet import BottleneckUnit, ResNetTrunk, StdConv2D
 from keras_vit.layers.tokens import AddPositionEmbedding, ClassToken, resize_position_embedding
 from keras_vit.layers.transformer import MlpBlock, MultiHeadSelfAttention, TransformerBlock
 
@@ -17,5 +17,11 @@ __all__ = [
     "TokenPooling",
     "StdConv2D",
     "BottleneckUnit",
-    "ResNetStem",
+    "ResNetTrunk",
 ]
+
+
+def __getattr__(name):  # names that changed in 0.2 (keras_vit/_renamed.py)
+    from keras_vit._renamed import moved_name
+
+    return moved_name(__name__, name)

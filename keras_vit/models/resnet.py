@@ -4,7 +4,7 @@ import keras
 
 from keras_vit.checkpoints import load_resnet_weights, resolve_weights
 from keras_vit.errors import ArgumentError
-from keras_vit.layers import ResNetStem
+from keras_vit.layers import ResNetTrunk
 from keras_vit.variants import get_variant
 
 __all__ = ["ResNetV2"]
@@ -37,7 +37,7 @@ def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, 
         image_size = (image_size, image_size)
     shape = (None, None) if image_size is None else tuple(image_size)
     images = keras.Input((*shape, channels), name="images")
-    trunk = ResNetStem(variant.resnet_stages, variant.resnet_width, name="resnet")
+    trunk = ResNetTrunk(variant.resnet_stages, variant.resnet_width, name="resnet")
     features = trunk(images, return_stages=True)
     prefix = variant.name.split("+")[0]
     model = keras.Model(images, features, name=name or f"{prefix}_resnet")

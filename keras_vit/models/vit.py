@@ -13,7 +13,7 @@ from keras_vit.layers import (
     AddPositionEmbedding,
     ClassToken,
     PatchEncoder,
-    ResNetStem,
+    ResNetTrunk,
     TokenPooling,
     TransformerBlock,
 )
@@ -257,7 +257,7 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         # x * (1 / 127.5) - 1: [0, 255] -> [-1, 1], as keras_vit.preprocess_input.
         x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")(x)
     if variant.is_hybrid:
-        x = ResNetStem(variant.resnet_stages, variant.resnet_width, name="resnet")(x)
+        x = ResNetTrunk(variant.resnet_stages, variant.resnet_width, name="resnet")(x)
     x = PatchEncoder(variant.width, variant.patch_size, name="embedding")(x)
     has_cls = variant.classifier == "token"
     if has_cls:

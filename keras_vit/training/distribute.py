@@ -15,6 +15,7 @@ fail with a one-line error naming both instead of misbehaving on another release
 import contextlib
 import json
 import os
+import warnings
 
 import keras
 import tensorflow as tf
@@ -81,7 +82,8 @@ def get_strategy(name="auto", variant=None):
     MirroredStrategy with several GPUs, else the default. On JAX, a
     `keras.distribution.DataParallel` or `ModelParallel` (see
     `jax_distribution.get_distribution`; `variant` checks the model split), or
-    the default tf.distribute strategy for one device.
+    the default tf.distribute strategy for one device. A run uses it through
+    `placement.get_placement`, one interface over both kinds.
     """
     name = strategy_name(name)
     if keras.backend.backend() == "jax":
@@ -113,52 +115,33 @@ def get_strategy(name="auto", variant=None):
     return tf.distribute.TPUStrategy(resolver)
 
 
-def _is_keras_distribution(strategy):
-    # Their base class is not public; these are the two keras_vit creates.
-    return isinstance(strategy, (keras.distribution.DataParallel, keras.distribution.ModelParallel))
+def _placement(strategy):
+    warnings.warn("keras_vit.training.distribute's run_scope, num_replicas, is_chief and "
+                  "worker_output are replaced by keras_vit.training.placement (get_placement, "
+                  "as_placement) and will be removed in 0.3.", DeprecationWarning, stacklevel=3)
+    from keras_vit.training.placement import as_placement  # which builds on this module
+
+    return as_placement(strategy)
 
 
 def run_scope(strategy):
-    """The context the whole run (fit, predict) needs on top of building in `strategy.scope()`.
-
-    A tf.distribute model remembers its strategy; a keras.distribution must be the
-    current one while `fit` lays out each batch and the optimizer's state.
-    """
-    return strategy.scope() if _is_keras_distribution(strategy) else contextlib.nullcontext()
+    """Deprecated: `as_placement(strategy).run_scope()`."""
+    return _placement(strategy).run_scope()
 
 
 def num_replicas(strategy):
-    """How many ways each batch is split."""
-    if _is_keras_distribution(strategy):
-        from keras_vit.training import jax_distribution
-
-        return jax_distribution.num_replicas(strategy)
-    return strategy.num_replicas_in_sync
+    """Deprecated: `as_placement(strategy).num_replicas`."""
+    return _placement(strategy).num_replicas
 
 
 def is_chief(strategy):
-    """Whether this process writes the run's outputs (always, except on non-chief workers)."""
-    if _is_keras_distribution(strategy):
-        from keras_vit.training import jax_distribution
-
-        return jax_distribution.process_index() == 0
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return True
-    task = _tf_config().get("task", {})
-    has_chief = "chief" in _tf_config().get("cluster", {})
-    return task.get("type") == "chief" or (not has_chief and task.get("index", 0) == 0)
+    """Deprecated: `as_placement(strategy).is_chief`."""
+    return _placement(strategy).is_chief
 
 
 def worker_output(output, strategy):
-    """Non-chief workers write to DIR/worker-<index> so that files never collide."""
-    if is_chief(strategy):
-        return output
-    if _is_keras_distribution(strategy):
-        from keras_vit.training import jax_distribution
-
-        return os.path.join(output, f"worker-{jax_distribution.process_index()}")
-    task = _tf_config().get("task", {})
-    return os.path.join(output, f"{task.get('type', 'worker')}-{task.get('index', 0)}")
+    """Deprecated: `as_placement(strategy).worker_output(output)`."""
+    return _placement(strategy).worker_output(output)
 
 
 # --- fit under MultiWorkerMirroredStrategy -----------------------------------------------------

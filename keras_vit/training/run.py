@@ -1,6 +1,7 @@
 """`train`: fit a ViT on a dataset and write every output of the run into one folder.
 
-`train(dataset, ...)` builds the model inside a tf.distribute strategy, fits it
+`train(dataset, ...)` builds the model inside a placement (training/placement.py: a
+tf.distribute strategy, or a keras.distribution on JAX), fits it
 with a backup-and-restore state (so re-running after a crash resumes), keeps
 the best checkpoint, logs one CSV row per epoch, and writes the evaluation
 report and plots. Every output lives in one `output` folder:
@@ -44,13 +45,8 @@ from keras_vit.data import get_preset, load_dataset, make_pipeline
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
 from keras_vit.models import ViT
 from keras_vit.training import report, resume
-from keras_vit.training.distribute import (
-    get_strategy,
-    multi_worker_fit,
-    num_replicas,
-    run_scope,
-    worker_output,
-)
+from keras_vit.training.distribute import multi_worker_fit
+from keras_vit.training.placement import get_placement
 from keras_vit.training.recipes import PRECISIONS, Recipe, accumulation_steps, get_recipe, make_optimizer
 from keras_vit.training.resume import check_outputs
 from keras_vit.variants import Variant, get_variant
@@ -290,15 +286,15 @@ def _check_recipe_values(recipe):
 
 
 def _fit_and_report(run, config):
-    strategy = get_strategy(run.strategy, run.variant)
-    output = worker_output(run.output, strategy)
+    placement = get_placement(run.strategy, run.variant)
+    output = placement.worker_output(run.output)
     _check_output(output)
     splits = load_dataset(run.dataset, data_dir=run.data_dir)
     if splits.num_classes < 2:
         raise DatasetError(f"Dataset {run.dataset!r} has one class ({splits.class_names[0]!r}); "
                            "a classifier needs at least two.")
     with _output_folder(output):
-        return _fit_in(output, run, strategy, splits, config)
+        return _fit_in(output, run, placement, splits, config)
 
 
 def _check_output(output):
@@ -359,7 +355,7 @@ def _remove_empty(folders):
             return
 
 
-def _fit_in(output, run, strategy, splits, config):
+def _fit_in(output, run, placement, splits, config):
     # Recorded before the first epoch, so a killed run is recognised when its command comes again.
     _write_json(os.path.join(output, RUN_FILE), {"config": config, "finished": False})
     recipe = run.recipe
@@ -370,7 +366,7 @@ def _fit_in(output, run, strategy, splits, config):
     def one_hot(images, labels):
         return images, tf.one_hot(labels, splits.num_classes)
 
-    with strategy.scope():
+    with placement.scope():
         model = build_model(run.variant, run.weights, recipe.image_size, splits.num_classes,
                             recipe.dropout)
         image_size = model.input_shape[1]
@@ -389,7 +385,7 @@ def _fit_in(output, run, strategy, splits, config):
                               cache=small).map(one_hot)
 
     log_path = os.path.join(output, "log.csv")
-    with strategy.scope():  # the optimizer's variables are built where fit builds them
+    with placement.scope():  # the optimizer's variables are built where fit builds them
         initial_epoch, best_so_far = resume.resume(model, output)
     callbacks = [
         _EpochExtras(),
@@ -399,7 +395,8 @@ def _fit_in(output, run, strategy, splits, config):
         resume.Backup(os.path.join(output, "backup")),
         resume.BestCheckpoint(os.path.join(output, "best.keras"), best_so_far),
     ]
-    with run_scope(strategy), multi_worker_fit(model, strategy, train_data.element_spec):
+    with placement.run_scope(), multi_worker_fit(model, placement.strategy,
+                                                   train_data.element_spec):
         model.fit(train_data, epochs=epochs, initial_epoch=initial_epoch,
                   steps_per_epoch=per_epoch, validation_data=eval_data, callbacks=callbacks,
                   verbose=run.verbose, shuffle=False)  # the pipeline shuffles
@@ -410,8 +407,8 @@ def _fit_in(output, run, strategy, splits, config):
     summary = {
         "dataset": splits.name, "num_train": splits.num_train, "num_test": splits.num_test,
         "model": run.variant.name, "weights": run.weights, "image_size": image_size,
-        "recipe": dataclasses.asdict(recipe), "strategy": type(strategy).__name__,
-        "replicas": num_replicas(strategy), "precision": run.precision,
+        "recipe": dataclasses.asdict(recipe), "strategy": type(placement.strategy).__name__,
+        "replicas": placement.num_replicas, "precision": run.precision,
         "epochs": epochs, "steps_per_epoch": per_epoch, "optimizer_updates": total_updates,
         "gradient_accumulation_steps": accumulation,
         "optimizer_iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 
 from keras_vit.training import DEMO_VARIANT, build_model, get_recipe, make_optimizer
-from keras_vit.training.distribute import get_strategy, num_replicas, run_scope
+from keras_vit.training.placement import JaxDistributionPlacement, get_placement
 
 assert keras.backend.backend() == "jax", keras.backend.backend()
 import jax  # noqa: E402
@@ -28,8 +28,10 @@ initial[-2] = rng.normal(0, 0.1, initial[-2].shape).astype(np.float32)
 
 
 def fit(strategy_name, clip):
-    strategy = get_strategy(strategy_name, DEMO_VARIANT)
-    with strategy.scope():
+    placement = get_placement(strategy_name, DEMO_VARIANT)
+    # "none" is one device on any backend; the others are keras.distribution's.
+    assert isinstance(placement, JaxDistributionPlacement) == (strategy_name != "none"), placement
+    with placement.scope():
         model = build_model(DEMO_VARIANT, None, 16, 10)
         model.set_weights(initial)
         recipe = get_recipe("finetune", learning_rate=0.1, warmup_steps=0, clipnorm=clip,
@@ -37,11 +39,11 @@ def fit(strategy_name, clip):
         model.compile(optimizer=make_optimizer(recipe, total_updates=10,
                                                accumulation=ACCUMULATION),
                       loss=keras.losses.CategoricalCrossentropy(from_logits=True))
-    with run_scope(strategy):
+    with placement.run_scope():
         model.fit(images, labels, batch_size=BATCH, epochs=1, verbose=0, shuffle=False)
     qkv = model.get_layer("encoderblock_0").attention.qkv_kernel.value
     return model, {
-        "strategy": type(strategy).__name__, "replicas": num_replicas(strategy),
+        "strategy": type(placement.strategy).__name__, "replicas": placement.num_replicas,
         "iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         "qkv_devices": len(qkv.sharding.device_set),
         "qkv_shard_shape": list(qkv.sharding.shard_shape(qkv.shape)),
