@@ -17,6 +17,7 @@ __all__ = [
     "ImageError",
     "DatasetError",
     "DatasetUnavailableError",
+    "DeviceUnavailableError",
     "RunConflictError",
     "CommandError",
     "PathError",
@@ -55,6 +56,10 @@ class DatasetError(KerasViTError, ValueError):
 
 class DatasetUnavailableError(KerasViTError, RuntimeError):
     """A named dataset that is not on this machine and could not be downloaded."""
+
+
+class DeviceUnavailableError(KerasViTError, RuntimeError):
+    """A placement this machine cannot give: a TPU strategy where no TPU resolves."""
 
 
 class RunConflictError(KerasViTError, ValueError):

@@ -29,6 +29,7 @@ BUILTIN_OF = {
     "ImageError": ValueError,
     "DatasetError": ValueError,
     "DatasetUnavailableError": RuntimeError,
+    "DeviceUnavailableError": RuntimeError,
     "RunConflictError": ValueError,
     "CommandError": None,
     "PathError": OSError,
@@ -61,8 +62,6 @@ NOT_THE_USERS = {
         "caught in the same function and raised again as CheckpointError naming the file",
     ("keras_vit/training/_private_keras.py", "check_private_keras", "RuntimeError"):
         "an installed Keras outside the versions a private patch was checked on: not input",
-    ("keras_vit/training/distribute.py", "get_strategy", "RuntimeError"):
-        "TensorFlow could not resolve a TPU: the machine, not the input; the cause is chained",
 }
 
 
@@ -134,6 +133,25 @@ def test_a_named_path_matches_however_it_is_spelled(tmp_path, monkeypatch, capsy
     code, _, err = _run(_predict_argv(tmp_path, "sub/../labels.txt"), capsys)
     assert code == 2
     assert err == f"keras-vit predict: error: {tmp_path / 'labels.txt'}: Permission denied\n"
+
+
+def test_an_os_error_about_a_file_inside_a_named_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    """A folder the user named stands for the files in it (an unreadable image in it)."""
+    import keras_vit.labels
+
+    folder = tmp_path / "given"
+    folder.mkdir()
+    inside = folder / "deep" / "x.png"
+    denied = OSError(errno.EACCES, "Permission denied", str(inside))
+    monkeypatch.setattr(keras_vit.labels, "read_labels", _raising(denied))
+    code, _, err = _run(_predict_argv(tmp_path, str(folder)), capsys)
+    assert code == 2
+    assert err == f"keras-vit predict: error: {inside}: Permission denied\n"
+    # A sibling whose name merely starts like the folder's is not inside it.
+    sibling = OSError(errno.EACCES, "Permission denied", str(tmp_path / "given-not" / "x.png"))
+    monkeypatch.setattr(keras_vit.labels, "read_labels", _raising(sibling))
+    with pytest.raises(PermissionError):
+        main(_predict_argv(tmp_path, str(folder)))
 
 
 @pytest.mark.parametrize("filename", [None, "elsewhere/internal.json"])
@@ -231,3 +249,16 @@ def test_the_scan_sees_a_bare_raise(tmp_path):
                       "def helper():\n    return TypeError('made here, raised there')\n")
     assert _builtin_raises(tmp_path) == {("keras_vit/new.py", "check", "ValueError"): [3],
                                  ("keras_vit/new.py", "helper", "TypeError"): [5]}
+
+
+def test_a_tpu_strategy_without_a_tpu_is_a_family_member():
+    """The machine lacks what the user asked for: one line from the CLI, not a traceback."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("tf.distribute's TPU strategy is the TensorFlow backend's")
+    from keras_vit.errors import DeviceUnavailableError
+    from keras_vit.training.distribute import get_strategy
+
+    with pytest.raises(DeviceUnavailableError, match="No TPU could be resolved"):
+        get_strategy("tpu")

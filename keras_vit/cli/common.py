@@ -85,14 +85,17 @@ def report_errors(prog, run, args):
 
 
 def _names_a_given_path(error, args):
-    """Whether the `OSError` is about a path among the values of the command line's arguments."""
+    """Whether the `OSError` is about a path among the values of the command line's arguments,
+    or a path inside a folder among them (an unreadable image in the folder given to predict)."""
     given = set()
     for value in vars(args).values():
         for item in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(item, str) and item:
                 given.add(os.path.abspath(item))
-    about = [name for name in (error.filename, error.filename2) if isinstance(name, (str, os.PathLike))]
-    return any(os.path.abspath(name) in given for name in about)
+    about = [os.path.abspath(name) for name in (error.filename, error.filename2)
+             if isinstance(name, (str, os.PathLike))]
+    return any(name == path or (os.path.isdir(path) and name.startswith(os.path.join(path, "")))
+               for name in about for path in given)
 
 
 def add_model_options(parser, model_help=None, required=True):

@@ -20,7 +20,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from keras_vit.errors import ArgumentError
+from keras_vit.errors import ArgumentError, DeviceUnavailableError
 from keras_vit.training._private_keras import KNOWN_KERAS
 from keras_vit.training._private_keras import check_private_keras as _check_private_keras
 from keras_vit.training.optimizers import SGD, AdamW
@@ -109,9 +109,9 @@ def get_strategy(name="auto", variant=None):
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as error:
-        raise RuntimeError("No TPU could be resolved. TensorFlow has no TPU build for this "
-                           "release; on TPUs run keras_vit on Keras' JAX backend "
-                           "(see docs/fine-tuning.md).") from error
+        raise DeviceUnavailableError("No TPU could be resolved. TensorFlow has no TPU build for "
+                                     "this release; on TPUs run keras_vit on Keras' JAX backend "
+                                     "(see docs/fine-tuning.md).") from error
     return tf.distribute.TPUStrategy(resolver)
 
 
