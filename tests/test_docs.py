@@ -119,3 +119,69 @@ def test_the_architecture_checks_catch_drift():
     undrawn = _undrawn_modules(page)
     assert "keras_vit/layers/pooling" in undrawn and "keras_vit/layers" not in undrawn
     assert "keras_vit/variants" not in undrawn
+
+
+# --- the page's claims about the code ---------------------------------------------------------
+
+def _section(page, title):
+    return re.split(rf"^## {re.escape(title)}$", page, maxsplit=1, flags=re.M)[1].split("\n## ", 1)[0]
+
+
+def test_the_model_diagram_draws_every_pooling():
+    from keras_vit.models.vit import _POOLINGS
+
+    diagram = _section(ARCHITECTURE.read_text(), "Building a model")
+    missing = [p for p in _POOLINGS if p is not None and f'"{p}_pool"' not in diagram]
+    assert not missing, f"the Building a model diagram lacks the poolings {missing}"
+
+
+# Calls that change state beyond the call itself (the process, the interpreter, Keras' registry),
+# each as (pattern, what the page's "Process-wide state" bullet must name for it).
+PROCESS_WIDE = [
+    (r"\bset_random_seed\(", "set_random_seed"),
+    (r"\bset_global_policy\(", "set_global_policy"),
+    (r"\bos\.environ\[[^\]]+\]\s*=(?!=)|\bos\.environ\.(setdefault|update)\(|\bos\.putenv\(",
+     "TF_CPP_MIN_LOG_LEVEL"),
+    (r"\bsys\.modules\.setdefault\(|\bsys\.modules\[[^\]]+\]\s*=(?!=)|\bsys\.meta_path\b", "sys.modules"),
+    (r"\bget_custom_objects\(\)\[", "get_custom_objects"),
+    (r"\bsetdefaulttimeout\(", "setdefaulttimeout"),
+    (r"\bmatplotlib\.use\(|\bswitch_backend\(", "matplotlib.use"),
+    (r"\b(np|numpy)\.random\.seed\(|\brandom\.seed\(|\btf\.random\.set_seed\(", "np.random.seed"),
+    (r"\bkeras\.config\.set_\w+\(|\btf\.config\.(experimental\.)?set_\w+\(", "keras.config"),
+    (r"\bset_distribution\(", "set_distribution"),
+    (r"\bwarnings\.(filterwarnings|simplefilter)\(|\blogging\.basicConfig\(", "warnings filter"),
+]
+
+
+def _process_wide_calls(root):
+    found = {}
+    for path in sorted((root / "keras_vit").rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            for pattern, token in PROCESS_WIDE:
+                if re.search(pattern, code):
+                    found.setdefault(token, []).append(f"{path.relative_to(root)}:{number}")
+    return found
+
+
+def test_the_page_names_every_change_of_process_wide_state():
+    bullet = _section(ARCHITECTURE.read_text(), "Design decisions")
+    bullet = bullet.split("**Process-wide state", 1)[1].split("\n- **", 1)[0]
+    found = _process_wide_calls(ROOT)
+    unnamed = {token: sites for token, sites in found.items() if token not in bullet}
+    assert not unnamed, f"changes of process-wide state the Architecture page does not name: {unnamed}"
+    assert {"set_random_seed", "set_global_policy", "sys.modules"} <= set(found)  # the scan works
+
+
+def test_the_process_wide_scan_sees_a_new_call(tmp_path):
+    module = tmp_path / "keras_vit" / "new.py"
+    module.parent.mkdir()
+    module.write_text("import matplotlib\nmatplotlib.use('Agg')  # switch\nx = 1  # np.random.seed(0)\n")
+    assert _process_wide_calls(tmp_path) == {"matplotlib.use": ["keras_vit/new.py:2"]}
+
+
+def test_the_write_path_claim_is_checked_by_the_rename_scan():
+    """The page says every file goes through keras_vit.atomic; tests/test_atomic.py enforces it."""
+    page = ARCHITECTURE.read_text()
+    assert "tests/test_atomic.py" in page
+    assert "def test_nothing_outside_atomic_py_renames" in (ROOT / "tests" / "test_atomic.py").read_text()
