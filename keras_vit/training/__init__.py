@@ -3,6 +3,7 @@
     recipes.py      Recipe, RECIPES, the optimizer and schedule of a recipe
     optimizers.py   SGD/AdamW clipping the global gradient (registered by `import keras_vit`)
     distribute.py   strategies; multi_worker_fit
+    placement.py    Placement: one interface over a tf.distribute strategy or a keras.distribution
     jax_distribution.py  keras.distribution on the JAX backend (data and model parallel)
     run.py          train(): fit with resumable state, checkpoints and logs
     report.py       report.json, curves.png, confusion.png
@@ -21,7 +22,8 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, {
     **dict.fromkeys(["SGD", "AdamW"], "keras_vit.training.optimizers"),
     **dict.fromkeys(["get_strategy", "strategy_name", "STRATEGIES", "multi_worker_fit"],
                     "keras_vit.training.distribute"),
+    **dict.fromkeys(["Placement", "get_placement"], "keras_vit.training.placement"),
     **dict.fromkeys(["build_model", "train"], "keras_vit.training.run"),
     "DEMO_VARIANT": "keras_vit.variants",  # its home; kept here, where 0.1 had it
-}, submodules=("distribute", "jax_distribution", "optimizers", "recipes", "report", "resume",
+}, submodules=("distribute", "jax_distribution", "optimizers", "placement", "recipes", "report", "resume",
                "run"))
