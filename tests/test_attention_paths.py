@@ -1,5 +1,16 @@
 """keras_vit's attention through keras.ops.dot_product_attention against the explicit
-matmul-softmax-matmul, on every Keras backend installed, against NumPy float64 by hand."""
+matmul-softmax-matmul, on every Keras backend installed, against NumPy float64 by hand.
+
+Both paths, in float32 and in bfloat16, must stay within an elementwise error bound that
+tests/scripts/attention_paths.py derives from the unit roundoff of the dtype (bfloat16:
+8 significant bits, u = 2^-8; float32: u = 2^-24), the reduction lengths (width 64, head
+size 16, 17 tokens) and the magnitudes of this input's intermediates (its `error_bound`
+docstring has the derivation). The backends store bfloat16 values between operations but
+accumulate matmuls in float32 (measured by the script on each run: it falls back to the
+bfloat16 accumulation bound, looser but still true, where a backend accumulates in
+bfloat16), and both paths compute the softmax in float32. So the bound holds on any CPU
+instead of being a fit to one; the two paths then differ by at most twice the bound.
+"""
 
 import importlib.util
 import json
@@ -30,21 +41,13 @@ def test_fused_and_explicit_attention_agree(python, backend):
             assert result[f"{name} explicit"]["fused_calls"] == 0
             # The analysis path (attention weights returned) stays the explicit one.
             assert result[f"{name} scores"]["fused_calls"] == 0
-            scale = result[name]["output_scale"]  # the largest |output|, about 6 here
-            if dtype == "float32":
-                # float32 rounding: seen up to 1.4e-6 between the paths, 3.9e-6 from NumPy.
-                assert result[name]["paths_max_abs_diff"] < 1e-5, (name, result[name])
-                for path in ("fused", "explicit", "scores"):
-                    assert result[f"{name} {path}"]["max_abs_error"] < 1e-5, (name, path)
-                assert result[f"{name} scores"]["weights_max_abs_error"] < 1e-6
-            else:
-                # bfloat16 (8 significant bits, one ulp is 0.4% to 0.8% of a value): the
-                # paths differ by rounding steps taken in another order, at most 1% of the
-                # largest output (seen: one ulp, 0.56%); against float64 NumPy, whose inputs
-                # are not rounded to bfloat16, 2% (seen 1.3%).
-                assert result[name]["paths_max_abs_diff"] < 0.01 * scale, (name, result[name])
-                for path in ("fused", "explicit", "scores"):
-                    assert result[f"{name} {path}"]["max_abs_error"] < 0.02 * scale, (name, path)
-                assert result[f"{name} scores"]["weights_max_abs_error"] < 0.02
+            checks = {path: result[f"{name} {path}"] for path in ("fused", "explicit", "scores")}
+            checks["weights"] = result[f"{name} scores"]["weights"]
+            for path, check in checks.items():
+                # max_ratio: the largest |error| / bound over the elements.
+                print(f"{backend} {name} {path}: max |error| {check['max_abs_error']:.3g}, "
+                      f"bound there up to {check['max_bound']:.3g}, worst error/bound "
+                      f"{check['max_ratio']:.3g}")
+                assert check["max_ratio"] <= 1, (name, path, check, result[name])
     # A whole ViT with every block on one path or the other: the same logits.
     assert result["model_max_abs_diff"] < 1e-5 * max(1.0, result["model_logit_scale"])

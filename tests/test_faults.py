@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -82,9 +83,9 @@ def truncate(path, keep=0.5):
         f.truncate(int(size * keep))
 
 
-def test_torn_outputs_planted_before_a_rerun_are_reported_and_rebuilt(tmp_path, capsys):
+def test_torn_outputs_planted_before_a_rerun_are_reported_and_rebuilt(tmp_path, capsys, digits_run):
     output = str(tmp_path / "run")
-    train("digits", epochs=2, output=output, verbose=0)
+    shutil.copytree(digits_run[0], output)  # the shared finished run (tests/conftest.py)
     for name in ("best.keras", "model.keras", "report.json", "curves.png"):
         truncate(os.path.join(output, name))
     with pytest.raises(ValueError):  # what the issue found: a torn best.keras does not load

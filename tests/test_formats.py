@@ -417,6 +417,7 @@ except keras_vit.WeightsUnavailableError as e:
 
 def test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked(tmp_path, python):
     pytest.importorskip("huggingface_hub")
+    import_timm()  # skips without timm, which the script compares with
     script = tmp_path / "hub.py"
     script.write_text(HUB_SCRIPT)
     result = python([str(script)], timeout=600,

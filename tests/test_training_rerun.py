@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import DIGITS_RUN
 from tests.test_training_run import read_log
 
-TRAIN = ["-m", "keras_vit.cli", "train", "--dataset", "digits", "--epochs", "1"]
+TRAIN = DIGITS_RUN  # the shared run's own command
 
 
 def our_lines(stderr):
@@ -36,13 +36,10 @@ def _snapshot(output):
     return files
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """One finished one-epoch digits run (folder, completed process), shared by the tests."""
-    output = str(tmp_path_factory.mktemp("trained") / "run")
-    result = run_python([*TRAIN, "--output", output], timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output, result
+@pytest.fixture
+def trained(digits_run):
+    """The finished digits run shared by the suite (tests/conftest.py): copy before changing."""
+    return digits_run
 
 
 def test_same_command_finished_then_changed_then_overwritten(tmp_path, python, trained):
@@ -80,8 +77,8 @@ def test_same_command_finished_then_changed_then_overwritten(tmp_path, python, t
 
     # 3. --overwrite: a new run, whose report describes the new learning rate; --verbose
     # shows progress per step (without it, one "22/22" line per epoch, as in run 1).
-    fresh = python([*TRAIN, "--output", output, "--lr", "0.01", "--overwrite", "--verbose"],
-                   timeout=300)
+    fresh = python([*TRAIN, "--output", output, "--lr", "0.01", "--epochs", "1", "--overwrite",
+                    "--verbose"], timeout=300)  # the last --epochs wins: one epoch is enough
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert "22/22" in fresh.stdout and "val_accuracy" in fresh.stdout  # an epoch ran
     assert len(_steps_shown(fresh.stdout)) > 2, fresh.stdout[-2000:]
