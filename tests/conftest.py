@@ -1,3 +1,5 @@
+import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -29,9 +31,21 @@ DIGITS_RUN = ["-m", "keras_vit.cli", "train", "--dataset", "digits", "--epochs",
 
 
 @pytest.fixture(scope="session")
-def digits_run(tmp_path_factory):
-    """(output folder, completed process) of the shared two-epoch digits run; read it only."""
-    output = str(tmp_path_factory.mktemp("digits_run") / "run")
-    result = run_python([*DIGITS_RUN, "--output", output], timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output, result
+def digits_run(tmp_path_factory, worker_id):
+    """(output folder, completed process) of the shared two-epoch digits run; read it only.
+
+    Under pytest-xdist each worker is a session of its own: the first worker to ask trains,
+    under a file lock in the folder the workers share, and the others read its run.
+    """
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared if worker_id == "master" else shared.parent
+    output, printed = shared / "digits_run" / "run", shared / "digits_run" / "printed.json"
+    with open(shared / "digits_run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not printed.exists():
+            output.parent.mkdir(exist_ok=True)
+            result = run_python([*DIGITS_RUN, "--output", str(output)], timeout=600)
+            assert result.returncode == 0, result.stderr[-3000:]
+            printed.write_text(json.dumps([result.args, result.stdout, result.stderr]))
+    args, stdout, stderr = json.loads(printed.read_text())
+    return str(output), subprocess.CompletedProcess(args, 0, stdout, stderr)

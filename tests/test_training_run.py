@@ -74,18 +74,6 @@ def test_folder_with_corrupt_file_trains_and_reports_it(tmp_path):
     assert report["class_names"] == ["cats", "dogs"]
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """One epoch of the demo ViT on a 20-image folder: the smallest run that writes
-    model.keras and best.keras (scratch recipe: keras_vit's AdamW)."""
-    root = tmp_path_factory.mktemp("tiny")
-    write_folder(str(root / "data"), corrupt=False)
-    output = str(root / "run")
-    train(str(root / "data"), model="demo", recipe="scratch", image_size=16, batch_size=4,
-          epochs=1, output=output, verbose=0)
-    return output
-
-
 LOAD_AFTER_IMPORT = """
 import sys
 import keras, numpy as np
@@ -101,9 +89,11 @@ for path in sys.argv[2:]:
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_train_made_keras_files_load_after_import_keras_vit(tiny_run, backend, python, tmp_path):
+def test_train_made_keras_files_load_after_import_keras_vit(digits_run, backend, python, tmp_path):
     """`keras.saving.load_model` in a fresh process that imported keras_vit alone: the trained
-    weights exactly, the optimizer keras_vit's AdamW, and the prediction made in this process."""
+    weights exactly, the optimizer keras_vit's AdamW (the digits preset's scratch recipe), and
+    the prediction made in this process."""
+    tiny_run = digits_run[0]
     x = np.random.default_rng(0).uniform(-1, 1, (1, 16, 16, 3)).astype("float32")
     np.save(tmp_path / "x.npy", x)
     paths = [os.path.join(tiny_run, name) for name in ("model.keras", "best.keras")]
