@@ -58,7 +58,8 @@ def test_predict_export_folder_dataset_and_analyze_see_the_same_array(tmp_path, 
     import tensorflow as tf
     from PIL import Image
 
-    from keras_vit import analysis, data
+    from keras_vit import data
+    from keras_vit.analysis import figures
     from keras_vit.cli import analyze, main, predict
     from keras_vit.export import export_saved_model
 
@@ -88,7 +89,7 @@ def test_predict_export_folder_dataset_and_analyze_see_the_same_array(tmp_path, 
             raise _Stop  # what analyze does next is not this test's business
 
     monkeypatch.setattr(analyze, "load_model", lambda args: recorder)
-    monkeypatch.setattr(analysis, "AttentionProbe", Probe)
+    monkeypatch.setattr(figures, "AttentionProbe", Probe)  # what analyze() builds
     with pytest.raises(_Stop):
         main(["analyze", str(png), "--model", "stand-in.keras", "--output-dir", str(tmp_path / "a")])
     from_analyze = seen_by_probe[0][0]

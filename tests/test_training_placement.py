@@ -72,11 +72,3 @@ def test_non_chief_workers_write_beside_the_run():
 def test_the_multi_worker_chief_follows_tf_config(monkeypatch, cluster, task, chief):
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": task}))
     assert _is_chief(tf.distribute.cluster_resolver.TFConfigClusterResolver()) is chief
-
-
-def test_the_old_functions_warn_and_answer_as_the_placement():
-    strategy = distribute.get_strategy("none")
-    with pytest.warns(DeprecationWarning, match="keras_vit.training.placement"):
-        assert distribute.num_replicas(strategy) == 1
-    with pytest.warns(DeprecationWarning):
-        assert distribute.worker_output("runs/x", strategy) == "runs/x"

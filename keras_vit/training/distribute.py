@@ -15,7 +15,6 @@ fail with a one-line error naming both instead of misbehaving on another release
 import contextlib
 import json
 import os
-import warnings
 
 import keras
 import tensorflow as tf
@@ -25,8 +24,8 @@ from keras_vit.training._private_keras import KNOWN_KERAS
 from keras_vit.training._private_keras import check_private_keras as _check_private_keras
 from keras_vit.training.optimizers import SGD, AdamW
 
-__all__ = ["STRATEGIES", "get_strategy", "strategy_name", "run_scope", "num_replicas", "is_chief",
-           "worker_output", "SGD", "AdamW", "multi_worker_fit", "KNOWN_KERAS"]
+__all__ = ["STRATEGIES", "get_strategy", "strategy_name", "SGD", "AdamW", "multi_worker_fit",
+           "KNOWN_KERAS"]
 
 TF_STRATEGIES = ("mirrored", "multiworker", "tpu")  # tf.distribute: the TensorFlow backend
 # keras.distribution: the JAX backend (jax_distribution.DISTRIBUTIONS)
@@ -113,35 +112,6 @@ def get_strategy(name="auto", variant=None):
                                      "this release; on TPUs run keras_vit on Keras' JAX backend "
                                      "(see docs/fine-tuning.md).") from error
     return tf.distribute.TPUStrategy(resolver)
-
-
-def _placement(strategy):
-    warnings.warn("keras_vit.training.distribute's run_scope, num_replicas, is_chief and "
-                  "worker_output are replaced by keras_vit.training.placement (get_placement, "
-                  "as_placement) and will be removed in 0.3.", DeprecationWarning, stacklevel=3)
-    from keras_vit.training.placement import as_placement  # which builds on this module
-
-    return as_placement(strategy)
-
-
-def run_scope(strategy):
-    """Deprecated: `as_placement(strategy).run_scope()`."""
-    return _placement(strategy).run_scope()
-
-
-def num_replicas(strategy):
-    """Deprecated: `as_placement(strategy).num_replicas`."""
-    return _placement(strategy).num_replicas
-
-
-def is_chief(strategy):
-    """Deprecated: `as_placement(strategy).is_chief`."""
-    return _placement(strategy).is_chief
-
-
-def worker_output(output, strategy):
-    """Deprecated: `as_placement(strategy).worker_output(output)`."""
-    return _placement(strategy).worker_output(output)
 
 
 # --- fit under MultiWorkerMirroredStrategy -----------------------------------------------------
