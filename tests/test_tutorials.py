@@ -49,7 +49,14 @@ def test_notebook_is_well_formed(path):
                 f"{path.name}: commit notebooks with outputs cleared"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+# The distributed-training notebook is the slowest (a minute on two cores); what it runs is run
+# by default tests too: MirroredStrategy (test_training_distributed.py), keras.distribution on
+# JAX (test_training_jax.py) and the Distributed training page's snippets (test_doc_snippets.py).
+SLOW_NOTEBOOKS = {"05_distributed_training"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_NOTEBOOKS
+                                  else p for p in NOTEBOOKS], ids=lambda p: p.stem)
 def test_notebook_runs_in_smoke_mode(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)
     python_path = [str(ROOT / "tests" / "offline"), str(ROOT), os.environ.get("PYTHONPATH", "")]
