@@ -24,6 +24,24 @@ def python():
     return run_python
 
 
+@pytest.fixture
+def cli(capsys):
+    """Runs `keras-vit ARGS...` in this process; returns a CompletedProcess (exit status,
+    stdout, stderr). No TensorFlow start-up: for tests of what a command does and prints.
+    What a fresh process imports or logs is tested through `python` instead."""
+    from keras_vit.cli.main import main
+
+    def run(args):
+        capsys.readouterr()  # what the test printed before is not the command's
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse's errors and --help
+            code = exit.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["keras-vit", *args], code, out, err)
+    return run
+
+
 # The one finished digits run every test that only reads a trained run shares (or copies
 # before changing it): `keras-vit train --dataset digits --epochs 2`, in a fresh process so
 # its stdout is the command's own. Training it once instead of in each test saves a run each.

@@ -233,23 +233,23 @@ def check_finished_run(output, epochs):
         Image.open(os.path.join(output, name)).load()
 
 
-def test_kill_at_six_random_moments_loses_nothing(tmp_path, python):
-    """Six kills of forked attempts (tests/scripts/kill_training.py): no TF start-up per kill.
+def test_kill_at_four_random_moments_loses_nothing(tmp_path, python):
+    """Four kills of forked attempts (tests/scripts/kill_training.py): no TF start-up per kill.
 
-    Every other kill lands inside a write (the script holds each write open), so three are
-    mid-write and three at any moment; the slow test below does twenty per seed."""
+    Every other kill lands inside a write (the script holds each write open), so two are
+    mid-write and two at any moment; the slow test below does twenty per seed."""
     output = str(tmp_path / "run")
-    result = python(["tests/scripts/kill_training.py", output, "3", "6", "15"], timeout=1200)
+    result = python(["tests/scripts/kill_training.py", output, "2", "4", "15"], timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     points = summary["points"]
     during_writes = [p for p, _ in points if p.startswith("writing")]
     print(f"\n{len(points)} kill points, {len(during_writes)} during a write, "
           f"{len(summary['torn'])} torn files:", points)
-    assert len(points) >= 6 and len(during_writes) >= 3
+    assert len(points) >= 4 and len(during_writes) >= 2
     assert summary["torn"] == []
     assert summary["last_exit"] == 0, result.stderr[-5000:]
-    check_finished_run(output, epochs=3)
+    check_finished_run(output, epochs=2)
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import DIGITS_RUN
 from tests.test_training_run import read_log
 
-TRAIN = DIGITS_RUN  # the shared run's own command
+TRAIN = DIGITS_RUN[2:]  # the shared run's own command, after `-m keras_vit.cli`
 
 
 def our_lines(stderr):
@@ -20,9 +20,10 @@ def our_lines(stderr):
 
 
 def _steps_shown(stdout):
-    """The step numbers of Keras' progress lines ("7/22 ━━━ ..."), colour codes removed."""
+    """The step numbers of Keras' progress lines ("7/22 ━━━ ..."), colour codes removed; a line
+    ends at a newline or, where Keras redraws the line in place, at a carriage return."""
     plain = re.sub(r"\x1b\[[0-9;]*m", "", stdout)
-    return {int(m.group(1)) for m in re.finditer(r"^\s*(\d+)/22 ", plain, re.MULTILINE)}
+    return {int(m.group(1)) for m in re.finditer(r"(?:^|\r)\s*(\d+)/22 ", plain, re.MULTILINE)}
 
 
 def _snapshot(output):
@@ -42,7 +43,7 @@ def trained(digits_run):
     return digits_run
 
 
-def test_same_command_finished_then_changed_then_overwritten(tmp_path, python, trained):
+def test_same_command_finished_then_changed_then_overwritten(tmp_path, cli, trained):
     output = str(tmp_path / "run")
     # A copy of a finished run: its run.json names no path (digits is built in), so the
     # same command recognises it here.
@@ -54,7 +55,7 @@ def test_same_command_finished_then_changed_then_overwritten(tmp_path, python, t
     assert {"report.json", "model.keras", "labels.txt", "run.json", "log.csv"} <= set(before)
 
     # 1. The same command again: the run is finished, nothing is trained or rewritten.
-    again = python([*TRAIN, "--output", output], timeout=300)
+    again = cli([*TRAIN, "--output", output])
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already finished" in again.stdout
     assert "val_accuracy" not in again.stdout  # no epoch ran (Keras prints no "Epoch 1/1")
@@ -63,7 +64,7 @@ def test_same_command_finished_then_changed_then_overwritten(tmp_path, python, t
     # 2. Another learning rate on the same folder: refused in one line, exit 2, nothing touched.
     with open(os.path.join(output, "report.json")) as f:
         report_before = f.read()
-    changed = python([*TRAIN, "--output", output, "--lr", "0.01"], timeout=300)
+    changed = cli([*TRAIN, "--output", output, "--lr", "0.01"])
     assert changed.returncode == 2
     assert changed.stdout == ""
     lines = our_lines(changed.stderr)
@@ -77,8 +78,8 @@ def test_same_command_finished_then_changed_then_overwritten(tmp_path, python, t
 
     # 3. --overwrite: a new run, whose report describes the new learning rate; --verbose
     # shows progress per step (without it, one "22/22" line per epoch, as in run 1).
-    fresh = python([*TRAIN, "--output", output, "--lr", "0.01", "--epochs", "1", "--overwrite",
-                    "--verbose"], timeout=300)  # the last --epochs wins: one epoch is enough
+    fresh = cli([*TRAIN, "--output", output, "--lr", "0.01", "--epochs", "1", "--overwrite",
+                 "--verbose"])  # the last --epochs wins: one epoch is enough
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert "22/22" in fresh.stdout and "val_accuracy" in fresh.stdout  # an epoch ran
     assert len(_steps_shown(fresh.stdout)) > 2, fresh.stdout[-2000:]
@@ -108,7 +109,7 @@ def test_changed_configuration_names_what_differs(tmp_path, flag):
     assert sorted(os.listdir(output)) == ["run.json"]
 
 
-def test_predict_on_a_trained_model_prints_its_class_names(tmp_path, python, trained):
+def test_predict_on_a_trained_model_prints_its_class_names(tmp_path, cli, trained):
     """labels.txt, written by train beside model.keras, names predict's classes."""
     import numpy as np
     from PIL import Image
@@ -126,8 +127,7 @@ def test_predict_on_a_trained_model_prints_its_class_names(tmp_path, python, tra
     image, _ = next(iter(load_digits().test))
     path = str(tmp_path / "digit.png")
     Image.fromarray(np.asarray(image)[..., 0]).save(path)  # 8 x 8 grey
-    result = python(["-m", "keras_vit.cli", "predict", path, "--model",
-                     os.path.join(output, "model.keras"), "--top", "10"], timeout=300)
+    result = cli(["predict", path, "--model", os.path.join(output, "model.keras"), "--top", "10"])
     assert result.returncode == 0, result.stderr[-3000:]
     printed = [line.split()[-1] for line in result.stdout.splitlines()[1:]]
     assert sorted(printed) == sorted(names)

@@ -8,9 +8,12 @@ The harness runs on each entry of `keras_vit.VARIANTS` (plain, gap and hybrid):
     (d) a strict load of a random official-layout file written by the
         independent oracle (tests/oracle.py), values checked against the file.
 
-(b)-(d) run in the default suite on a one-block copy of each variant (same
-width, patch, pooling and ResNet trunk) at a small image size, and at full
-size under `-m slow`; (a) runs at full size by default except for the
+(b)-(d) run on a one-block copy of a variant (same width, patch, pooling and
+ResNet trunk) at a small image size, and on the full variant under `-m slow`.
+The default suite runs them on `DEFAULT_HARNESS`, one variant for each way the
+model is put together (class token, global average pool, hybrid with and
+without ResNet stages); the other variants differ from these only in sizes,
+and run under `-m slow`. (a) runs at full size by default except for the
 variants in `SLOW_AT_FULL_SIZE`, whose counts the default run still checks
 through a one-block copy (test_parameter_count_of_a_one_block_copy).
 """
@@ -55,11 +58,26 @@ EXPECTED_PARAMS = {
     "R50+ViT-L_32": 328_994_856,
 }
 # Too heavy to build at full size in the default run.
-SLOW_AT_FULL_SIZE = {"ViT-L_16", "ViT-L_32", "ViT-H_14", "R50+ViT-L_32", "R26+ViT-B_32"}
+SLOW_AT_FULL_SIZE = {"ViT-L_16", "ViT-L_32", "ViT-H_14", "R50+ViT-L_32", "R26+ViT-B_32",
+                     "R50+ViT-B_16"}
 NAMES = list(VARIANTS)
-# Every variant as a one-block copy at a small size (default run), and at full size (slow).
-HARNESS = [pytest.param(n, False, id=f"{n}-depth1") for n in NAMES] + \
+# One variant per way of putting the model together: class token, global average pool, a
+# hybrid whose trunk is the root alone, a hybrid with ResNet stages.
+DEFAULT_HARNESS = {"ViT-Ti_16", "ViT-S_32-gap-norep", "R+ViT-Ti_16", "R26+ViT-S_32"}
+# Every variant as a one-block copy at a small size, and at full size (slow).
+HARNESS = [pytest.param(n, False, id=f"{n}-depth1",
+                        marks=() if n in DEFAULT_HARNESS else pytest.mark.slow) for n in NAMES] + \
           [pytest.param(n, True, id=f"{n}-full", marks=pytest.mark.slow) for n in NAMES]
+
+
+def _assembly(variant):
+    """How a variant is put together, sizes aside."""
+    trunk = None if not variant.is_hybrid else ("stages" if variant.resnet_stages else "root")
+    return variant.classifier, trunk
+
+
+def test_the_default_harness_covers_every_assembly_in_the_table():
+    assert {_assembly(VARIANTS[n]) for n in DEFAULT_HARNESS} == {_assembly(v) for v in VARIANTS.values()}
 
 
 def _one_block(name):
