@@ -47,6 +47,7 @@ from keras_vit.models import ViT
 from keras_vit.training import report, resume
 from keras_vit.training.distribute import multi_worker_fit
 from keras_vit.training.placement import get_placement
+from keras_vit.training.prebuild import build_training_state
 from keras_vit.training.recipes import PRECISIONS, Recipe, accumulation_steps, get_recipe, make_optimizer
 from keras_vit.training.resume import check_outputs
 from keras_vit.variants import Variant, get_variant
@@ -387,6 +388,7 @@ def _fit_in(output, run, placement, splits, config):
     log_path = os.path.join(output, "log.csv")
     with placement.scope():  # the optimizer's variables are built where fit builds them
         initial_epoch, best_so_far = resume.resume(model, output)
+        build_training_state(model)
     callbacks = [
         _EpochExtras(),
         keras.callbacks.CSVLogger(log_path, append=True),

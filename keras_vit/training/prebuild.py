@@ -1,0 +1,36 @@
+"""Creating the optimizer's and the metrics' variables before `fit` traces its step.
+
+On TensorFlow without a tf.distribute strategy, Keras 3 defers them to the trace
+of the first training step. TensorFlow traces a function that created variables
+a second time (the variables must exist outside it), so every `fit` traced its
+step twice: on the demo model half of a one-epoch run's start-up. Under a
+strategy, and on JAX, Keras builds them before tracing itself.
+"""
+
+import keras
+import numpy as np
+
+__all__ = ["build_training_state"]
+
+
+def build_training_state(model):
+    """Builds a compiled model's optimizer, loss and metric state outside any trace.
+
+    The loss and metrics are built by computing them once on a batch of zeros; their
+    running state is then reset (`fit` resets it at each epoch too). A no-op where
+    Keras builds them itself.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf
+
+    if tf.distribute.has_strategy():
+        return
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    images = np.zeros((1, *model.input_shape[1:]), model.input.dtype)
+    predicted = model(images, training=False)
+    labels = np.zeros(predicted.shape, "float32")  # the one-hot labels train() fits on
+    model.compute_loss(images, labels, predicted)
+    model.compute_metrics(images, labels, predicted, None)
+    model.reset_metrics()
