@@ -34,7 +34,10 @@ model = keras_vit.ViT("ViT-B_16-gap-norep", include_top=False)  # official spell
 `weights=` takes a catalogue tag (below), `hf://owner/name` (a transformers
 or timm repository on the Hugging Face Hub, through `huggingface_hub`), or the
 path of an official `.npz`, a timm `.safetensors` file, a transformers
-`save_pretrained` directory or a keras-hub ViT preset directory. Loading is
+`save_pretrained` directory or a keras-hub ViT preset directory. Sharded
+weights (`model.safetensors.index.json` beside its shards, as `save_pretrained`
+and huggingface_hub's `save_torch_state_dict` write a large model) are read as
+one file: pass the folder or the index. Loading is
 strict: every key and shape is checked before any weight is assigned, and the
 error lists what is missing, unexpected or mis-shaped. A checkpoint at another
 resolution has its position embedding resized the official way (class token

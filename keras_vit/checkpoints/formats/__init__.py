@@ -49,14 +49,15 @@ class CheckpointInfo(NpzInfo):
 
 def is_checkpoint_path(weights):
     """Whether a `weights=` string names a file or directory rather than a catalogue tag."""
-    return (weights.endswith((".npz", ".safetensors", *PICKLED_SUFFIXES))
+    return (weights.endswith((".npz", ".safetensors", _st.INDEX_SUFFIX))
+            or weights.lower().endswith(PICKLED_SUFFIXES)
             or os.path.sep in weights or os.path.isdir(weights))
 
 
 def detect_format(path):
     """"npz", "timm", "transformers" or "keras_hub"; refuses pickled files unread."""
     path = os.fspath(path)
-    if path.endswith(PICKLED_SUFFIXES) or (os.path.isdir(path) and not _weights_in(path)
+    if path.lower().endswith(PICKLED_SUFFIXES) or (os.path.isdir(path) and not _weights_in(path)
                                             and _pickled_in(path)):
         raise CheckpointError(
             f"{path} is a pickled PyTorch file; keras_vit does not open it, because unpickling "
@@ -73,7 +74,7 @@ def detect_format(path):
         raise CheckpointError(f"{path} is a folder; a checkpoint is one .npz file, a .safetensors "
                               "file, a transformers save_pretrained folder (config.json + "
                               "model.safetensors) or a keras-hub preset folder.")
-    if path.endswith(".safetensors"):
+    if path.endswith((".safetensors", _st.INDEX_SUFFIX)):
         names = _st.safetensors_shapes(path)
         if _hf.is_transformers_layout(names):
             directory = os.path.dirname(path) or "."
@@ -89,15 +90,23 @@ def detect_format(path):
 
 
 def _weights_in(directory):
-    return os.path.exists(os.path.join(directory, "model.safetensors"))
+    return _weights_file(directory) is not None
+
+
+def _weights_file(directory):
+    """The folder's model.safetensors, or the index of its shards."""
+    for name in ("model.safetensors", "model" + _st.INDEX_SUFFIX):
+        if os.path.exists(os.path.join(directory, name)):
+            return os.path.join(directory, name)
+    return None
 
 
 def _pickled_in(directory):
-    return any(n.endswith(PICKLED_SUFFIXES) for n in os.listdir(directory))
+    return any(n.lower().endswith(PICKLED_SUFFIXES) for n in os.listdir(directory))
 
 
 def _hf_weights_path(path):
-    return os.path.join(path, "model.safetensors") if os.path.isdir(path) else path
+    return _weights_file(path) if os.path.isdir(path) else path
 
 
 def _hf_directory(path):

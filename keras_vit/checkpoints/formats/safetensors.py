@@ -3,6 +3,12 @@
 The format is an 8-byte little-endian header length, a JSON header naming each
 tensor's dtype, shape and byte range, then the raw little-endian bytes. It holds
 no code, which is why keras_vit reads it and never pickled `.bin`/`.pth` files.
+
+A large model is saved in shards: `model.safetensors.index.json` maps each
+tensor's name to the shard file beside it that holds it (`weight_map`), as
+transformers' `save_pretrained` and huggingface_hub's `save_torch_state_dict`
+write it. `read_safetensors` and `safetensors_shapes` take that index's path
+too, and read the shards as one file.
 """
 
 import json
@@ -14,7 +20,9 @@ import numpy as np
 from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.errors import CheckpointError
 
-__all__ = ["read_safetensors", "safetensors_shapes", "write_safetensors"]
+__all__ = ["read_safetensors", "safetensors_shapes", "write_safetensors", "INDEX_SUFFIX"]
+
+INDEX_SUFFIX = ".safetensors.index.json"
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
            "I8": "i1", "U8": "u1", "BOOL": "?"}
@@ -37,14 +45,63 @@ def _header(path):
                               "truncated download, or another kind of file?") from error
 
 
+def _shards(index_path):
+    """{shard path: [tensor names]} from a sharded checkpoint's index, checked."""
+    try:
+        with open(index_path, encoding="utf-8") as f:
+            index = json.load(f)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{index_path} is not a readable safetensors index ({error}).") from error
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index_path} is not a safetensors index: no \"weight_map\" object "
+                              "naming each tensor's shard.")
+    folder = os.path.dirname(index_path)
+    shards = {}
+    for name, shard in weight_map.items():
+        # A shard is a file beside the index: a name that leads elsewhere is refused.
+        if not isinstance(shard, str) or os.path.basename(shard) != shard or shard in ("", ".", ".."):
+            raise CheckpointError(f"{index_path}: tensor {name!r} names the shard {shard!r}, which "
+                                  "is not a file name beside the index.")
+        shards.setdefault(os.path.join(folder, shard), []).append(name)
+    for shard in shards:
+        if not os.path.isfile(shard):
+            raise CheckpointError(f"{index_path} names the shard {os.path.basename(shard)}, which is "
+                                  "not beside it (an incomplete download?).")
+    return shards
+
+
+def _check_shard(index_path, shard, names, found):
+    if set(found) != set(names):
+        extra, missing = sorted(set(found) - set(names)), sorted(set(names) - set(found))
+        raise CheckpointError(
+            f"{index_path}: the shard {os.path.basename(shard)} does not hold what the index says "
+            f"(missing {missing[:3]}, not listed {extra[:3]}).")
+
+
 def safetensors_shapes(path):
-    """{name: shape} from the header alone."""
+    """{name: shape} from the header alone (of every shard, for an index)."""
+    if path.endswith(INDEX_SUFFIX):
+        shapes = {}
+        for shard, names in _shards(path).items():
+            found = safetensors_shapes(shard)
+            _check_shard(path, shard, names, found)
+            shapes.update(found)
+        return shapes
     _, header = _header(path)
     return {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
 
 
 def read_safetensors(path):
-    """Every tensor of a .safetensors file as float32 (bfloat16/float16 widened) NumPy arrays."""
+    """Every tensor of a .safetensors file (or of the shards an index names) as float32
+    (bfloat16/float16 widened) NumPy arrays."""
+    if path.endswith(INDEX_SUFFIX):
+        arrays = {}
+        for shard, names in _shards(path).items():
+            found = read_safetensors(shard)
+            _check_shard(path, shard, names, found)
+            arrays.update(found)
+        return arrays
     start, header = _header(path)
     size = os.path.getsize(path)
     arrays = {}
