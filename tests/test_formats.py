@@ -431,3 +431,22 @@ def test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked(tmp_path, p
     seconds, one_line = out.split("OFFLINE ")[1].split()[:2]
     assert float(seconds) < 10 and one_line == "True"
     assert "hf://google/not-cached" in out and "HF_HOME" in out
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("writer,name", [(keras_vit.save_npz, "model.npz"),
+                                         (keras_vit.save_safetensors, "model.safetensors")])
+def test_writers_refuse_non_finite_weights_and_write_nothing(tmp_path, bad, writer, name):
+    variant = dataclasses.replace(get_variant("Ti/16"), depth=1, name="tiny")
+    model = keras_vit.ViT(variant, image_size=32, classes=3)
+    path = tmp_path / name
+    writer(model, str(path))  # a good file first: the refused write must leave it as it was
+    before = path.read_bytes()
+    kernel = model.get_layer("encoderblock_0").mlp.dense_1.kernel
+    values = kernel.numpy()
+    values[1, 2] = bad
+    kernel.assign(values)
+    with pytest.raises(CheckpointError, match=r"encoderblock_0.*holds 1 NaN or infinite") as error:
+        writer(model, str(path))
+    assert "\n" not in str(error.value)
+    assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == [name]

@@ -13,16 +13,24 @@ import numpy as np
 from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.formats.safetensors import write_safetensors
 from keras_vit.checkpoints.layout import layout, official_to_timm, released_shape
-from keras_vit.errors import ArgumentError
+from keras_vit.errors import ArgumentError, CheckpointError
 
 __all__ = ["official_arrays", "save_npz", "save_safetensors"]
 
 
 def official_arrays(model):
-    """{official key: NumPy array} of every weight of `model`, in the released shapes."""
+    """{official key: NumPy array} of every weight of `model`, in the released shapes.
+
+    Refuses a model holding a NaN or an infinity (a diverged run): every loader, keras_vit's
+    included, refuses such a file, so it is never written.
+    """
     arrays = {}
     for row in layout(model):
         value = np.asarray(row.variable.numpy(), dtype=np.float32)
+        if not np.all(np.isfinite(value)):
+            bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
+            raise CheckpointError(f"{model.name}: the weight {row.variable.path} holds {bad} NaN or "
+                                  "infinite values (a diverged run?); nothing was written.")
         parts = np.split(value, len(row.keys), axis=-1) if len(row.keys) > 1 else [value]
         for key, part, shape in zip(row.keys, parts, row.shapes):
             arrays[key] = part.reshape(released_shape(key, shape))

@@ -11,7 +11,6 @@ one strict loader (`keras_vit.checkpoints.loader`) then validates and assigns.
 """
 
 import dataclasses
-import json
 import os
 
 import numpy as np
@@ -155,12 +154,8 @@ def inspect_checkpoint(path, format=None):
                               approximate_gelu=config.get("hidden_act", "gelu") != "gelu",
                               heads=config.get("num_attention_heads"))
     config = _keras_hub.keras_hub_config(path)
-    task = os.path.join(path, "task.json")
-    task_config = None
-    if os.path.exists(task):  # an image classifier: its head, and pre_logits if it has one
-        with open(task) as f:
-            task_config = json.load(f).get("config", {})
-    shapes = keras_hub_shapes(config, task_config)
+    # An image classifier's task config: its head, and pre_logits if it has one.
+    shapes = keras_hub_shapes(config, _keras_hub.task_config(path))
     return CheckpointInfo(shapes, format="keras_hub", heads=config.get("num_heads"),
                           layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6))
 

@@ -12,6 +12,7 @@ import json
 import os
 
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats.config_values import check_config_values, check_object
 
 __all__ = ["read_config", "is_transformers_layout"]
 
@@ -27,6 +28,7 @@ def read_config(directory):
             config = json.load(f)
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{path} is not a readable config.json ({error}).") from error
+    check_object(path, config)
     if config.get("model_type") != "vit":
         raise CheckpointError(f"{path} describes a {config.get('model_type')!r} model; keras_vit "
                               "reads transformers' plain 'vit' models (ViTModel, "
@@ -35,4 +37,9 @@ def read_config(directory):
     if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"{path}: hidden_act {act!r} is not a GELU; keras_vit's ViT "
                               "computes GELU only.")
+    check_config_values(path, config, counts=TRANSFORMERS_COUNTS, epsilons=("layer_norm_eps",))
     return config
+
+
+TRANSFORMERS_COUNTS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                       "intermediate_size", "image_size", "patch_size", "num_channels")
