@@ -12,6 +12,7 @@ one strict loader (`keras_vit.checkpoints.loader`) then validates and assigns.
 
 import dataclasses
 import os
+import stat
 
 import numpy as np
 
@@ -56,6 +57,7 @@ def is_checkpoint_path(weights):
 def detect_format(path):
     """"npz", "timm", "transformers" or "keras_hub"; refuses pickled files unread."""
     path = os.fspath(path)
+    _refuse_special_files(path)
     if path.lower().endswith(PICKLED_SUFFIXES) or (os.path.isdir(path) and not _weights_in(path)
                                             and _pickled_in(path)):
         raise CheckpointError(
@@ -86,6 +88,27 @@ def detect_format(path):
         raise CheckpointError(f"{path} is a .safetensors file in neither timm's nor transformers' "
                               "ViT layout (no patch embedding found).")
     return "npz"
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _refuse_special_files(path):
+    """Refuses, before anything opens it, a path (or a file of a folder) that is a FIFO, a
+    socket or a device: opening a FIFO with no writer blocks for ever, a device never ends."""
+    paths = [path]
+    if os.path.isdir(path):
+        paths = [os.path.join(path, name) for name in os.listdir(path)]
+    for candidate in paths:
+        try:
+            mode = os.stat(candidate).st_mode
+        except OSError:
+            continue  # a missing file is named by whoever needs it
+        for is_kind, kind in _KINDS:
+            if is_kind(mode):
+                raise CheckpointError(f"{candidate} is {kind}, not a checkpoint file; keras_vit "
+                                      "reads regular files only.")
 
 
 def _weights_in(directory):

@@ -1,6 +1,7 @@
-"""Sharded safetensors (`model.safetensors.index.json` + shards) as transformers'
-`save_pretrained` and huggingface_hub's `save_torch_state_dict` (what timm users shard
-with) write them: the same logits as the library, and a broken index refused in one line."""
+"""Checkpoint files beyond one plain file: sharded safetensors (`model.safetensors.index.json`
++ shards) as transformers' `save_pretrained` and huggingface_hub's `save_torch_state_dict`
+(what timm users shard with) write them, matching the library, a broken index refused in one
+line; pickles with upper-case suffixes; FIFOs and devices refused before they are opened."""
 
 import dataclasses
 import json
@@ -80,3 +81,36 @@ def test_upper_case_pickle_suffixes_are_refused_unread(tmp_path):
         path.write_bytes(b"\x80\x04 not opened")
         with pytest.raises(keras_vit.CheckpointError, match="unpickling runs any code"):
             keras_vit.ViT(TINY, weights=str(path))
+
+
+def test_a_fifo_or_device_is_refused_before_it_is_opened(tmp_path):
+    """Opening a FIFO with no writer blocks for ever: the load runs in a thread, so a
+    regression fails here within 30 s instead of hanging the suite."""
+    import threading
+
+    fifo = tmp_path / "weights.npz"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    os.mkfifo(folder / "model.safetensors")
+    outcomes = {}
+
+    def load(name, weights):
+        try:
+            keras_vit.ViT(TINY, weights=weights)
+            outcomes[name] = "loaded"
+        except keras_vit.CheckpointError as error:
+            outcomes[name] = str(error)
+
+    os.symlink("/dev/zero", tmp_path / "zero.npz")  # a device behind a name that looks right
+    cases = {"fifo": str(fifo), "fifo in a folder": str(folder), "device": str(tmp_path / "zero.npz")}
+    threads = [threading.Thread(target=load, args=item, daemon=True) for item in cases.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert set(outcomes) == set(cases), f"still blocked: {set(cases) - set(outcomes)}"
+    assert "is a FIFO, not a checkpoint file" in outcomes["fifo"]
+    assert "model.safetensors is a FIFO" in outcomes["fifo in a folder"]
+    assert "is a character device" in outcomes["device"]
+    assert all("\n" not in message for message in outcomes.values())
