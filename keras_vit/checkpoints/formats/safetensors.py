@@ -30,6 +30,7 @@ _HEADER_LIMIT = 100 << 20
 
 
 def _header(path):
+    """(data start, {name: (dtype, shape, (begin, end))}, file size), every entry checked."""
     try:
         with open(path, "rb") as f:
             raw = f.read(8)
@@ -38,11 +39,71 @@ def _header(path):
             (length,) = struct.unpack("<Q", raw)
             if length > _HEADER_LIMIT:
                 raise ValueError(f"a header length of {length} bytes is not plausible")
-            header = json.loads(f.read(length))
-        return 8 + length, header
+            text = f.read(length)
+            size = os.fstat(f.fileno()).st_size
+        if len(text) != length:
+            raise ValueError("its header is cut short")
+        header = json.loads(text, object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise CheckpointError(f"{path}: its header nests too deeply to be a safetensors "
+                              "header.") from None
     except (OSError, ValueError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path} is not a readable .safetensors file ({error}); "
                               "truncated download, or another kind of file?") from error
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: its header is a JSON {type(header).__name__}, not the "
+                              "object of tensors a .safetensors header is.")
+    entries = {name: _entry(path, name, entry) for name, entry in header.items()
+               if name != "__metadata__"}
+    _check_ranges(path, entries, size - 8 - length)
+    return 8 + length, entries
+
+
+def _no_duplicates(pairs):
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        seen = set()
+        twice = next(n for n in names if n in seen or seen.add(n))
+        raise ValueError(f"the name {twice[:80]!r} appears twice")
+    return dict(pairs)
+
+
+def _entry(path, name, entry):
+    """(dtype, shape, (begin, end)) of one header entry, or a one-line refusal."""
+    def refuse(problem):
+        return CheckpointError(f"{path}: the header entry {name[:80]!r} {problem}.")
+
+    if not isinstance(entry, dict):
+        raise refuse(f"is a JSON {type(entry).__name__}, not an object")
+    missing = [field for field in ("dtype", "shape", "data_offsets") if field not in entry]
+    if missing:
+        raise refuse(f"lacks {', '.join(missing)}")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str):
+        raise refuse(f"has a dtype that is a JSON {type(dtype).__name__}, not a name")
+    if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
+        raise refuse("has a shape that is not a list of non-negative integers")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(n) for n in offsets)
+            or offsets[0] > offsets[1]):
+        raise refuse("has data_offsets that are not two ascending non-negative integers")
+    return dtype, tuple(shape), tuple(offsets)
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_ranges(path, entries, data_size):
+    """No two tensors share bytes, and every tensor lies inside the file."""
+    previous_end, previous = 0, None
+    for name, (_, _, (begin, end)) in sorted(entries.items(), key=lambda item: item[1][2]):
+        if begin < previous_end:
+            raise CheckpointError(f"{path}: the tensors {previous[:80]!r} and {name[:80]!r} "
+                                  "overlap in the file.")
+        if end > data_size:
+            raise CheckpointError(f"{path}: tensor {name[:80]!r} lies outside the file "
+                                  "(truncated?).")
+        previous_end, previous = end, name
 
 
 def _shards(index_path):
@@ -88,8 +149,8 @@ def safetensors_shapes(path):
             _check_shard(path, shard, names, found)
             shapes.update(found)
         return shapes
-    _, header = _header(path)
-    return {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+    _, entries = _header(path)
+    return {name: shape for name, (_, shape, _) in entries.items()}
 
 
 def read_safetensors(path):
@@ -102,30 +163,22 @@ def read_safetensors(path):
             _check_shard(path, shard, names, found)
             arrays.update(found)
         return arrays
-    start, header = _header(path)
-    size = os.path.getsize(path)
+    start, entries = _header(path)
     arrays = {}
     with open(path, "rb") as f:
-        for name, entry in header.items():
-            if name == "__metadata__":
-                continue
-            begin, end = entry["data_offsets"]
-            if not 0 <= begin <= end <= size - start:
-                raise CheckpointError(f"{path}: tensor {name!r} lies outside the file (truncated?).")
+        for name, (dtype, shape, (begin, end)) in entries.items():
             f.seek(start + begin)
             data = f.read(end - begin)
-            dtype = entry["dtype"]
             if dtype == "BF16":  # bfloat16 is the top half of a float32
                 array = (np.frombuffer(data, "<u2").astype(np.uint32) << 16).view(np.float32)
             elif dtype in _DTYPES:
                 array = np.frombuffer(data, _DTYPES[dtype])
             else:
-                raise CheckpointError(f"{path}: tensor {name!r} has dtype {dtype}, which keras_vit "
-                                      "does not read.")
-            shape = tuple(entry["shape"])
-            if array.size != int(np.prod(shape)):
-                raise CheckpointError(f"{path}: tensor {name!r} holds {array.size} values for "
-                                      f"shape {shape}.")
+                raise CheckpointError(f"{path}: tensor {name!r} has dtype {dtype[:20]}, which "
+                                      "keras_vit does not read.")
+            if array.size != int(np.prod(shape)) or array.nbytes != end - begin:
+                raise CheckpointError(f"{path}: tensor {name!r} holds {end - begin} bytes, which "
+                                      f"is not shape {shape} of {dtype}.")
             array = array.reshape(shape)
             arrays[name] = array.astype(np.float32) if array.dtype == np.float16 else array
     return arrays
