@@ -28,6 +28,7 @@ from keras_vit.variants import get_variant
 from tests.oracle import random_vit_npz
 
 cat = importlib.import_module("keras_vit.checkpoints.catalogue")
+download = importlib.import_module("keras_vit.checkpoints.download")
 
 TI = get_variant("Ti/16")
 TAG = "augreg-in21k-ft-in1k-224"
@@ -43,6 +44,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         mode = server.modes.get(self.path, "normal")
         if mode == "silent":  # accept, never answer
             time.sleep(30)
+            return
+        if mode == "slow-status":  # the status line a byte at a time, never finished
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n" * 100:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.5)
+            return
+        if mode == "endless":  # a body without end and without Content-Length
+            self.send_response(200)
+            self.end_headers()
+            block = b"\0" * (1 << 20)
+            try:
+                while True:
+                    self.wfile.write(block)
+                    server.sent += len(block)
+            except OSError:  # the client hung up
+                return
+        if mode == "auth" and self.headers.get("Authorization") != server.expected_auth:
+            self.send_error(401)
             return
         if mode == "html":
             body = b"<!DOCTYPE html><html><body>Sign in to continue</body></html>"
@@ -87,7 +107,7 @@ def server(tmp_path, monkeypatch):
     root.mkdir()
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
-    httpd.root, httpd.modes, httpd.requests = str(root), {}, []
+    httpd.root, httpd.modes, httpd.requests, httpd.sent = str(root), {}, [], 0
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -228,7 +248,7 @@ def test_a_client_killed_mid_download_leaves_nothing_a_later_call_uses(server, p
 
 @pytest.mark.parametrize("mode", ["silent", "trickle"])
 def test_a_dead_or_trickling_server_is_refused_within_the_stall_timeout(server, monkeypatch, mode):
-    monkeypatch.setattr(cat, "DOWNLOAD_TIMEOUT_S", 1)
+    monkeypatch.setattr(download, "DOWNLOAD_TIMEOUT_S", 1)
     checkpoint = find_checkpoint(TI, TAG)
     _, url_path = _serve(server, checkpoint, _ti_file())
     server.modes[url_path] = mode

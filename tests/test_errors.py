@@ -50,16 +50,18 @@ NOT_THE_USERS = {
         "caught by export, which raises PathExistsError naming the version folder",
     ("keras_vit/atomic.py", "atomic_open", "ValueError"):
         "invariant: keras_vit's own writers open files for writing; atomic is not public",
-    ("keras_vit/checkpoints/catalogue.py", "_stream", "TimeoutError"):
-        "caught by the download, which raises WeightsUnavailableError naming the file",
-    ("keras_vit/checkpoints/catalogue.py", "_stream", "ConnectionError"):
-        "caught by the download, which raises WeightsUnavailableError naming the file",
+    ("keras_vit/checkpoints/download.py", "stream", "TimeoutError"):
+        "caught by the catalogue's download, which raises WeightsUnavailableError naming the file",
+    ("keras_vit/checkpoints/download.py", "stream", "ConnectionError"):
+        "caught by the catalogue's download, which raises WeightsUnavailableError naming the file",
     ("keras_vit/checkpoints/catalogue.py", "_hub_snapshot", "ImportError"):
         "a missing optional dependency: Python's own signal, the message gives the pip line",
     ("keras_vit/checkpoints/formats/keras_hub.py", "read_keras_hub", "ImportError"):
         "a missing optional dependency: Python's own signal, the message gives the pip line",
     ("keras_vit/checkpoints/formats/safetensors.py", "_header", "ValueError"):
         "caught in the same function and raised again as CheckpointError naming the file",
+    ("keras_vit/checkpoints/formats/safetensors.py", "_no_duplicates", "ValueError"):
+        "json's object hook, called inside _header, which raises CheckpointError naming the file",
     ("keras_vit/training/_private_keras.py", "check_private_keras", "RuntimeError"):
         "an installed Keras outside the versions a private patch was checked on: not input",
 }

@@ -65,7 +65,11 @@ when these weights are used. Files are downloaded once into
 mirrors the URL (`vit_models/imagenet21k/ViT-B_16.npz`), and checked against
 their row here (architecture, classes, pre_logits, resolution) on every use.
 Set `KERAS_VIT_WEIGHTS_URL` to replace `https://storage.googleapis.com/vit_models`
-with a mirror.
+with a mirror; a user name and password in it (`https://user:password@host/path`)
+are sent as HTTP basic auth and shown as `***` in every message. A download is
+bounded: it writes at most the size in the table plus 2% and 1 MiB (4 GiB where
+the table gives none), and is refused when the connection and headers take more
+than 10 s or the body brings less than 64 KiB in any 10 s.
 
 | variant | tag | classes | resolution | pre_logits | size (MiB) | file |
 |---|---|---|---|---|---|---|

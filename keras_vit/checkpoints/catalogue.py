@@ -18,11 +18,11 @@ import hashlib
 import http.client
 import json
 import os
-import time
-import urllib.request
 from importlib import resources
 
 from keras_vit.atomic import atomic_open, atomic_path
+from keras_vit.checkpoints import download
+from keras_vit.checkpoints.download import redact
 from keras_vit.checkpoints.errors import CheckpointError, WeightsUnavailableError
 from keras_vit.checkpoints.formats import inspect_checkpoint, is_checkpoint_path
 from keras_vit.checkpoints.layout import (
@@ -40,11 +40,11 @@ __all__ = ["Checkpoint", "catalogue", "find_checkpoint", "resolve_weights", "pin
 # The prefix of every official URL, and the variable that points it at a mirror.
 OFFICIAL_BASE_URL = "https://storage.googleapis.com/vit_models"
 WEIGHTS_URL_ENV = "KERAS_VIT_WEIGHTS_URL"
-# A download is refused when some DOWNLOAD_TIMEOUT_S window brings fewer than
-# MIN_BYTES_PER_WINDOW bytes: a dead server and a trickling one both fail in
-# about that time, instead of one socket timeout per byte forever.
-DOWNLOAD_TIMEOUT_S = 10
-MIN_BYTES_PER_WINDOW = 64 << 10
+# A download never writes more than its entry's declared size and this margin; an entry
+# that declares no size is capped at UNDECLARED_SIZE_CAP (the largest official file,
+# ViT-H/14's, is 2.4 GiB).
+SIZE_MARGIN = 1.02
+UNDECLARED_SIZE_CAP = 4 << 30
 # Which numerics each source's library computes (tanh GELU, LayerNorm epsilon).
 NUMERICS = {"npz": (True, 1e-6), "timm": (False, 1e-6), "transformers": (False, 1e-12),
             "keras_hub": (False, 1e-6)}
@@ -269,25 +269,26 @@ def _fetch(checkpoint, path, expected):
     """Downloads the file to `path` through a private temporary file, renamed into place only
     when whole, of the pinned sha256 and of the entry's contents."""
     url = checkpoint.download_url
+    shown = redact(url)  # a mirror's credentials never reach a message
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError as error:
-        raise _not_writable(path, url, error) from error
+        raise _not_writable(path, shown, error) from error
     try:
         with atomic_path(path) as partial:  # also removes what killed downloads of `path` left
             try:
                 handle = open(partial, "wb")
             except OSError as error:
-                raise _not_writable(path, url, error) from error
+                raise _not_writable(path, shown, error) from error
             with handle:
-                _stream(url, handle)
+                download.stream(url, handle, _size_limit(checkpoint))
             if expected and _sha256(partial) != expected:
                 raise WeightsUnavailableError(
-                    f"The file downloaded from {url} does not have the sha256 recorded for "
+                    f"The file downloaded from {shown} does not have the sha256 recorded for "
                     f"{path} ({expected}); it was not kept. If the file changed on purpose, "
                     f"delete that entry from {_pins_path()} and call again.")
             try:
-                check_contents(checkpoint, partial, shown_path=f"the file downloaded from {url}")
+                check_contents(checkpoint, partial, shown_path=f"the file downloaded from {shown}")
             except CheckpointError as error:
                 hint = (" (it is an HTML page: a proxy or login page? set "
                         f"{WEIGHTS_URL_ENV} to a mirror, or copy the file to {path} by hand)"
@@ -298,29 +299,17 @@ def _fetch(checkpoint, path, expected):
         raise WeightsUnavailableError(_offline_message(checkpoint, error)) from error
 
 
+def _size_limit(checkpoint):
+    """The most bytes a download of `checkpoint` may write."""
+    if checkpoint.size_mib:
+        return int(checkpoint.size_mib * (1 << 20) * SIZE_MARGIN) + (1 << 20)
+    return UNDECLARED_SIZE_CAP
+
+
 def _not_writable(path, url, error):
     return WeightsUnavailableError(
         f"Cannot write {path} ({error.strerror or error}): the cache is not writable; set "
         f"KERAS_HOME to a writable directory, or copy the file from {url} to {path} by hand.")
-
-
-def _stream(url, handle):
-    """Copies `url` into `handle`, refusing a stalled or truncated transfer."""
-    # The timeout bounds each network step of this request alone; no global setting.
-    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
-        length = response.headers.get("Content-Length")
-        total, window_start, window_bytes = 0, time.monotonic(), 0
-        while chunk := response.read1(1 << 20):
-            handle.write(chunk)
-            total += len(chunk)
-            window_bytes += len(chunk)
-            if time.monotonic() - window_start >= DOWNLOAD_TIMEOUT_S:
-                if window_bytes < MIN_BYTES_PER_WINDOW:
-                    raise TimeoutError(f"the download stalled: {window_bytes} bytes in the last "
-                                       f"{DOWNLOAD_TIMEOUT_S} s")
-                window_start, window_bytes = time.monotonic(), 0
-        if length is not None and total != int(length):
-            raise ConnectionError(f"the connection closed after {total} of {length} bytes")
 
 
 def _looks_like_html(path):
@@ -345,7 +334,7 @@ def _offline_message(checkpoint, error):
              "one name.)" if os.path.exists(old) else "")
     gs = checkpoint.url.replace("https://storage.googleapis.com/", "gs://")
     return (f"Could not download the {checkpoint.tag!r} weights for {checkpoint.variant}{size} "
-            f"from {checkpoint.download_url} ({error}). Without network access, fetch the file on "
+            f"from {redact(checkpoint.download_url)} ({error}). Without network access, fetch the file on "
             f"another machine (`gsutil cp {gs} .` or a browser) and copy it to the cache path "
             f"{path}, set {WEIGHTS_URL_ENV} to a mirror, or pass the file's path as "
             f"weights='/path/to/file.npz'.{stale}")
