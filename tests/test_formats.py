@@ -392,6 +392,14 @@ with torch.no_grad():
     ref = ti(torch.from_numpy(x.transpose(0, 3, 1, 2))).numpy()
 print("TIMM_DIFF", float(np.abs(np.asarray(model(x)) - ref).max()))
 print("GELU", model.get_layer("encoderblock_0").mlp.approximate_gelu)
+# The same catalogued repository at a revision: fetched at that commit, checked like main.
+pinned = keras_vit.ViT_Ti16(weights="hf://" + repo + "@" + "0" * 40)
+print("REVISION_DIFF", float(np.abs(np.asarray(pinned(x)) - ref).max()))
+try:
+    keras_vit.ViT_Ti16(weights="hf://" + repo + "@" + "1" * 40)
+    print("MISSING_REVISION_LOADED")
+except keras_vit.WeightsUnavailableError as e:
+    print("MISSING_REVISION", str(e).replace("\n", " "))
 
 # The same entry holding a file with another head: refused by the entry's check.
 wrong = VisionTransformer(img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3,
@@ -426,6 +434,10 @@ def test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked(tmp_path, p
     assert "TIMM_DIFF" in out, result.stderr[-3000:]
     assert float(out.split("TIMM_DIFF ")[1].split()[0]) < TOL
     assert "GELU False" in out
+    assert float(out.split("REVISION_DIFF ")[1].split()[0]) < TOL  # hf://repo@revision loads
+    assert "MISSING_REVISION_LOADED" not in out
+    missing = out.split("MISSING_REVISION ")[1].splitlines()[0]
+    assert "1" * 40 in missing and "holds" not in missing  # not "holds ViT-Ti_16 weights"
     assert "WRONG_LOADED" not in out
     assert "classes 21843 where the entry says 1000" in out.split("REFUSED ")[1]
     seconds, one_line = out.split("OFFLINE ")[1].split()[:2]

@@ -345,8 +345,9 @@ def _hub_checkpoint(variant, weights):
     repository's files (fetched through huggingface_hub, which keeps its own cache)."""
     repo, _, revision = weights[len("hf://"):].partition("@")
     for c in catalogue():
-        if c.hub == repo and c.variant == variant.name and (not revision or revision == c.revision):
-            return c
+        if c.hub == repo and c.variant == variant.name:
+            # A revision asked for is fetched, and checked against the entry like the main one.
+            return dataclasses.replace(c, revision=revision) if revision else c
     others = sorted({c.variant for c in catalogue() if c.hub == repo})
     if others:
         raise CheckpointError(f"{weights} holds {' or '.join(others)} weights (catalogue), not "
@@ -356,7 +357,8 @@ def _hub_checkpoint(variant, weights):
 
 
 def _hub_download(checkpoint):
-    directory = _hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}")
+    at = f"@{checkpoint.revision}" if checkpoint.revision else ""
+    directory = _hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}{at}")
     check_contents(checkpoint, directory)
     return directory
 
