@@ -60,6 +60,8 @@ NOT_THE_USERS = {
         "a missing optional dependency: Python's own signal, the message gives the pip line",
     ("keras_vit/checkpoints/formats/safetensors.py", "_header", "ValueError"):
         "caught in the same function and raised again as CheckpointError naming the file",
+    ("keras_vit/checkpoints/formats/npz_metadata.py", "parse_metadata", "ValueError"):
+        "caught in the same function and raised again as CheckpointError naming the file",
     ("keras_vit/checkpoints/formats/safetensors.py", "_no_duplicates", "ValueError"):
         "json's object hook, called inside _header, which raises CheckpointError naming the file",
     ("keras_vit/training/_private_keras.py", "check_private_keras", "RuntimeError"):

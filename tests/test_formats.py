@@ -10,6 +10,7 @@ import pytest
 
 import keras_vit
 from keras_vit import CheckpointError
+from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY
 from keras_vit.variants import get_variant
 from tests.oracle import (
     import_timm,
@@ -297,8 +298,11 @@ def test_save_npz_reads_back_in_timm_and_bit_identically(name, size, classes, pr
     grid = variant.token_grid(size)
     released = official_vit_arrays(variant, grid, classes=classes, pre_logits=pre)
     with np.load(path, allow_pickle=False) as saved:
-        assert {k: (saved[k].shape, saved[k].dtype) for k in saved.files} == \
+        assert {k: (saved[k].shape, saved[k].dtype) for k in saved.files if k != METADATA_KEY} == \
             {k: (v.shape, v.dtype) for k, v in released.items()}
+        # Plus keras_vit's record: this model's numerics and grid, as JSON.
+        assert json.loads(saved[METADATA_KEY].tobytes()) == {
+            "approximate_gelu": True, "layer_norm_epsilon": 1e-6, "grid": list(grid)}
     images = _images(2, size)
     again = keras_vit.ViT(variant, weights=str(path), image_size=size)
     for a, b in zip(model.weights, again.weights):

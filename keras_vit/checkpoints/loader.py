@@ -11,7 +11,13 @@ import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import detect_format, read_checkpoint
-from keras_vit.checkpoints.formats.npz import PICKLE_PROBLEM, ArrayHeader, read_npz, read_npz_headers
+from keras_vit.checkpoints.formats.npz import (
+    PICKLE_PROBLEM,
+    ArrayHeader,
+    pop_metadata,
+    read_npz,
+    read_npz_headers,
+)
 from keras_vit.checkpoints.layout import (
     DROPPABLE_PREFIXES,
     POS_EMBED_KEY,
@@ -62,9 +68,11 @@ def _load(model, checkpoint, trunk_only):
     # Checked first from the headers alone (shape, dtype), then only the arrays the model
     # uses are read: an unused or lying member costs nothing, and is never allocated. The
     # other formats (safetensors, directories) are read whole into the official keys.
+    metadata = {}
     if is_path and detect_format(source) == "npz":
         given = None
         headers = read_npz_headers(source)
+        metadata = pop_metadata(source, headers)
     else:
         given = read_checkpoint(source, heads=_heads(model)) if is_path else dict(checkpoint)
         given = {k: np.asarray(v) for k, v in given.items()}
@@ -96,7 +104,8 @@ def _load(model, checkpoint, trunk_only):
             elif headers[key].problem:
                 continue  # reported below, with what is wrong with the member
             elif key == POS_EMBED_KEY:
-                problem = _posembed_problem(headers[key].shape, shape, num_prefix)
+                problem = _posembed_problem(headers[key].shape, shape, num_prefix,
+                                            metadata.get("grid"), model)
                 if problem:
                     mismatched.append(f"{key}: expected {shape}, found {headers[key].shape} "
                                       f"({problem})")
@@ -131,10 +140,11 @@ def _load(model, checkpoint, trunk_only):
     values = []
     for row in rows:
         value = row.value(arrays)
-        if row.keys[0] == POS_EMBED_KEY and value.shape != tuple(row.variable.shape):
+        if row.keys[0] == POS_EMBED_KEY:
             posembed = model.get_layer("posembed_input")
-            value = resize_position_embedding(value, square_grid(value.shape[1] - num_prefix),
-                                              posembed.grid_size, num_prefix)
+            grid = metadata.get("grid") or square_grid(value.shape[1] - num_prefix)
+            if value.shape != tuple(row.variable.shape) or tuple(grid) != tuple(posembed.grid_size):
+                value = resize_position_embedding(value, grid, posembed.grid_size, num_prefix)
         values.append((row.variable, np.asarray(value).reshape(row.variable.shape)))
     if new_head:
         values += [(row.variable, np.zeros(row.variable.shape)) for row in head_rows]
@@ -213,15 +223,33 @@ def _head_fits(arrays, head_rows):
                for row in head_rows for k, s in zip(row.keys, row.shapes))
 
 
-def _posembed_problem(found, expected, num_prefix):
+def _posembed_problem(found, expected, num_prefix, file_grid, model):
     if len(found) != 3 or found[0] != 1 or found[2] != expected[2]:
         return "width differs"
+    model_grid = tuple(model.get_layer("posembed_input").grid_size)
+    if file_grid is not None:  # recorded by save_npz
+        rows, cols = file_grid
+        if rows * cols + num_prefix != found[1]:
+            return f"the file records a {rows} x {cols} grid, which is not its token count"
+        if rows != cols and model_grid == (cols, rows):
+            size = _image_size_for(model, file_grid)
+            return (f"the file's grid is {rows} x {cols} tokens (rows x columns) and this model's "
+                    f"image size gives {cols} x {rows}: pass image_size={size}")
+        return None
     if found[1] == expected[1]:
         return None
     if square_grid(found[1] - num_prefix) is None:
-        return ("token count is not a class token plus a square grid, so it cannot be resized"
-                if num_prefix else "token count is not a square grid, so it cannot be resized")
+        what = "a class token plus a square grid" if num_prefix else "a square grid"
+        return (f"token count is not {what} and the file does not record its grid, so it cannot "
+                "be resized: pass image_size=(height, width) giving the file's own grid")
     return None
+
+
+def _image_size_for(model, grid):
+    """The (height, width) in pixels at which `model` has `grid` tokens."""
+    height, width = model.input_shape[1:3]
+    rows, cols = model.get_layer("posembed_input").grid_size
+    return (grid[0] * height // rows, grid[1] * width // cols)
 
 
 def _report(title, problems, headers, missing=(), unexpected=()):

@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from keras_vit.atomic import atomic_open
+from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY, metadata_array, model_metadata
 from keras_vit.checkpoints.formats.safetensors import write_safetensors
 from keras_vit.checkpoints.layout import layout, official_to_timm, released_shape
 from keras_vit.errors import ArgumentError, CheckpointError
@@ -39,11 +40,13 @@ def official_arrays(model):
 
 def save_npz(model, path):
     """Writes `model` as an official-layout `.npz` (vit_jax's `checkpoint.load`, timm's npz
-    loader and keras_vit all read it), atomically."""
+    loader and keras_vit all read it), atomically, with keras_vit's record of its numerics
+    and grid (formats/npz_metadata.py), which only keras_vit reads."""
     path = os.fspath(path)
     if not path.endswith(".npz"):
         raise ArgumentError(f"save_npz writes an .npz file; got the path {path!r}.")
     arrays = official_arrays(model)
+    arrays[METADATA_KEY] = metadata_array(model_metadata(model))  # numerics and grid
     with atomic_open(path, "wb") as file:
         np.savez(file, **arrays)
     return path

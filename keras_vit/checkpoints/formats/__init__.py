@@ -22,6 +22,7 @@ from keras_vit.checkpoints.formats import safetensors as _st
 from keras_vit.checkpoints.formats import timm as _timm
 from keras_vit.checkpoints.formats import transformers as _hf
 from keras_vit.checkpoints.formats.npz import NpzInfo, inspect_npz, read_npz
+from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY
 from keras_vit.checkpoints.layout import (
     POS_EMBED_KEY,
     keras_hub_shapes,
@@ -140,7 +141,9 @@ def read_checkpoint(path, heads=None):
     `heads` heads for the formats that fuse them)."""
     fmt = detect_format(path)
     if fmt == "npz":
-        return normalize_keys(read_npz(path))
+        arrays = read_npz(path)
+        arrays.pop(METADATA_KEY, None)  # keras_vit's record, not a weight
+        return normalize_keys(arrays)
     if fmt == "timm":
         return timm_to_official(_st.read_safetensors(_hf_weights_path(path)), heads, source=path)
     if fmt == "transformers":
@@ -163,7 +166,10 @@ def inspect_checkpoint(path, format=None):
     if format is not None and fmt != format:
         raise CheckpointError(f"{path} is a {fmt} checkpoint, not the {format} file expected.")
     if fmt == "npz":
-        return CheckpointInfo(inspect_npz(path).shapes, format="npz")
+        info = inspect_npz(path)
+        return CheckpointInfo(info.shapes, info.metadata, format="npz",
+                              layer_norm_epsilon=info.metadata.get("layer_norm_epsilon"),
+                              approximate_gelu=info.metadata.get("approximate_gelu"))
     if fmt == "timm":
         shapes = timm_to_official(_shapes_only(_st.safetensors_shapes(_hf_weights_path(path))),
                                   source=path)

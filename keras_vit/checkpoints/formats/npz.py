@@ -15,6 +15,7 @@ import zipfile
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY, parse_metadata
 from keras_vit.checkpoints.layout import (
     HEAD_KERNEL_KEY,
     POS_EMBED_KEY,
@@ -23,7 +24,7 @@ from keras_vit.checkpoints.layout import (
     square_grid,
 )
 
-__all__ = ["read_npz", "read_npz_headers", "inspect_npz", "ArrayHeader", "NpzInfo"]
+__all__ = ["read_npz", "read_npz_headers", "inspect_npz", "pop_metadata", "ArrayHeader", "NpzInfo"]
 
 PICKLE_PROBLEM = ("object arrays, which need pickle to load (official checkpoints hold plain "
                   "numeric arrays, and keras_vit never unpickles: it can run code)")
@@ -135,9 +136,11 @@ def read_npz(path, keys=None):
 
 @dataclasses.dataclass
 class NpzInfo:
-    """What an npz file's headers say, read without loading its arrays."""
+    """What an npz file's headers say, read without loading its arrays, and keras_vit's
+    record where the file holds one."""
 
     shapes: dict
+    metadata: dict = dataclasses.field(default_factory=dict)
 
     @property
     def classes(self):
@@ -157,7 +160,18 @@ class NpzInfo:
         return grid[0] * variant.total_stride if grid else None
 
 
+def pop_metadata(path, headers):
+    """keras_vit's record (npz_metadata.py) if the file holds one, removed from `headers`;
+    else {}."""
+    if METADATA_KEY not in headers:
+        return {}
+    headers.pop(METADATA_KEY)
+    return parse_metadata(path, read_npz(path, [METADATA_KEY])[METADATA_KEY])
+
+
 def inspect_npz(path):
     """Reads array shapes from an `.npz` file's headers (cheap for large files)."""
-    headers = normalize_keys(read_npz_headers(path))
-    return NpzInfo({key: header.shape for key, header in headers.items()})
+    headers = read_npz_headers(path)
+    metadata = pop_metadata(path, headers)
+    headers = normalize_keys(headers)
+    return NpzInfo({key: header.shape for key, header in headers.items()}, metadata)

@@ -1,0 +1,67 @@
+"""keras_vit's own record inside the `.npz` files `save_npz` writes.
+
+The official layout records weights only: not the GELU form or LayerNorm epsilon
+the weights were trained with, nor the patch grid of a non-square position
+embedding. `save_npz` adds one member, `keras_vit/metadata` (a uint8 array of
+UTF-8 JSON: {"approximate_gelu", "layer_norm_epsilon", "grid": [rows, cols]}),
+which the official code and timm's npz loader never look up, and keras_vit reads
+back: a model reloads with the numerics it was saved with, and a grid laid out
+the other way round is refused instead of loaded transposed.
+"""
+
+import json
+import math
+
+import numpy as np
+
+from keras_vit.checkpoints.errors import CheckpointError
+
+__all__ = ["METADATA_KEY", "metadata_array", "parse_metadata", "model_metadata"]
+
+METADATA_KEY = "keras_vit/metadata"
+
+
+def model_metadata(model):
+    """What `save_npz` records of `model`: its numerics and its position embedding's grid."""
+    block = next(layer for layer in model.layers if layer.name.startswith("encoderblock_"))
+    return {"approximate_gelu": bool(block.mlp.approximate_gelu),
+            "layer_norm_epsilon": float(model.get_layer("encoder_norm").epsilon),
+            "grid": list(model.get_layer("posembed_input").grid_size)}
+
+
+def metadata_array(metadata):
+    return np.frombuffer(json.dumps(metadata, sort_keys=True).encode(), dtype=np.uint8)
+
+
+def parse_metadata(path, array):
+    """The record, checked: {"approximate_gelu": bool, "layer_norm_epsilon": float,
+    "grid": (rows, cols)}, each key optional."""
+    try:
+        if array.dtype != np.uint8 or array.ndim != 1:
+            raise ValueError(f"a {array.dtype} array of shape {array.shape}")
+        record = json.loads(array.tobytes().decode("utf-8"))
+        if not isinstance(record, dict):
+            raise ValueError(f"a JSON {type(record).__name__}")
+    except (ValueError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path}: its {METADATA_KEY} member is not keras_vit's record "
+                              f"({error}).") from None
+    out = {}
+    if "approximate_gelu" in record:
+        if not isinstance(record["approximate_gelu"], bool):
+            raise CheckpointError(f"{path}: {METADATA_KEY} approximate_gelu is "
+                                  f"{record['approximate_gelu']!r}, not true or false.")
+        out["approximate_gelu"] = record["approximate_gelu"]
+    if "layer_norm_epsilon" in record:
+        epsilon = record["layer_norm_epsilon"]
+        if (isinstance(epsilon, bool) or not isinstance(epsilon, (int, float))
+                or not math.isfinite(epsilon) or not 0 < epsilon < 1):
+            raise CheckpointError(f"{path}: {METADATA_KEY} layer_norm_epsilon is {epsilon!r}; a "
+                                  "LayerNorm epsilon is a finite number between 0 and 1.")
+        out["layer_norm_epsilon"] = float(epsilon)
+    if "grid" in record:
+        grid = record["grid"]
+        if (not isinstance(grid, list) or len(grid) != 2
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in grid)):
+            raise CheckpointError(f"{path}: {METADATA_KEY} grid is {grid!r}, not [rows, cols].")
+        out["grid"] = tuple(grid)
+    return out
