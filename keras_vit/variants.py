@@ -172,12 +172,15 @@ def constructor_names():
 
 
 def get_variant(name):
-    """Returns the `Variant` for an official or short name ("ViT-B_16", "B/16"), or "demo"."""
+    """Returns the `Variant` for an official or short name ("ViT-B_16", "B/16"), a timm
+    architecture name ("vit_base_patch16_224"), or "demo"."""
     if isinstance(name, Variant):
         return name
     if not isinstance(name, str):
         raise ArgumentTypeError(f"A variant name must be a string, got {type(name).__name__}.")
     variant = _BY_KEY.get(_canonical_key(name))
+    if variant is None:
+        variant = timm_variant(name)  # timm's names: "vit_base_patch16_224"
     if variant is None:
         from keras_vit._names import did_you_mean
 
@@ -186,3 +189,47 @@ def get_variant(name):
         raise ArgumentError(f"Unknown ViT variant {name!r}.{hint} Known variants: {known} "
                             '(official spellings such as "ViT-B_16" work too).')
     return variant
+
+
+# --- timm's architecture names ----------------------------------------------------------------
+# A timm state dict does not record its head count, and timm registers models whose heads
+# differ from the official variant of the same width (its vit_base_patch16_gap_224 has 16;
+# the official B/16-gap has 12). A timm Hub folder's config.json names its architecture; this
+# table turns that name into the variant, heads included (tests/test_timm_names.py checks each
+# row against timm's own registry).
+# timm architecture (resolution suffix and pretrained tag removed) -> (official variant,
+# heads where timm's differ from the official variant's, else None).
+TIMM_ARCHITECTURES = {
+    "vit_tiny_patch16": ("ViT-Ti_16", None),
+    "vit_small_patch16": ("ViT-S_16", None),
+    "vit_small_patch32": ("ViT-S_32", None),
+    "vit_base_patch8": ("ViT-B_8", None),
+    "vit_base_patch16": ("ViT-B_16", None),
+    "vit_base_patch32": ("ViT-B_32", None),
+    "vit_large_patch16": ("ViT-L_16", None),
+    "vit_large_patch32": ("ViT-L_32", None),
+    "vit_huge_patch14": ("ViT-H_14", None),
+    "deit_tiny_patch16": ("ViT-Ti_16", None),
+    "deit_small_patch16": ("ViT-S_16", None),
+    "deit_base_patch16": ("ViT-B_16", None),
+    "vit_base_patch16_gap": ("ViT-B_16-gap-norep", 16),
+    "vit_tiny_r_s16_p8": ("R+ViT-Ti_16", None),
+    "vit_small_r26_s32": ("R26+ViT-S_32", None),
+    "vit_base_r26_s32": ("R26+ViT-B_32", None),
+    "vit_base_r50_s16": ("R50+ViT-B_16", None),
+    "vit_large_r50_s32": ("R50+ViT-L_32", None),
+}
+_SUFFIX = re.compile(r"_(?:224|384)$")
+
+
+def timm_variant(architecture):
+    """The `Variant` timm's `architecture` ("vit_base_patch16_224", with or without a
+    ".pretrained_tag") builds, or None when the table does not know it."""
+    base = _SUFFIX.sub("", architecture.split(".", 1)[0])
+    if base not in TIMM_ARCHITECTURES:
+        return None
+    official, heads = TIMM_ARCHITECTURES[base]
+    variant = VARIANTS[official]
+    if heads is None:
+        return variant
+    return dataclasses.replace(variant, heads=heads, name=architecture.split(".", 1)[0])

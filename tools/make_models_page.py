@@ -37,7 +37,12 @@ path of an official `.npz`, a timm `.safetensors` file, a transformers
 `save_pretrained` directory or a keras-hub ViT preset directory. Sharded
 weights (`model.safetensors.index.json` beside its shards, as `save_pretrained`
 and huggingface_hub's `save_torch_state_dict` write a large model) are read as
-one file: pass the folder or the index. Loading is
+one file: pass the folder or the index. A timm state dict does not record its
+attention heads: a bare `.safetensors` file is assumed to have the variant's,
+while a timm Hub folder's `config.json` names its architecture, whose heads
+keras_vit knows (a table in `keras_vit/variants.py`; timm's `vit_base_patch16_gap_224`
+has 16, the official B/16-gap 12) and checks. timm's architecture names work as
+variant names: `keras_vit.ViT("vit_base_patch16_gap_224", weights=folder)`. Loading is
 strict: every key and shape is checked before any weight is assigned, and the
 error lists what is missing, unexpected or mis-shaped. A checkpoint at another
 resolution has its position embedding resized the official way (class token

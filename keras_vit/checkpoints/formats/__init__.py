@@ -173,7 +173,10 @@ def inspect_checkpoint(path, format=None):
     if fmt == "timm":
         shapes = timm_to_official(_shapes_only(_st.safetensors_shapes(_hf_weights_path(path))),
                                   source=path)
-        return CheckpointInfo(_to_shapes(shapes), format="timm")
+        # A bare state dict does not record its heads (the variant's are assumed); a Hub
+        # folder's config.json names the architecture, whose heads variants.py's timm table knows.
+        heads = _timm.heads_from_config(_hf_directory(path)) if os.path.isdir(path) else None
+        return CheckpointInfo(_to_shapes(shapes), format="timm", heads=heads)
     if fmt == "transformers":
         config = _hf.read_config(_hf_directory(path))
         shapes = transformers_to_official(
