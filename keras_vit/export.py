@@ -34,6 +34,7 @@ import tensorflow as tf
 from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folder, write_bytes
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.labels import imagenet_label_names, read_labels
+from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization, normalize_pixels
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images, preprocess_input
 
 __all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head",
@@ -326,15 +327,19 @@ def has_softmax_head(model):
 
 
 def model_input(model):
-    """What turns [0, 255] pixels into `model`'s input: `preprocess_input`, or nothing for a
-    model built with `include_preprocessing=True` (its "preprocessing" layer does it)."""
+    """What turns [0, 255] pixels into `model`'s input: nothing for a model built with
+    `include_preprocessing=True` (its "preprocessing" layer does it), else the normalisation
+    its weights expect (keras_vit.normalization: [-1, 1] unless its source said otherwise)."""
     try:
         layer = model.get_layer("preprocessing")
     except ValueError:
-        return preprocess_input
+        layer = None
     if isinstance(layer, keras.layers.Rescaling):
         return lambda pixels: pixels
-    return preprocess_input
+    normalization = input_normalization(model)
+    if normalization == OFFICIAL_NORMALIZATION:
+        return preprocess_input
+    return lambda pixels: normalize_pixels(pixels, normalization)
 
 
 def _resolve_labels(labels, classes):

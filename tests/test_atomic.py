@@ -16,7 +16,7 @@ import keras_vit
 from keras_vit.atomic import TEMP_PREFIX, atomic_path, publish_folder, temporary_folder
 from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY
 from keras_vit.checkpoints.formats.safetensors import read_safetensors
-from keras_vit.checkpoints.layout import official_to_timm
+from keras_vit.checkpoints.formats.timm import official_to_timm
 from keras_vit.checkpoints.writers import official_arrays
 from keras_vit.variants import Variant
 from tests.conftest import ROOT

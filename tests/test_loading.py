@@ -530,6 +530,10 @@ KEY_FRAGMENTS = ("Transformer/", "encoderblock_", "encoder_norm/", "posembed_inp
                  "embedding/", "/unit", "gn_root/", "conv_root/", "gn_proj/", "conv_proj/",
                  "head/", "pre_logits/")
 LAYOUT_MODULE = "keras_vit/checkpoints/layout.py"
+# Each format module spells its own translation onto the official keys (timm's "blocks.N.attn"
+# -> "Transformer/encoderblock_N/..."); nothing else in the package does.
+TRANSLATIONS = {f"keras_vit/checkpoints/formats/{name}.py" for name in
+                ("timm", "transformers", "keras_hub", "torch_layout")}
 
 
 def _key_literals(path):
@@ -563,12 +567,13 @@ def _package_key_literals():
             for p in sorted((ROOT / "keras_vit").rglob("*.py"))}
 
 
-def test_the_official_key_layout_is_spelled_in_one_module():
+def test_the_official_key_layout_is_spelled_in_one_module_and_the_translations():
     literals = _package_key_literals()
     outside = [f"{module}:{line}: {text!r}" for module, found in literals.items()
-               if module != LAYOUT_MODULE for text, line in found]
+               if module != LAYOUT_MODULE and module not in TRANSLATIONS for text, line in found]
     assert not outside, ("official checkpoint keys spelled outside " + LAYOUT_MODULE
-                         + " (import them from there):\n" + "\n".join(outside))
+                         + " and the format translations (import them from there):\n"
+                         + "\n".join(outside))
     # The scan does see the layout where it is spelled.
     in_layout = " ".join(text for text, _ in literals[LAYOUT_MODULE])
     for fragment in ("Transformer/", "MultiHeadDotProductAttention_", "MlpBlock_3/", "/unit",

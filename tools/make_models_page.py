@@ -42,7 +42,14 @@ attention heads: a bare `.safetensors` file is assumed to have the variant's,
 while a timm Hub folder's `config.json` names its architecture, whose heads
 keras_vit knows (a table in `keras_vit/variants.py`; timm's `vit_base_patch16_gap_224`
 has 16, the official B/16-gap 12) and checks. timm's architecture names work as
-variant names: `keras_vit.ViT("vit_base_patch16_gap_224", weights=folder)`. Loading is
+variant names: `keras_vit.ViT("vit_base_patch16_gap_224", weights=folder)`. The pixel
+normalisation a source records is carried by the model: a timm folder's `pretrained_cfg`
+mean/std (DeiT and DINO use ImageNet's, not [-1, 1]), a transformers
+`preprocessor_config.json`, a keras-hub `preprocessor.json`. Build with
+`include_preprocessing=True` and the model takes [0, 255] pixels and normalises as its
+weights expect; without it, export and `predict` still normalise so, and a warning names
+the mean/std for your own input pipeline. A bare `.safetensors` file records none: [-1, 1]
+is assumed. Loading is
 strict: every key and shape is checked before any weight is assigned, and the
 error lists what is missing, unexpected or mis-shaped. A checkpoint at another
 resolution has its position embedding resized the official way (class token

@@ -24,7 +24,7 @@ from keras_vit.atomic import atomic_open, atomic_path
 from keras_vit.checkpoints import download
 from keras_vit.checkpoints.download import redact
 from keras_vit.checkpoints.errors import CheckpointError, WeightsUnavailableError
-from keras_vit.checkpoints.formats import inspect_checkpoint, is_checkpoint_path
+from keras_vit.checkpoints.formats import is_checkpoint_path, numerics_of, open_checkpoint
 from keras_vit.checkpoints.layout import (
     HEAD_KERNEL_KEY,
     POS_EMBED_KEY,
@@ -45,9 +45,6 @@ WEIGHTS_URL_ENV = "KERAS_VIT_WEIGHTS_URL"
 # ViT-H/14's, is 2.4 GiB).
 SIZE_MARGIN = 1.02
 UNDECLARED_SIZE_CAP = 4 << 30
-# Which numerics each source's library computes (tanh GELU, LayerNorm epsilon).
-NUMERICS = {"npz": (True, 1e-6), "timm": (False, 1e-6), "transformers": (False, 1e-12),
-            "keras_hub": (False, 1e-6)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +64,13 @@ class Checkpoint:
     format: str = "npz"  # npz, timm, transformers or keras_hub
     hub: str | None = None  # a Hugging Face repository id, for hf:// entries
     revision: str | None = None
-    # The numerics of the source's library; None: the format's (NUMERICS).
+    # The numerics of the source's library; None: the format's (its registry entry).
     approximate_gelu: bool | None = None
     layer_norm_epsilon: float | None = None
+    # The pixel normalisation the source records (keras_vit.normalization); None: official.
+    normalization: tuple | None = None
+    # A user's own file, opened once when resolved: the load reads that same open file.
+    reader: object = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def filename(self):
@@ -99,17 +100,39 @@ class Checkpoint:
     @property
     def numerics(self):
         """(approximate_gelu, layer_norm_epsilon) of the library that made the file."""
-        gelu, epsilon = NUMERICS[self.format]
+        gelu, epsilon = numerics_of(self.format)
         return (gelu if self.approximate_gelu is None else self.approximate_gelu,
                 epsilon if self.layer_norm_epsilon is None else self.layer_norm_epsilon)
+
+    def open(self):
+        """The open `CheckpointReader` of the file, checked against this entry, downloaded
+        first if needed; close it when done (`close`)."""
+        if self.reader is not None:
+            return self.reader
+        path = self.local_path or (_hub_snapshot_of(self) if self.hub else _download(self))
+        reader = open_checkpoint(path)
+        try:
+            if not self.local_path:
+                check_contents(self, reader)  # on every use: the file is what the entry says
+            if not self.local_path and not self.hub and not (self.sha256 or _pins().get(self.cache_key)):
+                _pin_first_use(self)
+        except BaseException:
+            reader.close()
+            raise
+        return reader
 
     def path(self):
         """A local path of the file, checked against this entry, downloading it if needed."""
         if self.local_path:
             return self.local_path
-        if self.hub:
-            return _hub_download(self)
-        return _download(self)
+        reader = self.open()
+        reader.close()
+        return reader.path
+
+    def close(self):
+        """Closes the file a user's path was opened as, if it was."""
+        if self.reader is not None:
+            self.reader.close()
 
 
 @functools.cache
@@ -156,15 +179,22 @@ def resolve_weights(variant, weights, image_size=None):
 
 
 def _local_checkpoint(variant, path, **fields):
-    info = inspect_checkpoint(path)
-    if info.heads is not None and info.heads != variant.heads:  # shapes cannot show this one
-        raise CheckpointError(f"{path} has {info.heads} attention heads; {variant.name} has "
-                              f"{variant.heads}. Nothing was loaded.")
+    """The record of a user's own file, holding it open: the load reads the file checked here."""
+    reader = open_checkpoint(path)
+    try:
+        info = reader.info()
+        if info.heads is not None and info.heads != variant.heads:  # shapes cannot show this one
+            raise CheckpointError(f"{path} has {info.heads} attention heads; {variant.name} has "
+                                  f"{variant.heads}. Nothing was loaded.")
+    except BaseException:
+        reader.close()
+        raise
     return Checkpoint(variant=variant.name, tag="file", url=None, classes=info.classes,
                       resolution=info.resolution(variant), local_path=path,
                       representation_size=info.representation_size, format=info.format,
                       layer_norm_epsilon=info.layer_norm_epsilon,
-                      approximate_gelu=info.approximate_gelu, **fields)
+                      approximate_gelu=info.approximate_gelu, normalization=info.normalization,
+                      reader=reader, **fields)
 
 
 def cache_dir():
@@ -202,30 +232,39 @@ def pin_checksum(key, sha256):
 
 
 def _download(checkpoint):
-    """The cached file of `checkpoint`, fetched first when absent or not the pinned file."""
-    pinned = _pins().get(checkpoint.cache_key)
-    expected = checkpoint.sha256 or pinned
+    """The cached file of `checkpoint`, fetched first when absent or not the pinned file
+    (`Checkpoint.open` checks its contents)."""
+    expected = checkpoint.sha256 or _pins().get(checkpoint.cache_key)
     path = checkpoint.cached_path
-    if os.path.exists(path) and (not expected or _sha256(path) == expected):
-        check_contents(checkpoint, path)  # on every hit: the file is what the entry says
-    else:
+    if not (os.path.exists(path) and (not expected or _sha256(path) == expected)):
         _fetch(checkpoint, path, expected)
-    if not expected:  # trust on first use, after the contents check
-        try:
-            pin_checksum(checkpoint.cache_key, _sha256(path))
-        except OSError:  # a read-only cache: the file is checked on every use anyway
-            pass
     return path
 
 
-def check_contents(checkpoint, path, shown_path=None):
-    """Raises `CheckpointError` when the file at `path` is not what `checkpoint` declares."""
+def _pin_first_use(checkpoint):
+    """Trust on first use, after the contents check: a later change to the file is caught."""
+    try:
+        pin_checksum(checkpoint.cache_key, _sha256(checkpoint.cached_path))
+    except OSError:  # a read-only cache: the file is checked on every use anyway
+        pass
+
+
+def check_contents(checkpoint, reader, shown_path=None):
+    """Raises `CheckpointError` when the file (a path, or an open `CheckpointReader`) is not
+    what `checkpoint` declares."""
     from keras_vit.variants import get_variant
 
     variant = get_variant(checkpoint.variant)
-    shown = shown_path or path
+    shown = shown_path or getattr(reader, "path", reader)
     try:
-        info = inspect_checkpoint(path, format=checkpoint.format)
+        if isinstance(reader, (str, os.PathLike)):
+            with open_checkpoint(reader, checkpoint.format) as opened:
+                info = opened.info()
+        elif reader.format.name != checkpoint.format:
+            raise CheckpointError(f"{reader.path} is a {reader.format.name} checkpoint, not the "
+                                  f"{checkpoint.format} file expected.")
+        else:
+            info = reader.info()
     except CheckpointError as error:
         raise CheckpointError(f"{shown} is not a readable {checkpoint.format} checkpoint, so it "
                               f"cannot be the {checkpoint.tag!r} {checkpoint.variant} weights "
@@ -356,11 +395,9 @@ def _hub_checkpoint(variant, weights):
                              revision=revision or None)
 
 
-def _hub_download(checkpoint):
+def _hub_snapshot_of(checkpoint):
     at = f"@{checkpoint.revision}" if checkpoint.revision else ""
-    directory = _hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}{at}")
-    check_contents(checkpoint, directory)
-    return directory
+    return _hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}{at}")
 
 
 def _hub_snapshot(repo, revision, weights):

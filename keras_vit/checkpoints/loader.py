@@ -6,18 +6,14 @@ only a hybrid's ResNet trunk is the same load with the rows filtered.
 """
 
 import os
+import warnings
 
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.formats import detect_format, read_checkpoint
-from keras_vit.checkpoints.formats.npz import (
-    PICKLE_PROBLEM,
-    ArrayHeader,
-    pop_metadata,
-    read_npz,
-    read_npz_headers,
-)
+from keras_vit.checkpoints.formats import open_checkpoint
+from keras_vit.checkpoints.formats.base import ArraysReader, CheckpointReader
+from keras_vit.checkpoints.formats.npz import PICKLE_PROBLEM
 from keras_vit.checkpoints.layout import (
     DROPPABLE_PREFIXES,
     POS_EMBED_KEY,
@@ -26,32 +22,39 @@ from keras_vit.checkpoints.layout import (
     is_head_key,
     is_trunk_key,
     layout,
-    normalize_keys,
     square_grid,
 )
 from keras_vit.layers.tokens import resize_position_embedding
+from keras_vit.normalization import (
+    OFFICIAL_NORMALIZATION,
+    describe_normalization,
+    input_normalization,
+)
 
 __all__ = ["load_weights", "load_resnet_weights"]
 
 
 def load_weights(model, checkpoint):
-    """Loads a checkpoint (a path or a dict of official-key arrays) into `model`.
+    """Loads a checkpoint (a path, an open `CheckpointReader`, or a dict of official-key
+    arrays) into `model`.
 
     A path is an official `.npz`, a timm `.safetensors`, a transformers
-    `save_pretrained` directory or a keras-hub preset directory; each is read
-    into the official keys first (`keras_vit.checkpoints.formats`).
+    `save_pretrained` directory or a keras-hub preset directory
+    (`keras_vit.checkpoints.formats` lists them); it is opened once, and every check and
+    array goes through that one open file.
 
     Raises `CheckpointError` naming every missing key, unexpected key and
     mismatched shape; on any error no variable has changed. The head is
     zero-initialised when the checkpoint's class count differs from the
     model's, or the checkpoint has none; `pre_logits` is dropped when the model
-    has none; the position embedding is resized when the grids differ.
+    has none; the position embedding is resized when the grids differ. Warns
+    when the checkpoint's source normalises pixels otherwise than the model's input.
     """
     return _load(model, checkpoint, trunk_only=False)
 
 
 def load_resnet_weights(model, checkpoint):
-    """Loads the trunk arrays of an official hybrid `.npz` (path or dict) into `model`.
+    """Loads the trunk arrays of an official hybrid `.npz` (path, reader or dict) into `model`.
 
     `model` has a "resnet" layer (a `ResNetV2` model or a hybrid ViT). The
     transformer's arrays are ignored; every trunk key must be present with its
@@ -63,25 +66,20 @@ def load_resnet_weights(model, checkpoint):
 
 
 def _load(model, checkpoint, trunk_only):
-    is_path = isinstance(checkpoint, (str, os.PathLike))
-    source = os.fspath(checkpoint) if is_path else "the checkpoint"
+    if isinstance(checkpoint, CheckpointReader):  # the caller opened it, and closes it
+        return _load_from(model, checkpoint, trunk_only)
+    if isinstance(checkpoint, (str, os.PathLike)):
+        with open_checkpoint(checkpoint) as reader:
+            return _load_from(model, reader, trunk_only)
+    return _load_from(model, ArraysReader(dict(checkpoint)), trunk_only)
+
+
+def _load_from(model, reader, trunk_only):
     # Checked first from the headers alone (shape, dtype), then only the arrays the model
-    # uses are read: an unused or lying member costs nothing, and is never allocated. The
-    # other formats (safetensors, directories) are read whole into the official keys.
-    metadata = {}
-    if is_path and detect_format(source) == "npz":
-        given = None
-        headers = read_npz_headers(source)
-        metadata = pop_metadata(source, headers)
-    else:
-        given = read_checkpoint(source, heads=_heads(model)) if is_path else dict(checkpoint)
-        given = {k: np.asarray(v) for k, v in given.items()}
-        headers = {k: ArrayHeader(tuple(v.shape), v.dtype) for k, v in given.items()}
-    try:
-        stored = normalize_keys({k: k for k in headers})  # official key -> key as stored
-    except CheckpointError as error:
-        raise CheckpointError(f"{source}: {error}") from None
-    headers = {key: headers[name] for key, name in stored.items()}
+    # uses are read: an unused or lying npz member costs nothing, and is never allocated.
+    source, heads = reader.path, _heads(model)
+    headers = reader.headers(heads)
+    metadata = getattr(reader, "metadata", {})
     rows = layout(model)
     if trunk_only:
         rows = [r for r in rows if is_trunk_key(r.keys[0])]
@@ -129,9 +127,7 @@ def _load(model, checkpoint, trunk_only):
         raise CheckpointError(_report(f"{source} does not fit {subject}:", problems, headers,
                                       missing, unexpected))
 
-    wanted = [stored[k] for k in present]
-    read = read_npz(source, wanted) if given is None else {k: given[k] for k in wanted}
-    arrays = {key: read[stored[key]] for key in present}
+    arrays = reader.read(present, heads)
     non_finite = [f"{k}: {_non_finite(arrays[k])}" for k in present if _non_finite(arrays[k])]
     if non_finite:
         raise CheckpointError(_report(f"{source} does not fit {subject}:",
@@ -152,7 +148,27 @@ def _load(model, checkpoint, trunk_only):
         # copy=False: float32 arrays go to the variable as they are, without a
         # second host copy of the weights.
         variable.assign(value.astype(variable.dtype, copy=False))
+    if not trunk_only:
+        _warn_if_normalized_otherwise(model, reader)
     return model
+
+
+def _warn_if_normalized_otherwise(model, reader):
+    """Warns (once per message) when the weights' source normalises pixels otherwise than
+    what `model` is fed: its "preprocessing" layer, or keras_vit.preprocess_input's [-1, 1]."""
+    expected = reader.info().normalization
+    if expected is None:  # the source does not record it
+        return
+    has_layer = "preprocessing" in {layer.name for layer in model.layers}
+    given = input_normalization(model) if has_layer else OFFICIAL_NORMALIZATION
+    if np.allclose(given, expected, rtol=1e-6, atol=1e-7):
+        return
+    fed = "its preprocessing layer gives" if has_layer else "keras_vit.preprocess_input gives"
+    warnings.warn(f"{reader.path} expects pixels normalised as {describe_normalization(expected)}; "
+                  f"{fed} {describe_normalization(given)}. Build the model with the weights "
+                  "(keras_vit.ViT(..., weights=path, include_preprocessing=True) takes [0, 255] "
+                  "pixels and normalises as the weights expect), or normalise so yourself.",
+                  stacklevel=3)
 
 
 def _heads(model):

@@ -13,7 +13,8 @@ import numpy as np
 from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY, metadata_array, model_metadata
 from keras_vit.checkpoints.formats.safetensors import write_safetensors
-from keras_vit.checkpoints.layout import layout, official_to_timm, released_shape
+from keras_vit.checkpoints.formats.timm import official_to_timm
+from keras_vit.checkpoints.layout import layout, released_shape
 from keras_vit.errors import ArgumentError, CheckpointError
 
 __all__ = ["official_arrays", "save_npz", "save_safetensors"]

@@ -15,10 +15,14 @@ class PatchEncoder(keras.layers.Layer):
     Input `(batch, height, width, channels)`; output `(batch, (height // P) *
     (width // P), width)`, tokens in row-major grid order. The kernel is HWIO,
     the official `embedding/kernel` layout, so it loads without a transpose.
+
+    `input_normalization`, ((mean,) * 3, (std,) * 3) or None for the official [-1, 1],
+    records what the weights expect of their input (keras_vit.normalization); it changes
+    no computation.
     """
 
     def __init__(self, hidden_size, patch_size, kernel_initializer="lecun_normal",
-                 bias_initializer="zeros", **kwargs):
+                 bias_initializer="zeros", input_normalization=None, **kwargs):
         super().__init__(**kwargs)
         if hidden_size <= 0 or patch_size <= 0:
             raise ArgumentError(f"hidden_size and patch_size must be positive, got "
@@ -27,6 +31,8 @@ class PatchEncoder(keras.layers.Layer):
         self.patch_size = patch_size
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.input_normalization = (None if input_normalization is None else
+                                    [[float(v) for v in part] for part in input_normalization])
 
     def build(self, input_shape):
         channels = input_shape[-1]
@@ -55,4 +61,5 @@ class PatchEncoder(keras.layers.Layer):
             "patch_size": self.patch_size,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "input_normalization": self.input_normalization,
         }

@@ -1,5 +1,7 @@
 """The hybrids' ResNetV2 trunk on its own: a feature extractor returning every stage."""
 
+import contextlib
+
 import keras
 
 from keras_vit.checkpoints import load_resnet_weights, resolve_weights
@@ -43,5 +45,6 @@ def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, 
     model = keras.Model(images, features, name=name or f"{prefix}_resnet")
     source = resolve_weights(variant, weights)
     if source is not None:
-        load_resnet_weights(model, source.path())
+        with contextlib.closing(source), contextlib.closing(source.open()) as reader:
+            load_resnet_weights(model, reader)
     return model

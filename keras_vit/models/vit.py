@@ -1,5 +1,6 @@
 """Build a ViT from the variant table, and the per-variant constructors."""
 
+import contextlib
 import dataclasses
 import inspect
 import numbers
@@ -18,6 +19,7 @@ from keras_vit.layers import (
     TransformerBlock,
 )
 from keras_vit.layers.transformer import LAYER_NORM_EPSILON
+from keras_vit.normalization import OFFICIAL_NORMALIZATION, rescaling_arguments
 from keras_vit.variants import VARIANTS, constructor_names, get_variant
 
 # ViT and one named constructor per official non-gap variant (ViT_Ti16, ...), made at the end
@@ -88,8 +90,10 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
             output) to build the model on, as keras.applications; its shape
             gives the input shape, and the model's input is its source.
         include_preprocessing: start the model with a `keras.layers.Rescaling`
-            layer ("preprocessing") mapping pixels in [0, 255] to [-1, 1], so
-            the model takes raw pixels and `preprocess_input` is not needed.
+            layer ("preprocessing") mapping pixels in [0, 255] to what the
+            weights expect: [-1, 1], or the mean/std their source records
+            (DeiT's ImageNet mean/std, ...; `keras_vit.normalization`), so the
+            model takes raw pixels and `preprocess_input` is not needed.
 
     Returns:
         A `keras.Model` mapping images `(batch, height, width, channels)` in
@@ -111,29 +115,34 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
                                 "include_top=False leaves out; drop classes, or keep the top.")
         classes = _positive_int("classes", classes)
     source = resolve_weights(variant, weights, image_size)
-    image_size = _image_size(image_size, source, variant)
-    pooling = variant.classifier if pooling == "default" else pooling
-    _check_head_arguments(variant, include_top, pooling, classifier_activation)
-    if classes is None:
-        classes = source.classes if source and source.classes else 1000
-    if representation_size == "auto":
-        keep = source is not None and include_top and classes == source.classes
-        representation_size = source.representation_size if keep else None
-    for rate_name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
-        if not 0.0 <= rate < 1.0:
-            raise ArgumentError(f"{rate_name} must be in [0, 1), got {rate}.")
+    # A user's file is held open from here to the load: the file checked is the file read.
+    with contextlib.closing(source) if source is not None else contextlib.nullcontext():
+        image_size = _image_size(image_size, source, variant)
+        pooling = variant.classifier if pooling == "default" else pooling
+        _check_head_arguments(variant, include_top, pooling, classifier_activation)
+        if classes is None:
+            classes = source.classes if source and source.classes else 1000
+        if representation_size == "auto":
+            keep = source is not None and include_top and classes == source.classes
+            representation_size = source.representation_size if keep else None
+        for rate_name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
+            if not 0.0 <= rate < 1.0:
+                raise ArgumentError(f"{rate_name} must be in [0, 1), got {rate}.")
 
-    # A model computes what its weights' library computes, unless the caller says otherwise.
-    source_gelu, source_epsilon = source.numerics if source else (True, LAYER_NORM_EPSILON)
-    approximate_gelu = source_gelu if approximate_gelu is None else approximate_gelu
-    epsilon = source_epsilon if layer_norm_epsilon is None else layer_norm_epsilon
+        # A model computes what its weights' library computes, unless the caller says otherwise.
+        source_gelu, source_epsilon = source.numerics if source else (True, LAYER_NORM_EPSILON)
+        approximate_gelu = source_gelu if approximate_gelu is None else approximate_gelu
+        epsilon = source_epsilon if layer_norm_epsilon is None else layer_norm_epsilon
 
-    head = _Head(include_top, classes, pooling, classifier_activation, representation_size)
-    model = _build(variant, image_size, channels, head, dropout, attention_dropout,
-                   approximate_gelu, name or _default_name(variant), epsilon, input_tensor,
-                   include_preprocessing)
-    if source is not None:
-        load_weights(model, source.path())
+        # The pixels the weights expect: include_preprocessing computes it; the model records it.
+        normalization = (source.normalization if source is not None else None) or OFFICIAL_NORMALIZATION
+        head = _Head(include_top, classes, pooling, classifier_activation, representation_size)
+        model = _build(variant, image_size, channels, head, dropout, attention_dropout,
+                       approximate_gelu, name or _default_name(variant), epsilon, input_tensor,
+                       include_preprocessing, normalization)
+        if source is not None:
+            with contextlib.closing(source.open()) as reader:
+                load_weights(model, reader)
     return model
 
 
@@ -247,18 +256,22 @@ class _Head:
 
 
 def _build(variant, image_size, channels, head, dropout, attention_dropout, approximate_gelu,
-           name, epsilon=LAYER_NORM_EPSILON, input_tensor=None, include_preprocessing=False):
+           name, epsilon=LAYER_NORM_EPSILON, input_tensor=None, include_preprocessing=False,
+           normalization=OFFICIAL_NORMALIZATION):
     if input_tensor is None:
         images = x = keras.Input((*image_size, channels), name="images")
     else:  # as keras.applications: the model starts at the tensor's own inputs
         images, x = keras.utils.get_source_inputs(input_tensor), input_tensor
     if include_preprocessing:
         # Keras' own layer: a .keras file of this model loads without custom objects.
-        # x * (1 / 127.5) - 1: [0, 255] -> [-1, 1], as keras_vit.preprocess_input.
-        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")(x)
+        # Officially x * (1 / 127.5) - 1: [0, 255] -> [-1, 1], as keras_vit.preprocess_input.
+        scale, offset = rescaling_arguments(normalization)
+        x = keras.layers.Rescaling(scale, offset=offset, name="preprocessing")(x)
     if variant.is_hybrid:
         x = ResNetTrunk(variant.resnet_stages, variant.resnet_width, name="resnet")(x)
-    x = PatchEncoder(variant.width, variant.patch_size, name="embedding")(x)
+    recorded = None if normalization == OFFICIAL_NORMALIZATION else normalization
+    x = PatchEncoder(variant.width, variant.patch_size, input_normalization=recorded,
+                     name="embedding")(x)
     has_cls = variant.classifier == "token"
     if has_cls:
         x = ClassToken(name="cls")(x)

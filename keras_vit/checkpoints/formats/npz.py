@@ -1,56 +1,34 @@
-"""Official `.npz` checkpoints: their members' headers, then only the arrays wanted.
+"""The official `.npz` format: members' headers first, then only the arrays wanted.
 
 Keys come back as stored; `keras_vit.checkpoints.layout.normalize_keys` maps
 the accepted alternative layouts onto the official one. Every member's `.npy`
 header is read, and checked against the member's size, before any array is:
 a header that lies, a member that is not an array, or a huge array nobody
 uses costs nothing to refuse (an `.npz` is a zip: sizes are in its directory).
+The file is opened once (`NpzFile`); headers and arrays come from that one open.
 """
 
-import dataclasses
 import math
-import os
 import zipfile
 
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY, parse_metadata
-from keras_vit.checkpoints.layout import (
-    HEAD_KERNEL_KEY,
-    POS_EMBED_KEY,
-    PRE_LOGITS_KERNEL_KEY,
-    normalize_keys,
-    square_grid,
+from keras_vit.checkpoints.formats.base import (
+    OFFICIAL_NORMALIZATION,
+    ArrayHeader,
+    CheckpointFormat,
+    CheckpointInfo,
+    CheckpointReader,
 )
+from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY, parse_metadata
+from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX
+from keras_vit.checkpoints.layout import normalize_keys
 
-__all__ = ["read_npz", "read_npz_headers", "inspect_npz", "pop_metadata", "ArrayHeader", "NpzInfo"]
+__all__ = ["FORMAT", "NpzFile", "read_npz", "read_npz_headers", "inspect_npz", "PICKLE_PROBLEM"]
 
 PICKLE_PROBLEM = ("object arrays, which need pickle to load (official checkpoints hold plain "
                   "numeric arrays, and keras_vit never unpickles: it can run code)")
-
-
-@dataclasses.dataclass(frozen=True)
-class ArrayHeader:
-    """What a `.npy` header says about its array, or `problem` when it cannot be trusted."""
-
-    shape: tuple
-    dtype: np.dtype
-    problem: str | None = None
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-
-def _check_file(path):
-    if not os.path.exists(path):
-        raise CheckpointError(f"No checkpoint file at {path}.")
-    if os.path.isdir(path):
-        raise CheckpointError(f"{path} is a folder; a checkpoint is one .npz file.")
-    if not zipfile.is_zipfile(path):
-        raise CheckpointError(f"{path} is not a readable .npz checkpoint: not a zip archive "
-                              "(an .npz is one). Truncated download, or another kind of file?")
 
 
 def _unreadable(path, error):
@@ -86,92 +64,135 @@ def _member_header(archive, info):
     return ArrayHeader(shape, dtype)
 
 
+class NpzFile:
+    """One `.npz` file, opened once: every member's header read on opening, arrays later from
+    the same open file."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            self._file = open(path, "rb")
+        except OSError as error:
+            raise CheckpointError(f"{path} cannot be opened ({error.strerror or error}).") from error
+        try:
+            self._archive = zipfile.ZipFile(self._file)
+            self.headers = self._read_headers()
+        except zipfile.BadZipFile as error:
+            self._file.close()
+            raise CheckpointError(f"{path} is not a readable .npz checkpoint: not a zip archive "
+                                  "(an .npz is one). Truncated download, or another kind of "
+                                  "file?") from error
+        except (EOFError, OSError, RuntimeError, NotImplementedError) as error:
+            self._file.close()
+            raise _unreadable(path, error) from error
+
+    def _read_headers(self):
+        """{stored key: `ArrayHeader`} of every member, reading no array."""
+        headers, self._members = {}, {}
+        for info in self._archive.infolist():
+            if info.is_dir():
+                continue
+            key = info.filename.removesuffix(".npy")
+            if key in headers:  # a hand-made zip can hold one name twice
+                headers[key] = ArrayHeader((), np.dtype("V"), "stored twice in the archive")
+                continue
+            headers[key], self._members[key] = _member_header(self._archive, info), info
+        return headers
+
+    def read(self, keys=None):
+        """The arrays of `keys` (as stored; all by default), never unpickling. Raises
+        `CheckpointError` naming the member when one cannot be read."""
+        headers = self.headers
+        keys = list(headers) if keys is None else list(keys)
+        bad = [f"{k}: {headers[k].problem}" for k in keys if k in headers and headers[k].problem]
+        bad += [f"{k}: {PICKLE_PROBLEM}" for k in keys if k in headers and headers[k].dtype.hasobject]
+        bad += [f"{k}: no such member" for k in keys if k not in headers]
+        if bad:
+            raise CheckpointError(f"{self.path} is not a readable .npz checkpoint:\n    "
+                                  + "\n    ".join(bad))
+        arrays = {}
+        for key in keys:
+            try:
+                with self._archive.open(self._members[key]) as f:
+                    arrays[key] = np.lib.format.read_array(f, allow_pickle=False)
+            except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
+                raise CheckpointError(f"{self.path}: array {key} cannot be read (truncated or "
+                                      f"corrupt file? {type(error).__name__}: {error}). Delete it "
+                                      "and download it again.") from error
+        return arrays
+
+    def metadata(self):
+        """keras_vit's record (npz_metadata.py) where the file holds one, else {}."""
+        if METADATA_KEY not in self.headers:
+            return {}
+        return parse_metadata(self.path, self.read([METADATA_KEY])[METADATA_KEY])
+
+    def close(self):
+        self._archive.close()
+        self._file.close()
+
+
+class NpzReader(CheckpointReader):
+    def __init__(self, source):
+        super().__init__(source, FORMAT)
+        if source.is_dir:
+            raise CheckpointError(f"{source.path} is a folder; a checkpoint is one .npz file.")
+        self._npz = source.once("npz", lambda: NpzFile(source.path))
+        self.metadata = self._npz.metadata()
+        weights = {k: h for k, h in self._npz.headers.items() if k != METADATA_KEY}
+        try:
+            self._stored = normalize_keys({k: k for k in weights})  # official key -> as stored
+        except CheckpointError as error:
+            raise CheckpointError(f"{source.path}: {error}") from None
+
+    def headers(self, heads=None):
+        return {key: self._npz.headers[stored] for key, stored in self._stored.items()}
+
+    def read(self, keys, heads=None):
+        arrays = self._npz.read([self._stored[k] for k in keys])
+        return {k: arrays[self._stored[k]] for k in keys}
+
+    def info(self):
+        metadata = self.metadata
+        return CheckpointInfo({k: h.shape for k, h in self.headers().items()}, format="npz",
+                              metadata=metadata,
+                              layer_norm_epsilon=metadata.get("layer_norm_epsilon"),
+                              approximate_gelu=metadata.get("approximate_gelu"),
+                              normalization=metadata.get("normalization", OFFICIAL_NORMALIZATION))
+
+
+def _recognises(source):
+    # The official format is what a single file is when it is no other format's (so it is the
+    # registry's last entry); a safetensors file no other format took is not an npz either.
+    return not source.is_dir and not source.path.endswith((".safetensors", INDEX_SUFFIX))
+
+
+FORMAT = CheckpointFormat(
+    name="npz", description="official .npz (vit_jax, big_vision, keras_vit's save_npz)",
+    recognises=_recognises, open=NpzReader, numerics=(True, 1e-6), write="save_npz")
+
+
 def read_npz_headers(path):
     """{stored key: `ArrayHeader`} of every member of an `.npz` file, reading no array."""
-    _check_file(path)
-    headers = {}
+    npz = NpzFile(path)
     try:
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                if info.is_dir():
-                    continue
-                key = info.filename.removesuffix(".npy")
-                if key in headers:  # a hand-made zip can hold one name twice
-                    headers[key] = ArrayHeader((), np.dtype("V"), "stored twice in the archive")
-                    continue
-                headers[key] = _member_header(archive, info)
-    except (zipfile.BadZipFile, EOFError, OSError, RuntimeError, NotImplementedError) as error:
-        raise _unreadable(path, error) from error
-    return headers
+        return npz.headers
+    finally:
+        npz.close()
 
 
 def read_npz(path, keys=None):
-    """Reads the arrays of an `.npz` file (all, or only `keys`, as stored), never unpickling.
-
-    Raises `CheckpointError` naming the member when one cannot be read.
-    """
-    headers = read_npz_headers(path)
-    keys = list(headers) if keys is None else list(keys)
-    bad = [f"{k}: {headers[k].problem}" for k in keys if k in headers and headers[k].problem]
-    bad += [f"{k}: {PICKLE_PROBLEM}" for k in keys if k in headers and headers[k].dtype.hasobject]
-    bad += [f"{k}: no such member" for k in keys if k not in headers]
-    if bad:
-        raise CheckpointError(f"{path} is not a readable .npz checkpoint:\n    "
-                              + "\n    ".join(bad))
-    arrays = {}
-    with zipfile.ZipFile(path) as archive:
-        for key in keys:
-            try:
-                with archive.open(f"{key}.npy") as f:
-                    arrays[key] = np.lib.format.read_array(f, allow_pickle=False)
-            except KeyError:  # a member stored without the .npy suffix
-                with archive.open(key) as f:
-                    arrays[key] = np.lib.format.read_array(f, allow_pickle=False)
-            except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
-                raise CheckpointError(f"{path}: array {key} cannot be read (truncated or corrupt "
-                                      f"file? {type(error).__name__}: {error}). Delete it and "
-                                      "download it again.") from error
-    return arrays
-
-
-@dataclasses.dataclass
-class NpzInfo:
-    """What an npz file's headers say, read without loading its arrays, and keras_vit's
-    record where the file holds one."""
-
-    shapes: dict
-    metadata: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def classes(self):
-        head = self.shapes.get(HEAD_KERNEL_KEY)
-        return head[-1] if head else None
-
-    @property
-    def representation_size(self):
-        pre = self.shapes.get(PRE_LOGITS_KERNEL_KEY)
-        return pre[-1] if pre else None
-
-    def resolution(self, variant):
-        pos = self.shapes.get(POS_EMBED_KEY)
-        if not pos or len(pos) != 3:
-            return None
-        grid = square_grid(pos[1] - (1 if variant.classifier == "token" else 0))
-        return grid[0] * variant.total_stride if grid else None
-
-
-def pop_metadata(path, headers):
-    """keras_vit's record (npz_metadata.py) if the file holds one, removed from `headers`;
-    else {}."""
-    if METADATA_KEY not in headers:
-        return {}
-    headers.pop(METADATA_KEY)
-    return parse_metadata(path, read_npz(path, [METADATA_KEY])[METADATA_KEY])
+    """Reads the arrays of an `.npz` file (all, or only `keys`, as stored), never unpickling."""
+    npz = NpzFile(path)
+    try:
+        return npz.read(keys)
+    finally:
+        npz.close()
 
 
 def inspect_npz(path):
-    """Reads array shapes from an `.npz` file's headers (cheap for large files)."""
-    headers = read_npz_headers(path)
-    metadata = pop_metadata(path, headers)
-    headers = normalize_keys(headers)
-    return NpzInfo({key: header.shape for key, header in headers.items()}, metadata)
+    """A `CheckpointInfo` of an `.npz` file from its headers (cheap for large files)."""
+    from keras_vit.checkpoints.formats.base import Source
+
+    with NpzReader(Source(path)) as reader:
+        return reader.info()

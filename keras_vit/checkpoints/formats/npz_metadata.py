@@ -3,10 +3,12 @@
 The official layout records weights only: not the GELU form or LayerNorm epsilon
 the weights were trained with, nor the patch grid of a non-square position
 embedding. `save_npz` adds one member, `keras_vit/metadata` (a uint8 array of
-UTF-8 JSON: {"approximate_gelu", "layer_norm_epsilon", "grid": [rows, cols]}),
+UTF-8 JSON: {"approximate_gelu", "layer_norm_epsilon", "grid": [rows, cols],
+"normalization": [mean, std]}),
 which the official code and timm's npz loader never look up, and keras_vit reads
 back: a model reloads with the numerics it was saved with, and a grid laid out
-the other way round is refused instead of loaded transposed.
+the other way round is refused instead of loaded transposed, and a model whose
+weights expect other pixels than [-1, 1] keeps its normalisation.
 """
 
 import json
@@ -15,6 +17,8 @@ import math
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats.base import normalization_from
+from keras_vit.normalization import input_normalization
 
 __all__ = ["METADATA_KEY", "metadata_array", "parse_metadata", "model_metadata"]
 
@@ -26,7 +30,8 @@ def model_metadata(model):
     block = next(layer for layer in model.layers if layer.name.startswith("encoderblock_"))
     return {"approximate_gelu": bool(block.mlp.approximate_gelu),
             "layer_norm_epsilon": float(model.get_layer("encoder_norm").epsilon),
-            "grid": list(model.get_layer("posembed_input").grid_size)}
+            "grid": list(model.get_layer("posembed_input").grid_size),
+            "normalization": [list(part) for part in input_normalization(model)]}
 
 
 def metadata_array(metadata):
@@ -35,7 +40,7 @@ def metadata_array(metadata):
 
 def parse_metadata(path, array):
     """The record, checked: {"approximate_gelu": bool, "layer_norm_epsilon": float,
-    "grid": (rows, cols)}, each key optional."""
+    "grid": (rows, cols), "normalization": (mean, std)}, each key optional."""
     try:
         if array.dtype != np.uint8 or array.ndim != 1:
             raise ValueError(f"a {array.dtype} array of shape {array.shape}")
@@ -64,4 +69,10 @@ def parse_metadata(path, array):
                 or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in grid)):
             raise CheckpointError(f"{path}: {METADATA_KEY} grid is {grid!r}, not [rows, cols].")
         out["grid"] = tuple(grid)
+    if "normalization" in record:
+        pair = record["normalization"]
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise CheckpointError(f"{path}: {METADATA_KEY} normalization is {str(pair)[:80]}, not "
+                                  "[mean, std].")
+        out["normalization"] = normalization_from(f"{path} ({METADATA_KEY})", *pair)
     return out

@@ -12,6 +12,7 @@ too, and read the shards as one file.
 """
 
 import json
+import math
 import os
 import struct
 
@@ -20,27 +21,29 @@ import numpy as np
 from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.errors import CheckpointError
 
-__all__ = ["read_safetensors", "safetensors_shapes", "write_safetensors", "INDEX_SUFFIX"]
+__all__ = ["open_safetensors", "SafetensorsFile", "ShardedSafetensors", "read_safetensors",
+           "safetensors_shapes", "write_safetensors", "INDEX_SUFFIX"]
 
 INDEX_SUFFIX = ".safetensors.index.json"
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
            "I8": "i1", "U8": "u1", "BOOL": "?"}
+_ITEMSIZE = {**{name: np.dtype(code).itemsize for name, code in _DTYPES.items()}, "BF16": 2}
 _HEADER_LIMIT = 100 << 20
 
 
-def _header(path):
-    """(data start, {name: (dtype, shape, (begin, end))}, file size), every entry checked."""
+def _header(path, f):
+    """(data start, {name: (dtype, shape, (begin, end))}) of the open file `f`, every entry
+    checked."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) != 8:
-                raise ValueError("shorter than its 8-byte header length")
-            (length,) = struct.unpack("<Q", raw)
-            if length > _HEADER_LIMIT:
-                raise ValueError(f"a header length of {length} bytes is not plausible")
-            text = f.read(length)
-            size = os.fstat(f.fileno()).st_size
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise ValueError("shorter than its 8-byte header length")
+        (length,) = struct.unpack("<Q", raw)
+        if length > _HEADER_LIMIT:
+            raise ValueError(f"a header length of {length} bytes is not plausible")
+        text = f.read(length)
+        size = os.fstat(f.fileno()).st_size
         if len(text) != length:
             raise ValueError("its header is cut short")
         header = json.loads(text, object_pairs_hook=_no_duplicates)
@@ -56,6 +59,7 @@ def _header(path):
     entries = {name: _entry(path, name, entry) for name, entry in header.items()
                if name != "__metadata__"}
     _check_ranges(path, entries, size - 8 - length)
+    _check_sizes(path, entries)
     return 8 + length, entries
 
 
@@ -87,6 +91,18 @@ def _entry(path, name, entry):
             or offsets[0] > offsets[1]):
         raise refuse("has data_offsets that are not two ascending non-negative integers")
     return dtype, tuple(shape), tuple(offsets)
+
+
+def _check_sizes(path, entries):
+    """Every tensor of a dtype keras_vit reads, holding exactly its shape's bytes."""
+    for name, (dtype, shape, (begin, end)) in entries.items():
+        if dtype not in _ITEMSIZE:
+            raise CheckpointError(f"{path}: tensor {name[:80]!r} has dtype {dtype[:20]}, which "
+                                  "keras_vit does not read.")
+        needed = math.prod(shape) * _ITEMSIZE[dtype]
+        if end - begin != needed:
+            raise CheckpointError(f"{path}: tensor {name[:80]!r} holds {end - begin} bytes, which "
+                                  f"is not shape {shape} of {dtype} ({needed} bytes).")
 
 
 def _is_count(value):
@@ -140,48 +156,102 @@ def _check_shard(index_path, shard, names, found):
             f"(missing {missing[:3]}, not listed {extra[:3]}).")
 
 
+class SafetensorsFile:
+    """One .safetensors file, opened once: its header parsed and checked on opening, every
+    tensor read later from that same open file."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            self._file = open(path, "rb")
+        except OSError as error:
+            raise CheckpointError(f"{path} cannot be opened ({error.strerror or error}).") from error
+        try:
+            self._start, self._entries = _header(path, self._file)
+        except BaseException:
+            self._file.close()
+            raise
+
+    @property
+    def shapes(self):
+        return {name: shape for name, (_, shape, _) in self._entries.items()}
+
+    def read(self, names=None):
+        """{name: array} of `names` (all by default), bfloat16/float16 widened to float32."""
+        names = list(self._entries) if names is None else names
+        return {name: self._tensor(name) for name in names}
+
+    def _tensor(self, name):
+        dtype, shape, (begin, end) = self._entries[name]
+        data = os.pread(self._file.fileno(), end - begin, self._start + begin)
+        if dtype == "BF16":  # bfloat16 is the top half of a float32
+            array = (np.frombuffer(data, "<u2").astype(np.uint32) << 16).view(np.float32)
+        elif dtype in _DTYPES:
+            array = np.frombuffer(data, _DTYPES[dtype])
+        else:
+            raise CheckpointError(f"{self.path}: tensor {name!r} has dtype {dtype[:20]}, which "
+                                  "keras_vit does not read.")
+        if array.size != int(np.prod(shape)) or array.nbytes != end - begin:
+            raise CheckpointError(f"{self.path}: tensor {name!r} holds {len(data)} of {end - begin} "
+                                  f"bytes, which is not shape {shape} of {dtype}.")
+        array = array.reshape(shape)
+        return array.astype(np.float32) if array.dtype == np.float16 else array
+
+    def close(self):
+        self._file.close()
+
+
+class ShardedSafetensors:
+    """The shards an index names, each opened once, read as one file."""
+
+    def __init__(self, index_path):
+        self.path = index_path
+        self._shards = {}
+        try:
+            for shard, names in _shards(index_path).items():
+                opened = SafetensorsFile(shard)
+                self._shards[shard] = opened
+                _check_shard(index_path, shard, names, opened.shapes)
+        except BaseException:
+            self.close()
+            raise
+        self._owner = {name: f for f in self._shards.values() for name in f.shapes}
+
+    @property
+    def shapes(self):
+        return {name: shape for f in self._shards.values() for name, shape in f.shapes.items()}
+
+    def read(self, names=None):
+        names = list(self._owner) if names is None else names
+        return {name: self._owner[name].read([name])[name] for name in names}
+
+    def close(self):
+        for opened in self._shards.values():
+            opened.close()
+
+
+def open_safetensors(path):
+    """A `SafetensorsFile`, or a `ShardedSafetensors` for an index; close it when done."""
+    return ShardedSafetensors(path) if path.endswith(INDEX_SUFFIX) else SafetensorsFile(path)
+
+
 def safetensors_shapes(path):
     """{name: shape} from the header alone (of every shard, for an index)."""
-    if path.endswith(INDEX_SUFFIX):
-        shapes = {}
-        for shard, names in _shards(path).items():
-            found = safetensors_shapes(shard)
-            _check_shard(path, shard, names, found)
-            shapes.update(found)
-        return shapes
-    _, entries = _header(path)
-    return {name: shape for name, (_, shape, _) in entries.items()}
+    opened = open_safetensors(path)
+    try:
+        return opened.shapes
+    finally:
+        opened.close()
 
 
 def read_safetensors(path):
     """Every tensor of a .safetensors file (or of the shards an index names) as float32
     (bfloat16/float16 widened) NumPy arrays."""
-    if path.endswith(INDEX_SUFFIX):
-        arrays = {}
-        for shard, names in _shards(path).items():
-            found = read_safetensors(shard)
-            _check_shard(path, shard, names, found)
-            arrays.update(found)
-        return arrays
-    start, entries = _header(path)
-    arrays = {}
-    with open(path, "rb") as f:
-        for name, (dtype, shape, (begin, end)) in entries.items():
-            f.seek(start + begin)
-            data = f.read(end - begin)
-            if dtype == "BF16":  # bfloat16 is the top half of a float32
-                array = (np.frombuffer(data, "<u2").astype(np.uint32) << 16).view(np.float32)
-            elif dtype in _DTYPES:
-                array = np.frombuffer(data, _DTYPES[dtype])
-            else:
-                raise CheckpointError(f"{path}: tensor {name!r} has dtype {dtype[:20]}, which "
-                                      "keras_vit does not read.")
-            if array.size != int(np.prod(shape)) or array.nbytes != end - begin:
-                raise CheckpointError(f"{path}: tensor {name!r} holds {end - begin} bytes, which "
-                                      f"is not shape {shape} of {dtype}.")
-            array = array.reshape(shape)
-            arrays[name] = array.astype(np.float32) if array.dtype == np.float16 else array
-    return arrays
+    opened = open_safetensors(path)
+    try:
+        return opened.read()
+    finally:
+        opened.close()
 
 
 def write_safetensors(arrays, path, metadata=None):

@@ -1,0 +1,259 @@
+"""What every checkpoint format declares, and the one open checkpoint a load goes through.
+
+A format (one module of this package each) is a `CheckpointFormat`: how it
+recognises a path, how it opens it, and the numerics of the library that
+writes it. Opening gives a `CheckpointReader`; every check and every array a
+load needs comes through it, from files each opened once (`Source`): a file
+replaced on disk during a load cannot give one file's trunk and another's head.
+"""
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import stat
+from collections.abc import Callable
+
+import numpy as np
+
+from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.layout import (
+    HEAD_KERNEL_KEY,
+    POS_EMBED_KEY,
+    PRE_LOGITS_KERNEL_KEY,
+    normalize_keys,
+    square_grid,
+)
+from keras_vit.normalization import OFFICIAL_NORMALIZATION
+
+__all__ = ["ArrayHeader", "CheckpointInfo", "CheckpointFormat", "CheckpointReader", "ArraysReader",
+           "Source", "ShapeOnly", "OFFICIAL_NORMALIZATION", "normalization_from",
+           "channel_values"]
+
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayHeader:
+    """What a header says about one array, or `problem` when it cannot be trusted."""
+
+    shape: tuple
+    dtype: np.dtype
+    problem: str | None = None
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+
+@dataclasses.dataclass
+class CheckpointInfo:
+    """What a checkpoint tells without reading its arrays, in official keys.
+
+    `heads`, the numerics and the normalisation are None where the source does not record
+    them (a bare timm state dict records no head count and no mean/std).
+    """
+
+    shapes: dict
+    format: str = "npz"
+    metadata: dict = dataclasses.field(default_factory=dict)  # keras_vit's own record (grid)
+    layer_norm_epsilon: float | None = None
+    approximate_gelu: bool | None = None
+    heads: int | None = None
+    normalization: tuple | None = None  # ((mean,) * 3, (std,) * 3) on pixels in [0, 1]
+
+    @property
+    def classes(self):
+        head = self.shapes.get(HEAD_KERNEL_KEY)
+        return head[-1] if head else None
+
+    @property
+    def representation_size(self):
+        pre = self.shapes.get(PRE_LOGITS_KERNEL_KEY)
+        return pre[-1] if pre else None
+
+    def resolution(self, variant):
+        pos = self.shapes.get(POS_EMBED_KEY)
+        if not pos or len(pos) != 3:
+            return None
+        grid = square_grid(pos[1] - (1 if variant.classifier == "token" else 0))
+        return grid[0] * variant.total_stride if grid else None
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointFormat:
+    """One checkpoint format: the registry (`formats/__init__.py`) lists these."""
+
+    name: str
+    description: str  # what a user has: "timm state dict (.safetensors, or a Hub folder)"
+    recognises: Callable  # Source -> bool, from names and configs only, never arrays
+    open: Callable  # Source -> CheckpointReader
+    numerics: tuple  # (approximate_gelu, layer_norm_epsilon) of the library writing it
+    write: str | None = None  # the keras_vit function that writes it, where one does
+
+
+class Source:
+    """A checkpoint path during one load: each of its files opened at most once, shared by
+    format detection and by the reader."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        refuse_special_files(self.path)
+        if not os.path.exists(self.path):
+            raise CheckpointError(f"No checkpoint file at {self.path}.")
+        self.is_dir = os.path.isdir(self.path)
+        self.folder = self.path if self.is_dir else (os.path.dirname(self.path) or ".")
+        self._files = contextlib.ExitStack()
+        self._cache = {}
+
+    def once(self, key, opener):
+        """`opener()`'s result, computed on the first call for `key` only; a result with
+        `close` is closed with this source."""
+        if key not in self._cache:
+            value = opener()
+            if hasattr(value, "close"):
+                self._files.callback(value.close)
+            self._cache[key] = value
+        return self._cache[key]
+
+    def json(self, name):
+        """The folder's JSON file `name` (None where absent), read once."""
+        def read():
+            path = os.path.join(self.folder, name)
+            if not os.path.exists(path):
+                return None
+            try:
+                with open(path, encoding="utf-8") as f:
+                    return json.load(f)
+            except (OSError, ValueError) as error:
+                raise CheckpointError(f"{path} is not a readable JSON file ({error}).") from error
+        return self.once(("json", name), read)
+
+    def close(self):
+        self._files.close()
+
+
+class CheckpointReader:
+    """One open checkpoint: `info()` from headers and configs, `headers()` and `read()` in
+    official keys. A reader owns its `Source` and closes it."""
+
+    def __init__(self, source, format):
+        self.source, self.format = source, format
+        self.path = source.path
+
+    def info(self):
+        raise NotImplementedError
+
+    def headers(self, heads=None):
+        """{official key: ArrayHeader}; `heads` splits fused attention kernels."""
+        raise NotImplementedError
+
+    def read(self, keys, heads=None):
+        """{official key: array} of `keys`."""
+        raise NotImplementedError
+
+    def close(self):
+        self.source.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class ArraysReader(CheckpointReader):
+    """A reader over arrays already in memory: a dict passed to `load_weights`, or a format
+    that can only be read whole. Keys in an accepted alternative layout are normalised."""
+
+    def __init__(self, arrays, path="the checkpoint", source=None, format=None, info=None):
+        self.source, self.format, self.path = source, format, path
+        try:
+            self._stored = normalize_keys({k: k for k in arrays})  # official key -> as stored
+        except CheckpointError as error:
+            raise CheckpointError(f"{path}: {error}") from None
+        self._arrays = {k: np.asarray(v) for k, v in arrays.items()}
+        self._info = info
+
+    def info(self):
+        if self._info is not None:
+            return self._info
+        return CheckpointInfo({k: self._arrays[s].shape for k, s in self._stored.items()},
+                              format=self.format.name if self.format else "arrays")
+
+    def headers(self, heads=None):
+        return {k: ArrayHeader(tuple(self._arrays[s].shape), self._arrays[s].dtype)
+                for k, s in self._stored.items()}
+
+    def read(self, keys, heads=None):
+        return {k: self._arrays[self._stored[k]] for k in keys}
+
+    def close(self):
+        if self.source is not None:
+            self.source.close()
+
+
+def channel_values(path, name, values):
+    """Three floats from a config's one or three finite numbers, or a one-line refusal."""
+    values = values if isinstance(values, (list, tuple)) else [values]
+    if (len(values) not in (1, 3) or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                                         or not math.isfinite(v) for v in values)):
+        raise CheckpointError(f"{path}: the normalisation {name} {str(values)[:80]} is not "
+                              "one or three finite numbers.")
+    return tuple(float(v) for v in values) * (3 // len(values))
+
+
+def normalization_from(path, mean, std):
+    """((mean,) * 3, (std,) * 3) on pixels in [0, 1], from a config's values, or a one-line
+    refusal naming the file."""
+    mean, std = channel_values(path, "mean", mean), channel_values(path, "std", std)
+    if min(std) <= 0:
+        raise CheckpointError(f"{path}: the normalisation std {std} is not positive.")
+    return mean, std
+
+
+class ShapeOnly:
+    """An array stand-in carrying only a shape, for translating headers with the formats'
+    own translation code (transposes, slices and reshapes are all it does)."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+        self.ndim = len(self.shape)
+
+    @property
+    def T(self):
+        return ShapeOnly(self.shape[::-1])
+
+    def transpose(self, *axes):
+        return ShapeOnly(tuple(self.shape[a] for a in axes))
+
+    def __getitem__(self, index):
+        return ShapeOnly(np.empty((self.shape[0], 0))[index].shape[:1] + self.shape[1:])
+
+    def reshape(self, shape):
+        return ShapeOnly(shape)
+
+    @staticmethod
+    def of(shapes):
+        return {k: ShapeOnly(s) for k, s in shapes.items()}
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def refuse_special_files(path):
+    """Refuses, before anything opens it, a path (or a file of a folder) that is a FIFO, a
+    socket or a device: opening a FIFO with no writer blocks for ever, a device never ends."""
+    paths = [path]
+    if os.path.isdir(path):
+        paths = [os.path.join(path, name) for name in os.listdir(path)]
+    for candidate in paths:
+        try:
+            mode = os.stat(candidate).st_mode
+        except OSError:
+            continue  # a missing file is named by whoever needs it
+        for is_kind, kind in _KINDS:
+            if is_kind(mode):
+                raise CheckpointError(f"{candidate} is {kind}, not a checkpoint file; keras_vit "
+                                      "reads regular files only.")

@@ -1,0 +1,69 @@
+"""How pixels in [0, 255] become a model's input: the official [-1, 1], or the mean/std
+its weights' source recorded (DeiT, DINO and other timm/transformers checkpoints use
+ImageNet's).
+
+A normalisation is ((mean,) * 3, (std,) * 3) on pixels in [0, 1], the way timm and
+transformers write it: input = (pixels / 255 - mean) / std. A model carries its own:
+the "preprocessing" layer of a model built with `include_preprocessing=True`, else the
+patch embedding's `input_normalization` record (None: the official one). Export,
+predict and the training pipeline normalise by it.
+"""
+
+import numpy as np
+
+__all__ = ["OFFICIAL_NORMALIZATION", "IMAGENET_NORMALIZATION", "rescaling_arguments",
+           "input_normalization", "describe_normalization", "normalize_pixels"]
+
+# The official code feeds pixels in [-1, 1]: (x / 255 - 0.5) / 0.5.
+OFFICIAL_NORMALIZATION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+def rescaling_arguments(normalization):
+    """(scale, offset) of the `keras.layers.Rescaling` computing `normalization` on [0, 255]
+    pixels: x * scale + offset; plain floats where the three channels agree."""
+    mean, std = (np.asarray(v, dtype=np.float64) for v in normalization)
+    scale, offset = 1.0 / (255.0 * std), -mean / std
+    if np.all(scale == scale[0]) and np.all(offset == offset[0]):
+        return float(scale[0]), float(offset[0])
+    return [float(v) for v in scale], [float(v) for v in offset]
+
+
+def _from_rescaling(layer):
+    scale = np.broadcast_to(np.asarray(layer.scale, dtype=np.float64), (3,))
+    offset = np.broadcast_to(np.asarray(layer.offset, dtype=np.float64), (3,))
+    std = 1.0 / (255.0 * scale)
+    return tuple(float(v) for v in -offset * std), tuple(float(v) for v in std)
+
+
+def input_normalization(model):
+    """The normalisation `model`'s weights expect: its "preprocessing" layer's, else its patch
+    embedding's record, else the official one."""
+    names = {layer.name for layer in model.layers}
+    if "preprocessing" in names:
+        return _from_rescaling(model.get_layer("preprocessing"))
+    if "embedding" in names:
+        recorded = getattr(model.get_layer("embedding"), "input_normalization", None)
+        if recorded is not None:
+            return tuple(tuple(float(v) for v in part) for part in recorded)
+    return OFFICIAL_NORMALIZATION
+
+
+def describe_normalization(normalization):
+    """"mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225) on pixels in [0, 1]"."""
+    if np.allclose(normalization, OFFICIAL_NORMALIZATION):
+        return "[-1, 1] (mean 0.5, std 0.5 on pixels in [0, 1])"
+    mean, std = (tuple(round(v, 6) for v in part) for part in normalization)
+    return f"mean {mean}, std {std} on pixels in [0, 1]"
+
+
+def normalize_pixels(pixels, normalization):
+    """Pixels in [0, 255] (NumPy, or a TensorFlow tensor, as `preprocess_input`) -> the input
+    of a model expecting `normalization`."""
+    scale, offset = rescaling_arguments(normalization)
+    if isinstance(pixels, (np.ndarray, list, tuple, int, float)):
+        return (np.asarray(pixels, dtype=np.float32) * np.float32(scale)
+                + np.float32(offset)).astype(np.float32)
+    import tensorflow as tf
+
+    return tf.cast(pixels, tf.float32) * tf.constant(scale, tf.float32) + tf.constant(offset, tf.float32)
