@@ -102,3 +102,19 @@ def test_a_model_fed_otherwise_warns_once_and_records_what_it_expects(deit_folde
     np.testing.assert_allclose(np.asarray(again(pixels)), _timm_logits(model, pixels), atol=TOL)
     # An official file leaves the official normalisation, recorded as nothing special.
     assert input_normalization(keras_vit.ViT(_variant())) == OFFICIAL_NORMALIZATION
+
+
+def test_the_training_pipeline_feeds_what_the_weights_expect():
+    import tensorflow as tf
+
+    from keras_vit.data.pipeline import make_pipeline
+
+    pixels = _pixels(2)[:, :32, :32]
+    data = tf.data.Dataset.from_tensor_slices((pixels.astype(np.uint8), np.zeros(2, np.int32)))
+    official, = make_pipeline(data, 32, 2, training=False).take(1)
+    imagenet, = make_pipeline(data, 32, 2, training=False,
+                              normalization=IMAGENET_NORMALIZATION).take(1)
+    np.testing.assert_allclose(official[0].numpy(), pixels / 127.5 - 1, atol=1e-5)
+    mean, std = (np.asarray(v, np.float32) for v in IMAGENET_NORMALIZATION)
+    # float32 rounding of values of magnitude <= 2.7: a few ulps
+    np.testing.assert_allclose(imagenet[0].numpy(), (pixels / 255 - mean) / std, atol=1e-5)

@@ -8,6 +8,7 @@ with the official preprocessing (`keras_vit.preprocessing`).
 import tensorflow as tf
 
 from keras_vit.data.datasets import to_rgb
+from keras_vit.normalization import normalize_pixels
 from keras_vit.preprocessing import decode_image, preprocess_input, resize_image
 
 __all__ = ["make_pipeline", "inception_crop"]
@@ -26,8 +27,11 @@ def inception_crop(image, area_range=(0.05, 1.0), seed=None):
 
 
 def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.0), flip=True,
-                  shuffle_buffer=10_000, cache=False, repeat=None, seed=None):
+                  shuffle_buffer=10_000, cache=False, repeat=None, seed=None, normalization=None):
     """Batches of `(images float32 (batch, size, size, 3) in [-1, 1], labels int32 (batch,))`.
+
+    `normalization`: the mean/std the model's weights expect instead of [-1, 1]
+    (`keras_vit.normalization.input_normalization(model)`); None: [-1, 1].
 
     Training: shuffle, inception crop (`crop_area`, None to skip), resize,
     random left-right flip (`flip`), [-1, 1]; repeated, whole batches only.
@@ -55,7 +59,9 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
         image = resize_image(image, size)
         if training and flip:
             image = tf.image.random_flip_left_right(image)
-        image = preprocess_input(tf.clip_by_value(image, 0.0, 255.0))
+        image = tf.clip_by_value(image, 0.0, 255.0)
+        image = (preprocess_input(image) if normalization is None
+                 else normalize_pixels(image, normalization))
         image = tf.ensure_shape(image, (*size, 3))
         return image, label
 

@@ -44,6 +44,7 @@ from keras_vit.atomic import atomic_open
 from keras_vit.data import get_preset, load_dataset, make_pipeline
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
 from keras_vit.models import ViT
+from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
 from keras_vit.training import report, resume
 from keras_vit.training.distribute import multi_worker_fit
 from keras_vit.training.placement import get_placement
@@ -379,11 +380,14 @@ def _fit_in(output, run, placement, splits, config):
     # of photos is cached before its resize): unknown sizes are not cached.
     small = None not in (splits.train_bytes, splits.test_bytes) \
         and splits.train_bytes + splits.test_bytes < CACHE_BYTES
+    # The pixels the model's weights expect ([-1, 1], or their source's mean/std).
+    normalization = input_normalization(model)
+    normalization = None if normalization == OFFICIAL_NORMALIZATION else normalization
     train_data = make_pipeline(splits.train, image_size, recipe.batch_size, True,
                                crop_area=recipe.crop_area, flip=recipe.flip, cache=small,
-                               seed=run.seed).map(one_hot)
+                               seed=run.seed, normalization=normalization).map(one_hot)
     eval_data = make_pipeline(splits.test, image_size, recipe.batch_size, False,
-                              cache=small).map(one_hot)
+                              cache=small, normalization=normalization).map(one_hot)
 
     log_path = os.path.join(output, "log.csv")
     with placement.scope():  # the optimizer's variables are built where fit builds them
