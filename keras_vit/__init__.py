@@ -45,7 +45,7 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["load_dataset", "make_pipeline"], "keras_vit.data"),
 }
 _SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "export", "labels",
-               "layers", "models", "preprocessing", "training", "variants")
+               "layers", "models", "normalization", "preprocessing", "training", "variants")
 
 __getattr__, __dir__, __all__ = _lazy.attach(__name__, {**_CORE, **_ON_FIRST_USE}, _SUBMODULES)
 

@@ -39,14 +39,20 @@ def _from_rescaling(layer):
 def input_normalization(model):
     """The normalisation `model`'s weights expect: its "preprocessing" layer's, else its patch
     embedding's record, else the official one."""
-    names = {layer.name for layer in model.layers}
-    if "preprocessing" in names:
-        return _from_rescaling(model.get_layer("preprocessing"))
-    if "embedding" in names:
-        recorded = getattr(model.get_layer("embedding"), "input_normalization", None)
-        if recorded is not None:
-            return tuple(tuple(float(v) for v in part) for part in recorded)
+    preprocessing, embedding = _layer(model, "preprocessing"), _layer(model, "embedding")
+    if preprocessing is not None:
+        return _from_rescaling(preprocessing)
+    recorded = getattr(embedding, "input_normalization", None)
+    if recorded is not None:
+        return tuple(tuple(float(v) for v in part) for part in recorded)
     return OFFICIAL_NORMALIZATION
+
+
+def _layer(model, name):
+    try:
+        return model.get_layer(name)
+    except ValueError:  # Keras' answer for a name the model does not have
+        return None
 
 
 def describe_normalization(normalization):

@@ -7,6 +7,7 @@ load needs comes through it, from files each opened once (`Source`): a file
 replaced on disk during a load cannot give one file's trunk and another's head.
 """
 
+import abc
 import contextlib
 import dataclasses
 import json
@@ -133,7 +134,7 @@ class Source:
         self._files.close()
 
 
-class CheckpointReader:
+class CheckpointReader(abc.ABC):
     """One open checkpoint: `info()` from headers and configs, `headers()` and `read()` in
     official keys. A reader owns its `Source` and closes it."""
 
@@ -141,16 +142,17 @@ class CheckpointReader:
         self.source, self.format = source, format
         self.path = source.path
 
+    @abc.abstractmethod
     def info(self):
-        raise NotImplementedError
+        """A `CheckpointInfo`, from headers and configs only."""
 
+    @abc.abstractmethod
     def headers(self, heads=None):
         """{official key: ArrayHeader}; `heads` splits fused attention kernels."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def read(self, keys, heads=None):
         """{official key: array} of `keys`."""
-        raise NotImplementedError
 
     def close(self):
         self.source.close()
@@ -176,6 +178,7 @@ class ArraysReader(CheckpointReader):
         self._info = info
 
     def info(self):
+        """A `CheckpointInfo`, from headers and configs only."""
         if self._info is not None:
             return self._info
         return CheckpointInfo({k: self._arrays[s].shape for k, s in self._stored.items()},
