@@ -12,7 +12,10 @@ COMMANDS = (info, train, predict, export, analyze)  # each: add_parser(commands)
 
 
 def build_parser():
+    from keras_vit import __version__
+
     parser = Parser(prog="keras-vit", description="Vision Transformers for Keras 3.")
+    parser.add_argument("--version", action="version", version=f"keras-vit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add_parser(commands)
@@ -20,10 +23,30 @@ def build_parser():
     return parser
 
 
+INTERRUPTED = "interrupted; re-run the same command to resume"
+
+
 def main(argv=None):
-    if not {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
+    """Runs the command; Ctrl-C ends it with one line and exit status 130 (128 + SIGINT), as
+    a shell reports it: every file is written atomically, so what it leaves is whole."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(f"keras-vit: {INTERRUPTED}", file=sys.stderr)
+        return 130
+
+
+def _main(argv):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    if not argv:  # a first try: what there is to run, not just the missing argument
+        parser.print_help()
+        return 2
+    # TensorFlow is imported (quietly) only for a sub-command that will run: bare `keras-vit`,
+    # --version and every --help answer without it, in well under a second.
+    if argv and argv[0] in parser.get_default("commands") and not {"-h", "--help"} & set(argv):
         quiet_for_command_line()  # before a sub-command's parser or run imports TensorFlow
-    args, unknown = build_parser().parse_known_args(argv)
+    args, unknown = parser.parse_known_args(argv)
     if unknown:  # reported by the sub-command's parser, so the error names the command
         args.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     return report_errors(f"keras-vit {args.command}", args.run, args)

@@ -29,12 +29,11 @@ def add_parser(commands):
 
 
 def _add_arguments(train):
-    """The flags, whose help quotes the recipes and presets (importing Keras): on first use."""
-    from keras_vit._tf_log import quiet_for_command_line
-
-    quiet_for_command_line()  # `keras-vit train --help` imports TensorFlow here, not in main
+    """The flags, whose help quotes the recipes and presets (plain data, no TensorFlow)."""
+    from keras_vit.cli.common import positive_int
     from keras_vit.data.presets import PRESETS
-    from keras_vit.training import PRECISIONS, RECIPES, STRATEGIES
+    from keras_vit.training.recipes import PRECISIONS, RECIPES
+    from keras_vit.training.strategies import STRATEGIES
 
     finetune = RECIPES["finetune"]
     digits = PRESETS["digits"]
@@ -54,18 +53,18 @@ def _add_arguments(train):
         help="finetune: SGD momentum 0.9, clip 1, warmup+cosine, global batch 512; "
              "scratch: AdamW wd 0.1, dropout, label smoothing "
              f"(default: {digits.recipe} for digits, else finetune)")
-    add("--image-size", type=int, default=None,
+    add("--image-size", type=positive_int, default=None,
         help=f"input resolution (default: {scratch['image_size']} for digits, "
              f"{finetune.image_size} for finetune)")
-    add("--batch-size", type=int, default=None,
+    add("--batch-size", type=positive_int, default=None,
         help=f"examples per step over all replicas; the finetune recipe accumulates "
              f"gradients up to {finetune.global_batch_size} "
              f"(default: {scratch['batch_size']} for digits, {finetune.batch_size} for finetune)")
     length = train.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=int, default=None,
+    length.add_argument("--steps", type=positive_int, default=None,
                         help=f"weight updates in the run (default: {finetune.steps} for "
                              "finetune)")
-    length.add_argument("--epochs", type=int, default=None,
+    length.add_argument("--epochs", type=positive_int, default=None,
                         help=f"passes over the training split (default: {scratch['epochs']} "
                              "for digits)")
     add("--lr", type=float, default=None,
@@ -102,7 +101,12 @@ def run(args):
     skipped = report["skipped_files"]["count"]
     unsupported = report["unsupported_files"]["count"]
     print(f"held-out accuracy {report['accuracy']:.4f} on {report['num_test']} images"
-          + (f"; skipped {skipped} unreadable files" if skipped else "")
-          + (f"; skipped {unsupported} files that are not images" if unsupported else "")
+          + (f"; skipped {skipped} unreadable {_plural(skipped, 'file')}" if skipped else "")
+          + (f"; skipped {unsupported} {_plural(unsupported, 'file')} that "
+             f"{'is not an image' if unsupported == 1 else 'are not images'}" if unsupported else "")
           + f"; outputs in {args.output}")
     return 0
+
+
+def _plural(count, noun):
+    return noun if count == 1 else f"{noun}s"
