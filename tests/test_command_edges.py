@@ -212,3 +212,12 @@ def test_ctrl_c_during_predict_and_export_is_one_line(command, tmp_path):
     assert result.returncode == 130, result.stderr[-3000:]
     assert result.stderr.splitlines() == [INTERRUPTED], result.stderr[-3000:]
     assert not (tmp_path / "served").exists() or os.listdir(tmp_path / "served") == []
+
+
+def test_the_recipe_table_shows_the_digits_weight_decay():
+    from keras_vit.data import PRESETS
+
+    decay = PRESETS["digits"].overrides("scratch")["weight_decay"]
+    page = open(os.path.join(ROOT, "docs", "fine-tuning.md")).read()
+    row = next(line for line in page.splitlines() if line.startswith("| optimizer |"))
+    assert f"weight decay {decay:g} for digits" in row.replace("(", "")
