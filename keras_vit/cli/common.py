@@ -222,7 +222,7 @@ def load_model(args):
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
             raise CheckpointError(f"{args.model} is not a .keras model keras_vit can load "
                                   f"({type(error).__name__}: {reason}).") from error
-    from keras_vit.sizes import check_fits
+    from keras_vit._sizes import check_fits
     from keras_vit.variants import get_variant
 
     check_fits(get_variant(args.model), args.image_size, args.classes,

@@ -30,7 +30,6 @@ def add_parser(commands):
 
 def _add_arguments(train):
     """The flags, whose help quotes the recipes and presets (plain data, no TensorFlow)."""
-    from keras_vit.cli.common import positive_int
     from keras_vit.data.presets import PRESETS
     from keras_vit.training.recipes import PRECISIONS, RECIPES
     from keras_vit.training.strategies import STRATEGIES
@@ -53,18 +52,18 @@ def _add_arguments(train):
         help="finetune: SGD momentum 0.9, clip 1, warmup+cosine, global batch 512; "
              "scratch: AdamW wd 0.1, dropout, label smoothing "
              f"(default: {digits.recipe} for digits, else finetune)")
-    add("--image-size", type=positive_int, default=None,
+    add("--image-size", type=int, default=None,
         help=f"input resolution (default: {scratch['image_size']} for digits, "
              f"{finetune.image_size} for finetune)")
-    add("--batch-size", type=positive_int, default=None,
+    add("--batch-size", type=int, default=None,
         help=f"examples per step over all replicas; the finetune recipe accumulates "
              f"gradients up to {finetune.global_batch_size} "
              f"(default: {scratch['batch_size']} for digits, {finetune.batch_size} for finetune)")
     length = train.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=positive_int, default=None,
+    length.add_argument("--steps", type=int, default=None,
                         help=f"weight updates in the run (default: {finetune.steps} for "
                              "finetune)")
-    length.add_argument("--epochs", type=positive_int, default=None,
+    length.add_argument("--epochs", type=int, default=None,
                         help=f"passes over the training split (default: {scratch['epochs']} "
                              "for digits)")
     add("--lr", type=float, default=None,

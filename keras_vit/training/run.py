@@ -40,11 +40,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit._sizes import check_fits
 from keras_vit.atomic import atomic_open
 from keras_vit.data import get_preset, load_dataset, make_pipeline
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
 from keras_vit.models import ViT
-from keras_vit.sizes import check_fits
 from keras_vit.training import report, resume
 from keras_vit.training.distribute import multi_worker_fit
 from keras_vit.training.placement import get_placement
