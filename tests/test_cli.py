@@ -92,7 +92,7 @@ def test_a_bad_argument_in_a_fresh_process(python):
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.splitlines()[-1] == (
-        "keras-vit train: error: argument --epochs: must be a positive whole number, got 'many' "
+        "keras-vit train: error: argument --epochs: invalid int value: 'many' "
         "(see keras-vit train --help)")
 
 

@@ -204,13 +204,15 @@ def test_ctrl_c_during_train_is_one_line_and_the_run_resumes(tmp_path, python):
 @pytest.mark.parametrize("command", ["predict", "export"])
 def test_ctrl_c_during_predict_and_export_is_one_line(command, tmp_path):
     _write_png(tmp_path / "a.png")
-    argv = {"predict": ["predict", "--model", "B/16", str(tmp_path / "a.png")],
+    # Enough work (200 images through B/16; a B/16 SavedModel) to be interrupted in the middle.
+    argv = {"predict": ["predict", "--model", "B/16", *[str(tmp_path / "a.png")] * 200],
             "export": ["export", "--model", "B/16", "--output", str(tmp_path / "served")]}[command]
-    # Keras is imported (and the model being built) a moment after the first bytecode runs.
     start = time.monotonic()
-    result = _interrupt(argv, lambda: time.monotonic() - start > 15)
+    result = _interrupt(argv, lambda: time.monotonic() - start > 10)
     assert result.returncode == 130, result.stderr[-3000:]
-    assert result.stderr.splitlines() == [INTERRUPTED], result.stderr[-3000:]
+    # predict's one warning (random weights) comes first; then the one line, no traceback.
+    lines = [line for line in result.stderr.splitlines() if "random weights" not in line]
+    assert lines == [INTERRUPTED], result.stderr[-3000:]
     assert not (tmp_path / "served").exists() or os.listdir(tmp_path / "served") == []
 
 

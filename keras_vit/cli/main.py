@@ -1,6 +1,9 @@
 """`keras-vit`: the parser of every sub-command, and the one place that runs them."""
 
+import os
+import signal
 import sys
+import threading
 
 from keras_vit._tf_log import quiet_for_command_line
 from keras_vit.cli import analyze, export, info, predict, train
@@ -27,13 +30,28 @@ INTERRUPTED = "interrupted; re-run the same command to resume"
 
 
 def main(argv=None):
-    """Runs the command; Ctrl-C ends it with one line and exit status 130 (128 + SIGINT), as
-    a shell reports it: every file is written atomically, so what it leaves is whole."""
+    """Runs the command; Ctrl-C ends it with one line and exit status 130 (128 + SIGINT)."""
+    if threading.current_thread() is not threading.main_thread():  # only it may set handlers
+        return _main(argv)
+    previous = signal.signal(signal.SIGINT, _interrupted)
     try:
         return _main(argv)
-    except KeyboardInterrupt:
-        print(f"keras-vit: {INTERRUPTED}", file=sys.stderr)
-        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted(signum, frame):
+    """Ends the process at once, as a kill would. Not a KeyboardInterrupt: raised inside a
+    garbage-collection callback or a `__del__` (TensorFlow's, JAX's), Python prints it as
+    "Exception ignored" and goes on. Every file is written atomically (keras_vit/atomic.py)
+    and the next run removes a dead writer's temporaries, so what this leaves is whole."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()  # what was printed so far (predictions) is kept
+        except (OSError, ValueError):
+            pass
+    os.write(2, f"keras-vit: {INTERRUPTED}\n".encode())
+    os._exit(130)
 
 
 def _main(argv):
