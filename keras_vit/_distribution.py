@@ -8,9 +8,9 @@ the docs and every notebook agree with these constants.
 
 DISTRIBUTION = "keras-vit-zoo"
 REPOSITORY = "https://github.com/keras-vit/keras_vit"
-# A direct reference that names the distribution: it installs from the repository today,
-# and pip refuses it if the package built there is not keras-vit-zoo. After the first PyPI
-# release this becomes `pip install keras-vit-zoo`, here and (the test says where) nowhere else.
-INSTALL = f'pip install "{DISTRIBUTION} @ git+{REPOSITORY}"'
+# The name the release workflow (.github/workflows/release.yml) publishes to PyPI. An extra
+# is spelled `pip install "keras-vit-zoo[hub]"` (never `keras_vit[...]`: pip would find the
+# other project).
+INSTALL = f"pip install {DISTRIBUTION}"
 
 __all__ = ["DISTRIBUTION", "REPOSITORY", "INSTALL"]

@@ -4,9 +4,10 @@ Importing TensorFlow 2.21 prints INFO lines (oneDNN, the cudart stub, the CPU
 feature guard), some twice, which users of the command read as errors. Most
 come from absl logging before TensorFlow initialises it, so
 `TF_CPP_MIN_LOG_LEVEL` alone does not hide them. When keras_vit is imported to
-run the command (and only then: a library user's process is left alone), and
-the user has not set `TF_CPP_MIN_LOG_LEVEL` themselves (theirs wins), this sets
-it to 2 (errors only) for TensorFlow's later messages, and imports TensorFlow
+run the command (and only then: a library user's process is left alone), this
+sets `TF_CPP_MIN_LOG_LEVEL` to 2 (errors only) for TensorFlow's later messages
+unless the user set it (theirs wins; with 0 they see the start-up lines too),
+and imports TensorFlow
 with the process' stderr (file descriptor 2) pointed at /dev/null, and starts its
 devices there too (where CUDA cannot start, that logs an ERROR line). This must
 run before anything imports Keras: under the command (`running_the_command`, the
@@ -37,9 +38,14 @@ def running_the_command():
 
 
 def quiet_for_command_line():
-    if not running_the_command() or LEVEL_VARIABLE in os.environ:
+    if not running_the_command():
         return
-    os.environ[LEVEL_VARIABLE] = "2"
+    # A user's own level wins for TensorFlow's later messages; one who asks for everything
+    # (0) also sees the start-up lines. Any other level, the usual 3 included, gets a silent
+    # start-up: absl prints its lines before it reads the variable.
+    level = os.environ.setdefault(LEVEL_VARIABLE, "2")
+    if level.strip() in ("", "0"):
+        return
     if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
         return
     sys.stderr.flush()

@@ -24,6 +24,7 @@ Both return `logits` `(batch, classes)`, `probabilities` `(batch, classes)`,
 `labels` `(batch, k)` (strings of those classes).
 """
 
+import numbers
 import os
 import tempfile
 
@@ -76,7 +77,7 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     """
     height, width = _image_size(model)
     labels = _resolve_labels(labels, _classes(model))
-    os.makedirs(export_dir, exist_ok=True)
+    # Every argument is checked before the folder is made: a refused call leaves nothing.
     if version is not None and (not isinstance(version, int) or isinstance(version, bool)
                                 or version <= 0):
         raise ArgumentError(f"version must be a positive int (TF Serving's folder names), got {version!r}.")
@@ -84,10 +85,14 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
             and not overwrite:
         raise PathExistsError(f"{os.path.join(export_dir, str(version))} already exists; pass "
                               "another version, or overwrite=True.")
-    remove_temporaries(export_dir)  # what exports that died (killed, power cut) left
-
     if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
         raise ArgumentError(f"max_pixels must be a positive int, got {max_pixels!r}.")
+    _check_top_k(top_k)
+    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+        raise PathExistsError(f"{export_dir} is a file; a SavedModel's base folder goes there.")
+    os.makedirs(export_dir, exist_ok=True)
+    remove_temporaries(export_dir)  # what exports that died (killed, power cut) left
+
     archive = _archive(model, labels, top_k, (height, width), with_bytes=True,
                        max_pixels=max_pixels)
     # A hidden name (TF Serving loads integer names only), renamed into place when whole.
@@ -130,6 +135,9 @@ def export_tflite(model, path, top_k=5):
     Returns `path`.
     """
     size = _image_size(model)
+    _check_top_k(top_k)
+    if os.path.isdir(path):  # checked before the conversion, which takes a minute for B/16
+        raise PathExistsError(f"{path} is a folder; a TFLite export writes one file there.")
     weight_bytes = sum(int(np.prod(w.shape)) * 4 for w in model.weights)
     if weight_bytes >= TFLITE_MAX_BYTES:
         raise ArgumentError(f"{model.name} has {weight_bytes / 2 ** 30:.1f} GiB of float32 weights; "
@@ -158,12 +166,16 @@ def next_version(export_dir):
     return max(versions, default=0) + 1
 
 
+def _check_top_k(top_k):
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k <= 0:
+        raise ArgumentError(f"top_k must be a positive int, got {top_k!r}.")
+
+
 def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS):
     """An ExportArchive whose endpoints run preprocessing, `model` and the outputs."""
     classes = _classes(model)
+    _check_top_k(top_k)
     top_k = min(int(top_k), classes)
-    if top_k <= 0:
-        raise ArgumentError(f"top_k must be a positive int, got {top_k}.")
     softmax_head = has_softmax_head(model)
     to_model_input = model_input(model)
     label_table = None if labels is None else tf.constant(list(labels), tf.string)

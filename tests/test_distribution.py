@@ -19,9 +19,19 @@ PACKAGE_DATA = ("keras_vit/checkpoints/catalogue.json", "keras_vit/labels/imagen
                 "keras_vit/labels/imagenet21k_labels.tsv")
 
 
+def _extras():
+    config = configparser.ConfigParser()
+    config.read(f"{ROOT}/setup.cfg")
+    return set(config["options.extras_require"])
+
+
 def _pages():
-    """README, every docs page, and the source of every notebook's cells."""
+    """README, every docs page, the source of every notebook's cells, and keras_vit's modules
+    (whose error messages give install hints)."""
     pages = {"README.md": open(f"{ROOT}/README.md").read()}
+    for path in sorted(glob.glob(f"{ROOT}/keras_vit/**/*.py", recursive=True)):
+        if not path.endswith("_distribution.py"):  # the constants themselves, and their comment
+            pages[path[len(ROOT) + 1:]] = open(path).read()
     for path in sorted(glob.glob(f"{ROOT}/docs/*.md")):
         pages[path[len(ROOT) + 1:]] = open(path).read()
     for path in sorted(glob.glob(f"{ROOT}/tutorials/*.ipynb")):
@@ -42,14 +52,18 @@ def test_setup_cfg_declares_the_distribution_and_its_urls():
 
 def test_every_page_installs_with_the_one_canonical_line():
     requirement = INSTALL.removeprefix("pip install ")
+    assert requirement == DISTRIBUTION  # the name the release workflow publishes
+    with_extras = {f'"{DISTRIBUTION}[{extra}]"' for extra in _extras()}
     pages = _pages()
     # Every `pip install` of this project by name or URL, whatever its spelling, is the
-    # canonical line (`pip install -e .` from a clone is the developer's install, not a name).
+    # canonical line, or the canonical name with an extra (`pip install -e .` from a clone is
+    # the developer's install, not a name). `keras_vit[hub]` would install the other project.
     for name, text in pages.items():
-        for found in re.finditer(r"pip install((?: -q)?) ([^\n&|;`]*)", text):
-            arguments = found.group(2).strip()
+        for found in re.finditer(r"""pip install(?: -q)? ("[^"\n]*"|'[^'\n]*'|[^\s`'"]+)""", text):
+            arguments = found.group(1)  # the first argument, quotes and all
             if re.search(r"keras-vit|keras_vit|github\.com/keras-vit", arguments):
-                assert arguments == requirement, f"{name}: {found.group(0)!r} is not {INSTALL!r}"
+                assert arguments == requirement or arguments in with_extras, \
+                    f"{name}: {found.group(0)!r} is not {INSTALL!r}"
     for name in ("README.md", "docs/install.md"):
         assert INSTALL in pages[name], name
         assert "`keras-vit` on PyPI is a different" in " ".join(pages[name].split()), name
@@ -57,6 +71,22 @@ def test_every_page_installs_with_the_one_canonical_line():
     assert len(notebooks) == 6
     for name in notebooks:
         assert f"!pip install -q {requirement}" in pages[name], name
+
+
+def test_the_install_page_lists_every_extra():
+    table = open(f"{ROOT}/docs/install.md").read().split("## Optional extras", 1)[1]
+    listed = set(re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE))
+    assert listed == _extras()
+
+
+def test_the_license_is_the_one_the_metadata_names():
+    config = configparser.ConfigParser()
+    config.read(f"{ROOT}/setup.cfg")
+    assert config["metadata"]["license"] == "Apache-2.0"
+    assert config["metadata"]["license_files"].split() == ["LICENSE"]
+    text = open(f"{ROOT}/LICENSE").read()
+    assert text.lstrip().startswith("Apache License") and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +119,13 @@ def test_wheel_and_sdist_hold_the_package_data(artifacts):
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         assert "keras-vit = keras_vit.cli" in z.read(entry_points).decode()
         assert not any(n.startswith("tests/") for n in names)
+        licenses = [n for n in names if n.endswith("LICENSE") and ".dist-info/" in n]
+        assert len(licenses) == 1 and z.read(licenses[0]) == open(f"{ROOT}/LICENSE", "rb").read()
+        metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        assert "License-File: LICENSE" in metadata or "License: Apache-2.0" in metadata
     with tarfile.open(sdist) as t:
         members = {m.name.split("/", 1)[1] for m in t.getmembers() if "/" in m.name}
-    for path in PACKAGE_DATA:
+    for path in (*PACKAGE_DATA, "LICENSE"):
         assert path in members, path
 
 

@@ -70,3 +70,11 @@ def test_every_page_of_the_docs_folder_is_in_the_nav(site):
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = [p.name for p in (ROOT / "docs").glob("*.md")]
     assert [p for p in pages if p not in nav] == []
+
+
+def test_long_code_lines_wrap_on_every_page(site):
+    """Code blocks wrap (docs/stylesheets/extra.css) instead of being cut at the right edge."""
+    css = (site / "stylesheets" / "extra.css").read_text()
+    assert re.search(r"\.md-typeset pre > code \{[^}]*white-space: pre-wrap", css), css
+    for page in ("index.html", "quickstart/index.html", "fine-tuning/index.html"):
+        assert "stylesheets/extra.css" in (site / page).read_text(), page

@@ -45,7 +45,7 @@ def test_mirrored_digits_run(tmp_path):
                      timeout=420)
     assert run.returncode == 0, run.stderr[-3000:]
     result = result_of(run.stdout)
-    assert result["fit_strategy"] == "MirroredStrategy" and result["fit_replicas"] == 2
+    assert result["fit_strategy"] == "mirrored" and result["fit_replicas"] == 2
     assert result["fit_accuracy"] > 0.2  # one epoch learns something (chance: 0.1)
     assert os.path.exists(tmp_path / "run" / "report.json")
 
@@ -76,8 +76,7 @@ def test_multiworker_two_processes_end_identical(tmp_path):
     for w, (out, err) in zip(workers, outs):
         assert w.returncode == 0, err[-3000:]
         result = result_of(out)
-        # TensorFlow names the multi-worker strategy class CollectiveAllReduceStrategy.
-        assert result["strategy"] in ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy")
+        assert result["strategy"] == "multiworker"  # report.json's name, not TensorFlow's class
         assert result["replicas"] == 2
     chief = keras.saving.load_model(os.path.join(output, "model.keras"))
     other = keras.saving.load_model(os.path.join(output, "worker-1", "model.keras"))

@@ -66,7 +66,7 @@ def test_resume_after_sigkill_on_jax_data_parallel(tmp_path):
     """The TensorFlow resume test, on JAX with DataParallel over two devices."""
     _, report = kill_after_an_epoch_and_rerun(str(tmp_path / "run"), env=JAX_ENV, wait_s=300,
                                               rerun_timeout_s=400)
-    assert report["strategy"] == "DataParallel" and report["replicas"] == 2
+    assert report["strategy"] == "data-parallel" and report["replicas"] == 2
     assert report["accuracy"] > 0.2  # four epochs learn something (chance: 0.1)
 
 

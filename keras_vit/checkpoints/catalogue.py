@@ -405,7 +405,7 @@ def _hub_snapshot(repo, revision, weights):
         import huggingface_hub
     except ImportError as error:
         raise ImportError(f"weights={weights!r} needs huggingface_hub: "
-                          "pip install 'keras_vit[hub]'.") from error
+                          'pip install "keras-vit-zoo[hub]".') from error
     try:  # only the config and the safetensors weights: pickled files are never fetched
         return huggingface_hub.snapshot_download(
             repo, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.h5"])

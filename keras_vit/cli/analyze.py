@@ -9,7 +9,15 @@ models with 1 or 3 input channels) and analysis.json (the numbers), through
 `keras_vit.analysis.analyze`.
 """
 
-from keras_vit.cli.common import add_max_pixels_option, add_model_options, load_model
+import os
+
+from keras_vit.cli.common import (
+    CommandError,
+    add_max_pixels_option,
+    add_model_options,
+    load_model,
+    positive_int,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -21,11 +29,11 @@ def add_parser(commands):
     parser.add_argument("images", nargs="+", help="image files or folders of images")
     add_model_options(parser)
     parser.add_argument("--output-dir", default="analysis", help="where the PNGs go")
-    parser.add_argument("--max-images", type=int, default=128,
+    parser.add_argument("--max-images", type=positive_int, default=128,
                         help="images used for the attention distance (the paper uses 128)")
-    parser.add_argument("--rollout-images", type=int, default=6,
+    parser.add_argument("--rollout-images", type=positive_int, default=6,
                         help="images shown in the rollout figure")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=positive_int, default=8)
     add_max_pixels_option(parser)
     parser.set_defaults(run=run)
     return parser
@@ -34,6 +42,9 @@ def add_parser(commands):
 def run(args):
     from keras_vit.analysis import analyze
 
+    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
+        raise CommandError(f"--output-dir {args.output_dir} is an existing file; the figures go "
+                           "into a folder.")
     written = analyze(load_model(args), args.images, args.output_dir, max_images=args.max_images,
                       rollout_images=args.rollout_images, batch_size=args.batch_size,
                       max_pixels=args.max_pixels)

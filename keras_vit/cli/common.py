@@ -11,6 +11,7 @@ some other file included, is a bug and keeps its traceback.
 """
 
 import argparse
+import itertools
 import os
 import sys
 import zipfile
@@ -18,7 +19,7 @@ import zipfile
 from keras_vit.errors import CheckpointError, CommandError, KerasViTError
 
 __all__ = ["CommandError", "Parser", "add_model_options", "add_max_pixels_option", "load_model",
-           "report_errors"]
+           "report_errors", "positive_int", "image_size"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -42,6 +43,7 @@ class Parser(argparse.ArgumentParser):
         return self
 
     def parse_known_args(self, args=None, namespace=None):
+        args = _join_sizes(sys.argv[1:] if args is None else list(args))
         return super(Parser, self.complete()).parse_known_args(args, namespace)
 
     def format_usage(self):
@@ -52,6 +54,34 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}{_choice_hint(message)} (see {self.prog} --help)\n")
+
+
+def _join_sizes(args):
+    """`--image-size H W` as the one token `--image-size=HxW`: argparse's `nargs="+"` would
+    also take the image path after `--image-size 32`, and `nargs` cannot say "one or two"."""
+    joined, i = [], 0
+    while i < len(args):
+        if args[i] == "--image-size":
+            numbers = list(itertools.takewhile(str.isdigit, args[i + 1:i + 3]))
+            if numbers:
+                joined.append(f"--image-size={'x'.join(numbers)}")
+                i += 1 + len(numbers)
+                continue
+        joined.append(args[i])
+        i += 1
+    return joined
+
+
+def image_size(text):
+    """`--image-size`'s value: "224" -> 224, "384x512" -> (384, 512)."""
+    try:
+        pixels = [int(part) for part in text.split("x")]
+    except ValueError:
+        pixels = []
+    if len(pixels) not in (1, 2) or min(pixels) <= 0:
+        raise argparse.ArgumentTypeError(f"takes one or two positive numbers (height [width]), "
+                                         f"got {text!r}")
+    return pixels[0] if len(pixels) == 1 else tuple(pixels)
 
 
 def _choice_hint(message):
@@ -72,16 +102,40 @@ def report_errors(prog, run, args):
     try:
         return run(args)
     except KerasViTError as error:
-        text = str(error)
+        text = _with_flag(str(error), getattr(error, "parameter", None), args)
     except OSError as error:
         if not _names_a_given_path(error, args):
             raise
         names = " -> ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
         text = f"{names}: {error.strerror or error}"
+    except Exception as error:  # out of memory only; anything else is re-raised
+        if not _out_of_memory(error):
+            raise
+        sizes = [f"--{name.replace('_', '-')}" for name in SIZE_OPTIONS if getattr(args, name, None)]
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        text = (f"out of memory ({type(error).__name__}: {reason}); retry with a smaller "
+                f"{' or '.join(sizes) or '--batch-size or --image-size'}")
     # Some messages (a checkpoint report, the offline advice) span lines: fold them.
     text = " ".join(line.strip() for line in text.splitlines() if line.strip())
     print(f"{prog}: error: {text}", file=sys.stderr)
     return 2
+
+
+SIZE_OPTIONS = ("batch_size", "image_size", "classes")
+
+
+def _out_of_memory(error):
+    """Python's MemoryError, or TensorFlow's ResourceExhaustedError (named, not imported:
+    a command that never started TensorFlow cannot have raised it)."""
+    return isinstance(error, MemoryError) or any(
+        cls.__name__ == "ResourceExhaustedError" for cls in type(error).__mro__)
+
+
+def _with_flag(text, parameter, args):
+    """A message naming a library parameter ("image_size 65536 ...") names the command's flag."""
+    if parameter and hasattr(args, parameter):
+        return text.replace(parameter, f"--{parameter.replace('_', '-')}", 1)
+    return text
 
 
 def _names_a_given_path(error, args):
@@ -107,23 +161,28 @@ def add_model_options(parser, model_help=None, required=True):
     parser.add_argument("--weights",
                         help='a catalogue tag ("imagenet21k+imagenet2012", ...) or an .npz file '
                              "(default: random weights)")
-    parser.add_argument("--image-size", type=int, nargs="+", metavar="PIXELS",
-                        help="input size: one number, or height and width (default: the "
-                             "weights', else 224)")
-    parser.add_argument("--classes", type=int, help="head size (default: the weights')")
+    parser.add_argument("--image-size", type=image_size, metavar="PIXELS",
+                        help="input size: one number, or height and width (384 512) (default: "
+                             "the weights', else 224)")
+    parser.add_argument("--classes", type=positive_int, help="head size (default: the weights')")
+
+
+def positive_int(text):
+    """An argparse type: a whole number above zero ("0", "-1", "2.5" are refused)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
 
 
 def add_max_pixels_option(parser, what="images"):
     """--max-pixels: the pixel budget of every image decoded (keras_vit.preprocessing)."""
     from keras_vit.preprocessing import MAX_PIXELS  # no TensorFlow: it loads on first decode
 
-    def positive(text):
-        value = int(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be a positive number of pixels, got {text}")
-        return value
-
-    parser.add_argument("--max-pixels", type=positive, default=MAX_PIXELS, metavar="PIXELS",
+    parser.add_argument("--max-pixels", type=positive_int, default=MAX_PIXELS, metavar="PIXELS",
                         help=f"refuse {what} whose header declares more pixels (width x height) "
                              f"than this, before decoding them (default: {MAX_PIXELS})")
 
@@ -163,8 +222,12 @@ def load_model(args):
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
             raise CheckpointError(f"{args.model} is not a .keras model keras_vit can load "
                                   f"({type(error).__name__}: {reason}).") from error
-    return ViT(args.model, weights=args.weights, image_size=_image_size(args.image_size),
-               classes=args.classes)
+    from keras_vit._sizes import check_fits
+    from keras_vit.variants import get_variant
+
+    check_fits(get_variant(args.model), args.image_size, args.classes,
+               getattr(args, "batch_size", None) or 1)
+    return ViT(args.model, weights=args.weights, image_size=args.image_size, classes=args.classes)
 
 
 def labels_beside(model_path):
@@ -178,11 +241,3 @@ def labels_beside(model_path):
 def warn(prog, message):
     """A warning under the policy's format: one line on stderr; the command goes on."""
     print(f"{prog}: warning: {message}", file=sys.stderr)
-
-
-def _image_size(pixels):
-    if pixels is None:
-        return None
-    if len(pixels) not in (1, 2):
-        raise CommandError("--image-size takes one or two numbers: height [width].")
-    return pixels[0] if len(pixels) == 1 else tuple(pixels)

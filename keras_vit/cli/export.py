@@ -14,6 +14,7 @@ from keras_vit.cli.common import (
     add_model_options,
     labels_beside,
     load_model,
+    positive_int,
 )
 
 __all__ = ["add_parser", "run"]
@@ -33,13 +34,13 @@ def add_parser(commands):
     parser.add_argument("--output", required=True,
                         help="saved_model: the model's base folder, which receives a new version "
                              "folder; tflite: the .tflite file; keras: the .keras file")
-    parser.add_argument("--version", type=int,
+    parser.add_argument("--version", type=positive_int,
                         help="saved_model version (default: the next free integer)")
     parser.add_argument("--labels",
                         help='a text file with one class name per line, "imagenet", or "none" '
                              "(default: the labels.txt beside a .keras --model, else ImageNet "
                              "names for 1000- and 21843-class heads)")
-    parser.add_argument("--top-k", type=int, default=5,
+    parser.add_argument("--top-k", type=positive_int, default=5,
                         help="classes listed per image in class_ids and labels (default: 5)")
     add_max_pixels_option(parser, "saved_model: images sent to serve_bytes")
     parser.set_defaults(run=run)
@@ -51,13 +52,32 @@ def run(args):
     return 0
 
 
+def _check_arguments(args):
+    """What the flags say, checked before the model is built or anything is written."""
+    if args.format != "saved_model" and args.version is not None:
+        raise CommandError(f"--version numbers a saved_model's folder; --format {args.format} "
+                           "writes one file.")
+    if args.format == "keras" and not args.output.endswith(".keras"):
+        raise CommandError(f"--format keras writes a .keras file; got --output {args.output}.")
+    if args.format == "saved_model":
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            raise CommandError(f"--output {args.output} is an existing file; a saved_model "
+                               "export writes a folder there.")
+        if args.version is not None and os.path.exists(os.path.join(args.output,
+                                                                    str(args.version))):
+            raise CommandError(f"{os.path.join(args.output, str(args.version))} exists already; "
+                               "give another --version, or leave it out for the next one.")
+    elif os.path.isdir(args.output):
+        raise CommandError(f"--output {args.output} is an existing folder; --format "
+                           f"{args.format} writes one file there.")
+
+
 def _export(args):
     from keras_vit import export
 
+    _check_arguments(args)
     model = load_model(args)
     if args.format == "keras":
-        if not args.output.endswith(".keras"):
-            raise CommandError(f"--format keras writes a .keras file; got --output {args.output}.")
         _save_keras(model, args.output)
         return f"Wrote {args.output}"
     if args.format == "tflite":

@@ -1,6 +1,9 @@
 """`keras-vit`: the parser of every sub-command, and the one place that runs them."""
 
+import os
+import signal
 import sys
+import threading
 
 from keras_vit._tf_log import quiet_for_command_line
 from keras_vit.cli import analyze, export, info, predict, train
@@ -12,7 +15,10 @@ COMMANDS = (info, train, predict, export, analyze)  # each: add_parser(commands)
 
 
 def build_parser():
+    from keras_vit import __version__
+
     parser = Parser(prog="keras-vit", description="Vision Transformers for Keras 3.")
+    parser.add_argument("--version", action="version", version=f"keras-vit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add_parser(commands)
@@ -20,10 +26,45 @@ def build_parser():
     return parser
 
 
+INTERRUPTED = "interrupted; re-run the same command to resume"
+
+
 def main(argv=None):
-    if not {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
+    """Runs the command; Ctrl-C ends it with one line and exit status 130 (128 + SIGINT)."""
+    if threading.current_thread() is not threading.main_thread():  # only it may set handlers
+        return _main(argv)
+    previous = signal.signal(signal.SIGINT, _interrupted)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted(signum, frame):
+    """Ends the process at once, as a kill would. Not a KeyboardInterrupt: raised inside a
+    garbage-collection callback or a `__del__` (TensorFlow's, JAX's), Python prints it as
+    "Exception ignored" and goes on. Every file is written atomically (keras_vit/atomic.py)
+    and the next run removes a dead writer's temporaries, so what this leaves is whole."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()  # what was printed so far (predictions) is kept
+        except (OSError, ValueError):
+            pass
+    os.write(2, f"keras-vit: {INTERRUPTED}\n".encode())
+    os._exit(130)
+
+
+def _main(argv):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    if not argv:  # a first try: what there is to run, not just the missing argument
+        parser.print_help()
+        return 2
+    # TensorFlow is imported (quietly) only for a sub-command that will run: bare `keras-vit`,
+    # --version and every --help answer without it, in well under a second.
+    if argv and argv[0] in parser.get_default("commands") and not {"-h", "--help"} & set(argv):
         quiet_for_command_line()  # before a sub-command's parser or run imports TensorFlow
-    args, unknown = build_parser().parse_known_args(argv)
+    args, unknown = parser.parse_known_args(argv)
     if unknown:  # reported by the sub-command's parser, so the error names the command
         args.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     return report_errors(f"keras-vit {args.command}", args.run, args)

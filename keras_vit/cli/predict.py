@@ -21,6 +21,7 @@ from keras_vit.cli.common import (
     given_model_options,
     labels_beside,
     load_model,
+    positive_int,
     warn,
 )
 
@@ -50,7 +51,8 @@ def _add_arguments(parser):
     parser.add_argument("--labels", metavar="FILE",
                         help="class names, one per line (default: the labels.txt beside a "
                              ".keras --model, else ImageNet's for 1000- and 21843-class heads)")
-    parser.add_argument("--top", type=int, default=5, help="classes printed per image (default: 5)")
+    parser.add_argument("--top", type=positive_int, default=5,
+                        help="classes printed per image (default: 5)")
     add_max_pixels_option(parser, "images (with --model; a SavedModel keeps the limit it was "
                                   "exported with)")
 
@@ -80,10 +82,11 @@ def predict(args):
         if given:
             raise CommandError(f"{', '.join(given)} apply to --model, not to --saved-model.")
         return _predict_saved_model(args.saved_model, args.images, labels, args.top)
+    model = load_model(args)  # first: a refused --model, --image-size or --classes is the one line
     if not args.model.endswith(".keras") and args.weights is None:
         warn("keras-vit predict", f"--model {args.model} without --weights has random weights, so "
              "these predictions mean nothing; add --weights (keras-vit info lists them).")
-    return _predict_keras(load_model(args), args.images, labels, args.top, args.max_pixels)
+    return _predict_keras(model, args.images, labels, args.top, args.max_pixels)
 
 
 def _predict_keras(model, paths, labels, top, max_pixels):

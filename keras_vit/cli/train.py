@@ -29,12 +29,10 @@ def add_parser(commands):
 
 
 def _add_arguments(train):
-    """The flags, whose help quotes the recipes and presets (importing Keras): on first use."""
-    from keras_vit._tf_log import quiet_for_command_line
-
-    quiet_for_command_line()  # `keras-vit train --help` imports TensorFlow here, not in main
+    """The flags, whose help quotes the recipes and presets (plain data, no TensorFlow)."""
     from keras_vit.data.presets import PRESETS
-    from keras_vit.training import PRECISIONS, RECIPES, STRATEGIES
+    from keras_vit.training.recipes import PRECISIONS, RECIPES
+    from keras_vit.training.strategies import STRATEGIES
 
     finetune = RECIPES["finetune"]
     digits = PRESETS["digits"]
@@ -102,7 +100,12 @@ def run(args):
     skipped = report["skipped_files"]["count"]
     unsupported = report["unsupported_files"]["count"]
     print(f"held-out accuracy {report['accuracy']:.4f} on {report['num_test']} images"
-          + (f"; skipped {skipped} unreadable files" if skipped else "")
-          + (f"; skipped {unsupported} files that are not images" if unsupported else "")
+          + (f"; skipped {skipped} unreadable {_plural(skipped, 'file')}" if skipped else "")
+          + (f"; skipped {unsupported} {_plural(unsupported, 'file')} that "
+             f"{'is not an image' if unsupported == 1 else 'are not images'}" if unsupported else "")
           + f"; outputs in {args.output}")
     return 0
+
+
+def _plural(count, noun):
+    return noun if count == 1 else f"{noun}s"

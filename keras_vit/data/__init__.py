@@ -1,20 +1,17 @@
-"""Data: dataset sources, their presets, and the tf.data pipelines that feed training."""
+"""Data: dataset sources, their presets, and the tf.data pipelines that feed training.
 
-from keras_vit.data.datasets import (
-                                     HELD_OUT_FRACTION,
-                                     SPLIT_SEED,
-                                     DatasetSplits,
-                                     DatasetUnavailableError,
-                                     load_dataset,
-                                     load_digits,
-                                     load_image_folder,
-                                     load_tfds,
-)
-from keras_vit.data.pipeline import inception_crop, make_pipeline
-from keras_vit.data.presets import DEFAULT_PRESET, DEMO_VARIANT, PRESETS, Preset, get_preset
-from keras_vit.preprocessing import IMAGE_EXTENSIONS
+Each name loads its module on first use (keras_vit/_lazy.py): the presets are data
+that `keras-vit train --help` quotes without starting TensorFlow.
+"""
 
-__all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
-           "load_image_folder", "load_tfds", "make_pipeline", "inception_crop",
-           "IMAGE_EXTENSIONS", "HELD_OUT_FRACTION", "SPLIT_SEED", "Preset", "PRESETS",
-           "DEFAULT_PRESET", "DEMO_VARIANT", "get_preset"]
+from keras_vit import _lazy
+
+__getattr__, __dir__, __all__ = _lazy.attach(__name__, {
+    **dict.fromkeys(["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
+                     "load_image_folder", "load_tfds", "HELD_OUT_FRACTION", "SPLIT_SEED"],
+                    "keras_vit.data.datasets"),
+    **dict.fromkeys(["make_pipeline", "inception_crop"], "keras_vit.data.pipeline"),
+    **dict.fromkeys(["Preset", "PRESETS", "DEFAULT_PRESET", "DEMO_VARIANT", "get_preset"],
+                    "keras_vit.data.presets"),
+    "IMAGE_EXTENSIONS": "keras_vit.preprocessing",
+}, submodules=("datasets", "pipeline", "presets"))

@@ -113,6 +113,13 @@ def load_image_folder(root):
     class_names = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
     if not class_names:
         raise DatasetError(f"{root!r} has no class sub-folders; expected root/<class>/<image>.")
+    # A class name is a line of labels.txt (read by predict and export): refused here, before
+    # training, rather than when the run writes that file at its end.
+    unprintable = [name for name in class_names if not _is_utf8(name) or not name.isprintable()]
+    if unprintable:
+        raise DatasetError(f"Class folder {os.path.join(root, unprintable[0])!r} has a newline, "
+                           "a control character or undecodable bytes in its name; rename it (a "
+                           "class name becomes one line of labels.txt).")
     paths, labels, sizes, skipped, unsupported = [], [], [], [], []
     for label, name in enumerate(class_names):
         folder = os.path.join(root, name)
@@ -134,6 +141,7 @@ def load_image_folder(root):
         raise DatasetError(f"No readable images for classes {missing} under {root!r} "
                            f"({len(skipped)} unreadable and {len(unsupported)} unsupported files "
                            "skipped).")
+    _check_split_sizes(labels, class_names, root)
     train, test = _held_out_split(labels)
     paths, sizes = np.asarray(paths), np.asarray(sizes, np.int64)
 
@@ -146,6 +154,22 @@ def load_image_folder(root):
                          skipped_files=skipped, name=os.path.basename(os.path.normpath(root)),
                          unsupported_files=unsupported, train_bytes=int(sizes[train].sum()),
                          test_bytes=int(sizes[test].sum()))
+
+
+def _check_split_sizes(labels, class_names, root):
+    """The stratified held-out split needs two images of each class, and at least one image
+    per class on each side; scikit-learn would name the classes by index."""
+    counts = np.bincount(labels, minlength=len(class_names))
+    few = [name for name, count in zip(class_names, counts) if count < 2]
+    if few:
+        raise DatasetError(f"Class folders with a single readable image under {root!r}: "
+                           f"{', '.join(few[:5])}{' ...' if len(few) > 5 else ''}; each class "
+                           "needs at least 2 (one to train on, one held out).")
+    held_out = int(np.ceil(HELD_OUT_FRACTION * len(labels)))
+    if held_out < len(class_names) or len(labels) - held_out < len(class_names):
+        raise DatasetError(f"{root!r} has {len(labels)} readable images for {len(class_names)} "
+                           f"classes: a {HELD_OUT_FRACTION:.0%} held-out split cannot hold one of "
+                           "each; add images.")
 
 
 def _is_utf8(path):
@@ -227,11 +251,12 @@ def _is_prepared(builder):
 def _prepare(builder, name):
     import tensorflow_datasets as tfds
 
-    manual_dir = os.path.join(builder.data_dir_root, "downloads", "manual")
+    # data_dir_root is an etils PosixGPath, whose repr would reach the message: a plain str.
+    manual_dir = os.path.join(os.fspath(builder.data_dir_root), "downloads", "manual")
     has_manual = os.path.isdir(manual_dir) and os.listdir(manual_dir)
     if not has_manual and not _internet_reachable():
         raise DatasetUnavailableError(
-            f"Dataset {name!r} is not prepared under {builder.data_dir_root!r} and its download "
+            f"Dataset {name!r} is not prepared under {os.fspath(builder.data_dir_root)!r} and its download "
             "servers cannot be reached. To use it offline, either (1) prepare it on a machine "
             f"with internet (python -c \"import tensorflow_datasets as tfds; tfds.load('{name}')\") "
             "and copy ~/tensorflow_datasets here (or pass --data-dir DIR / TFDS_DATA_DIR), "

@@ -1,6 +1,7 @@
 """Training: recipes, optimizers, tf.distribute strategies and their work-arounds, the run, its report.
 
-    recipes.py      Recipe, RECIPES, the optimizer and schedule of a recipe
+    recipes.py      Recipe, RECIPES, the optimizer and schedule of a recipe (Keras on first use)
+    strategies.py   the strategy names (no TensorFlow: `keras-vit train --help` lists them)
     optimizers.py   SGD/AdamW clipping the global gradient (registered by `import keras_vit`)
     distribute.py   strategies; multi_worker_fit
     placement.py    Placement: one interface over a tf.distribute strategy or a keras.distribution
@@ -20,10 +21,11 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, {
     **dict.fromkeys(["Recipe", "RECIPES", "PRECISIONS", "get_recipe", "learning_rate_schedule",
                      "make_optimizer", "accumulation_steps"], "keras_vit.training.recipes"),
     **dict.fromkeys(["SGD", "AdamW"], "keras_vit.training.optimizers"),
-    **dict.fromkeys(["get_strategy", "strategy_name", "STRATEGIES", "multi_worker_fit"],
+    **dict.fromkeys(["get_strategy", "strategy_name", "multi_worker_fit"],
                     "keras_vit.training.distribute"),
+    "STRATEGIES": "keras_vit.training.strategies",
     **dict.fromkeys(["Placement", "get_placement"], "keras_vit.training.placement"),
     **dict.fromkeys(["build_model", "train"], "keras_vit.training.run"),
     "DEMO_VARIANT": "keras_vit.variants",  # its home; kept here, where 0.1 had it
 }, submodules=("distribute", "jax_distribution", "optimizers", "placement", "recipes", "report", "resume",
-               "run"))
+               "run", "strategies"))

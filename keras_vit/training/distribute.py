@@ -23,14 +23,11 @@ from keras_vit.errors import ArgumentError, DeviceUnavailableError
 from keras_vit.training._private_keras import KNOWN_KERAS
 from keras_vit.training._private_keras import check_private_keras as _check_private_keras
 from keras_vit.training.optimizers import SGD, AdamW
+from keras_vit.training.strategies import JAX_STRATEGIES, STRATEGIES, TF_STRATEGIES
 
 __all__ = ["STRATEGIES", "get_strategy", "strategy_name", "SGD", "AdamW", "multi_worker_fit",
            "KNOWN_KERAS"]
 
-TF_STRATEGIES = ("mirrored", "multiworker", "tpu")  # tf.distribute: the TensorFlow backend
-# keras.distribution: the JAX backend (jax_distribution.DISTRIBUTIONS)
-JAX_STRATEGIES = ("data-parallel", "model-parallel")
-STRATEGIES = ("auto", *TF_STRATEGIES, *JAX_STRATEGIES, "none")
 # --- choosing a strategy ---------------------------------------------------------------------
 
 def _tf_config():

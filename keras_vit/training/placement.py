@@ -34,6 +34,13 @@ __all__ = ["Placement", "TFStrategyPlacement", "JaxDistributionPlacement", "get_
            "as_placement"]
 
 
+# tf.distribute's and keras.distribution's class names, as --strategy spells them.
+STRATEGY_NAMES = {"_DefaultDistributionStrategy": "one device", "OneDeviceStrategy": "one device",
+                  "MirroredStrategy": "mirrored", "MultiWorkerMirroredStrategy": "multiworker",
+                  "CollectiveAllReduceStrategy": "multiworker", "TPUStrategy": "tpu",
+                  "DataParallel": "data-parallel", "ModelParallel": "model-parallel"}
+
+
 class Placement(abc.ABC):
     """A strategy (`.strategy`) and what a run needs to know of it."""
 
@@ -62,6 +69,12 @@ class Placement(abc.ABC):
     @abc.abstractmethod
     def task(self):
         """This process's name among the workers, e.g. "worker-1"."""
+
+    @property
+    def name(self):
+        """The strategy as report.json and the docs name it: "one device", "mirrored", ..."""
+        kind = type(self.strategy).__name__
+        return STRATEGY_NAMES.get(kind, kind)
 
     def worker_output(self, output):
         """Non-chief workers write to `output`/<task> so that files never collide."""

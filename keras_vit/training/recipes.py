@@ -6,10 +6,10 @@ into its optimizer, learning-rate schedule, clipping and gradient accumulation.
 
 import dataclasses
 
-import keras
-
 from keras_vit.errors import ArgumentError
-from keras_vit.training.optimizers import SGD, AdamW
+
+# Keras and the optimizers are imported by the functions that build them: the recipes
+# themselves are data that `keras-vit train --help` quotes without starting TensorFlow.
 
 __all__ = ["Recipe", "RECIPES", "get_recipe", "accumulation_steps", "learning_rate_schedule",
            "make_optimizer", "PRECISIONS"]
@@ -81,6 +81,8 @@ def learning_rate_schedule(peak, total_steps, warmup_steps):
 
     Steps are the optimizer's iterations (forward passes when accumulating).
     """
+    import keras
+
     if total_steps <= warmup_steps:
         raise ArgumentError(f"total_steps ({total_steps}) must exceed warmup_steps ({warmup_steps}).")
     if not warmup_steps:
@@ -96,6 +98,8 @@ def make_optimizer(recipe, total_updates, accumulation=1):
     `total_updates` counts weight updates; with `accumulation > 1` Keras' schedules
     see every forward pass, so the schedule is stretched by that factor.
     """
+    from keras_vit.training.optimizers import SGD, AdamW
+
     warmup = min(recipe.warmup_steps, total_updates // 5)
     schedule = learning_rate_schedule(recipe.learning_rate, total_updates * accumulation,
                                       warmup * accumulation)

@@ -40,6 +40,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit._sizes import check_fits
 from keras_vit.atomic import atomic_open
 from keras_vit.data import get_preset, load_dataset, make_pipeline
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
@@ -161,9 +162,10 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     if recipe.steps is None and recipe.epochs is None:
         raise ArgumentError("Give steps or epochs.")
     _check_recipe_values(recipe)
+    check_fits(variant, recipe.image_size, batch_size=recipe.batch_size)
 
     config = _run_config(dataset, variant, weights, recipe, precision, seed)
-    finished = _check_previous_run(output, config, overwrite)
+    finished = None if overwrite else _check_previous_run(output, config)
     if finished is not None:
         return finished
 
@@ -172,7 +174,7 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     keras.mixed_precision.set_global_policy(precision)
     try:
         return _fit_and_report(_Run(dataset, variant, weights, recipe, strategy, precision,
-                                    output, data_dir, seed, verbose), config)
+                                    output, data_dir, seed, verbose), config, overwrite)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
@@ -216,12 +218,11 @@ def _read_run_file(output):
         return None
 
 
-def _check_previous_run(output, config, overwrite):
-    """None to go on (fresh, resumed or overwritten); a finished run's report to stop."""
-    if overwrite:
-        _delete_run(output)
-        return None
+def _check_previous_run(output, config):
+    """None to go on (fresh or resumed); a finished run's report to stop. Writes nothing."""
     previous = _read_run_file(output)
+    if previous is not None and _never_started(output, previous):
+        return None  # a command refused or stopped before its first epoch: not a run
     if previous is None:
         _check_output(output)  # files of something else than a keras_vit run: say which
         if any(os.path.exists(os.path.join(output, n)) for n in ("backup", "report.json")):
@@ -247,6 +248,14 @@ def _check_previous_run(output, config, overwrite):
               "rewritten (start a new run with --overwrite or another --output).")
         return report_
     return None
+
+
+def _never_started(output, previous):
+    """Whether `output`'s run.json is all its run left: no epoch logged, backed up or kept."""
+    return (not previous.get("finished") and not resume.backups(os.path.join(output, "backup"))
+            and not report.read_log(os.path.join(output, "log.csv"))
+            and not any(os.path.exists(os.path.join(output, name))
+                        for name in ("best.keras", "model.keras", "report.json")))
 
 
 def _delete_run(output):
@@ -287,16 +296,38 @@ def _check_recipe_values(recipe):
         raise ArgumentError(f"lr must be a positive number, got {rate!r}.")
 
 
-def _fit_and_report(run, config):
+def _fit_and_report(run, config, overwrite):
+    """Checks every argument (the data, the placement, the model and its weights) before
+    writing anything to the output: a refused call leaves the folder as it was."""
     placement = get_placement(run.strategy, run.variant)
     output = placement.worker_output(run.output)
-    _check_output(output)
+    if not overwrite:
+        _check_output(output)
     splits = load_dataset(run.dataset, data_dir=run.data_dir)
     if splits.num_classes < 2:
         raise DatasetError(f"Dataset {run.dataset!r} has one class ({splits.class_names[0]!r}); "
                            "a classifier needs at least two.")
+    model, plan = _compiled_model(run, placement, splits)
+    if overwrite:
+        _delete_run(output)
     with _output_folder(output):
-        return _fit_in(output, run, placement, splits, config)
+        return _fit_in(output, run, placement, splits, config, model, plan)
+
+
+def _compiled_model(run, placement, splits):
+    """The model, built (its weights read) and compiled in the placement; and the run's plan."""
+    recipe = run.recipe
+    accumulation = accumulation_steps(recipe.global_batch_size, recipe.batch_size)
+    plan = (*_plan(recipe, splits.num_train, recipe.steps, recipe.epochs, accumulation),
+            accumulation)
+    with placement.scope():
+        model = build_model(run.variant, run.weights, recipe.image_size, splits.num_classes,
+                            recipe.dropout)
+        model.compile(optimizer=make_optimizer(recipe, plan[2], accumulation),
+                      loss=keras.losses.CategoricalCrossentropy(
+                          from_logits=True, label_smoothing=recipe.label_smoothing),
+                      metrics=["accuracy"])
+    return model, plan
 
 
 def _check_output(output):
@@ -357,25 +388,15 @@ def _remove_empty(folders):
             return
 
 
-def _fit_in(output, run, placement, splits, config):
+def _fit_in(output, run, placement, splits, config, model, plan):
     # Recorded before the first epoch, so a killed run is recognised when its command comes again.
     _write_json(os.path.join(output, RUN_FILE), {"config": config, "finished": False})
     recipe = run.recipe
-    accumulation = accumulation_steps(recipe.global_batch_size, recipe.batch_size)
-    epochs, per_epoch, total_updates = _plan(recipe, splits.num_train, recipe.steps,
-                                             recipe.epochs, accumulation)
+    epochs, per_epoch, total_updates, accumulation = plan
+    image_size = model.input_shape[1]
 
     def one_hot(images, labels):
         return images, tf.one_hot(labels, splits.num_classes)
-
-    with placement.scope():
-        model = build_model(run.variant, run.weights, recipe.image_size, splits.num_classes,
-                            recipe.dropout)
-        image_size = model.input_shape[1]
-        model.compile(optimizer=make_optimizer(recipe, total_updates, accumulation),
-                      loss=keras.losses.CategoricalCrossentropy(
-                          from_logits=True, label_smoothing=recipe.label_smoothing),
-                      metrics=["accuracy"])
     # Decided by what the cache would hold, the decoded images at their own size (a folder
     # of photos is cached before its resize): unknown sizes are not cached.
     small = None not in (splits.train_bytes, splits.test_bytes) \
@@ -413,7 +434,7 @@ def _fit_in(output, run, placement, splits, config):
     summary = {
         "dataset": splits.name, "num_train": splits.num_train, "num_test": splits.num_test,
         "model": run.variant.name, "weights": run.weights, "image_size": image_size,
-        "recipe": dataclasses.asdict(recipe), "strategy": type(placement.strategy).__name__,
+        "recipe": dataclasses.asdict(recipe), "strategy": placement.name,
         "replicas": placement.num_replicas, "precision": run.precision,
         "epochs": epochs, "steps_per_epoch": per_epoch, "optimizer_updates": total_updates,
         "gradient_accumulation_steps": accumulation,

@@ -1,0 +1,69 @@
+"""Sizes that cannot fit: refused before anything is allocated, naming the argument at fault.
+
+`check_fits(variant, image_size, classes, batch_size)` compares a lower bound of
+the memory a forward pass needs with this machine's physical memory. The bound
+counts only what must exist at once: the float32 parameters that grow with the
+arguments (position embedding, head, blocks) and, per image of a batch, its
+input, one layer's tokens and one layer's attention maps (at 2 bytes a number,
+mixed precision's). A size over it cannot run here whatever else happens, and
+would otherwise end in an allocator's traceback or the kernel's OOM killer.
+Sizes under it may still not fit (the optimizer's state, a GPU's smaller memory):
+the command line turns the out-of-memory error they raise into one line instead
+(keras_vit/cli/common.py).
+"""
+
+import math
+import os
+
+from keras_vit.errors import ArgumentError
+
+__all__ = ["check_fits", "physical_memory", "SizeError"]
+
+
+class SizeError(ArgumentError):
+    """A size that cannot fit; `parameter` names the argument at fault (the command line
+    spells it as its flag)."""
+
+    def __init__(self, parameter, message):
+        super().__init__(message)
+        self.parameter = parameter
+
+
+def physical_memory():
+    """Bytes of RAM on this machine (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX
+        return None
+
+
+def _gigabytes(count):
+    return f"{count / 2**30:,.1f} GiB"
+
+
+def check_fits(variant, image_size=None, classes=None, batch_size=1, memory=None):
+    """Raises `SizeError` when `image_size`, `classes` or `batch_size` cannot fit in `memory`
+    bytes (default: this machine's RAM); None arguments are the defaults, which fit."""
+    memory = memory or physical_memory()
+    if memory is None:
+        return
+    pair = (224, 224) if image_size is None else (
+        (image_size, image_size) if isinstance(image_size, int) else tuple(image_size))
+    rows, columns = variant.token_grid(pair)
+    tokens = rows * columns + 1
+    width = variant.width
+    blocks = variant.depth * (4 * width * width + 2 * width * variant.mlp_dim)
+    position = 4 * tokens * width
+    head = 4 * width * (classes or 0)
+    example = 4 * 3 * math.prod(pair) + 2 * tokens * width + 2 * variant.heads * tokens * tokens
+    have = f"this machine has {_gigabytes(memory)}"
+    if head > memory:
+        raise SizeError("classes", f"classes {classes} cannot fit: the head alone needs "
+                                   f"{_gigabytes(head)}, {have}.")
+    if position + example + 4 * blocks > memory:
+        raise SizeError("image_size", f"image_size {image_size} cannot fit: one image needs at "
+                                      f"least {_gigabytes(position + example)}, {have}.")
+    needed = position + head + 4 * blocks + example * (batch_size or 1)
+    if needed > memory:
+        raise SizeError("batch_size", f"batch_size {batch_size} cannot fit: a batch needs at "
+                                      f"least {_gigabytes(needed)}, {have}.")

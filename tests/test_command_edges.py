@@ -1,0 +1,225 @@
+"""Hostile command lines, each bounded: its exit status, its stderr lines, its time, and that
+nothing the user had was changed. One table; a case that needs a fresh process has one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+
+PNG = "{tmp}/a.png"  # a real 20x20 image (the `user_files` fixture writes it)
+
+# (argv, exit status, text stderr's one line holds, or None for a command that succeeds,
+#  seconds: an upper bound the behaviour this table replaced exceeded).
+CASES = [
+    (["analyze", PNG, "--model", "demo", "--max-images", "-1"], 2, "--max-images", 5),
+    (["analyze", PNG, "--model", "demo", "--max-images", "0"], 2, "--max-images", 5),
+    (["analyze", PNG, "--model", "demo", "--rollout-images", "0"], 2, "--rollout-images", 5),
+    (["analyze", PNG, "--model", "demo", "--output-dir", "{tmp}/notes.txt"], 2, "notes.txt", 30),
+    # Refused before the model is built, and before the minute B/16's conversion takes.
+    (["export", "--model", "B/16", "--format", "tflite", "--output", "{tmp}/folder"], 2,
+     "existing folder", 5),
+    (["export", "--model", "demo", "--format", "keras", "--version", "3", "--output",
+      "{tmp}/new/m.keras"], 2, "--version", 5),
+    (["export", "--model", "demo", "--version", "0", "--output", "{tmp}/new"], 2, "--version", 5),
+    (["export", "--model", "demo", "--top-k", "0", "--output", "{tmp}/new"], 2, "--top-k", 5),
+    (["export", "--model", "demo", "--output", "{tmp}/notes.txt"], 2, "notes.txt", 5),
+    # --image-size takes one or two numbers; the image path after them stays an image.
+    (["predict", "--model", "demo", "--image-size", "32", PNG], 0, None, 60),
+    (["predict", "--model", "demo", "--image-size", "32", "48", PNG], 0, None, 60),
+    # Sizes that cannot fit in any memory this machine has: one line naming the flag.
+    (["predict", "--model", "demo", "--image-size", "65536", PNG], 2, "--image-size 65536", 30),
+    (["predict", "--model", "B/16", "--classes", "2000000000", PNG], 2, "--classes", 30),
+    (["predict", "--model", "demo", "--classes", "2e9", PNG], 2, "--classes", 5),
+    (["train", "--batch-size", "100000000", "--output", "{tmp}/new"], 2, "--batch-size", 30),
+    (["train", "--image-size", "65536", "--output", "{tmp}/new"], 2, "--image-size", 30),
+    (["train", "--dataset", "{tmp}/bad_class_name", "--model", "demo", "--recipe", "scratch",
+      "--output", "{tmp}/new"], 2, "bad\\nname", 30),
+    (["train", "--dataset", "{tmp}/one_image_class", "--model", "demo", "--recipe", "scratch",
+      "--output", "{tmp}/new"], 2, "lonely", 30),
+]
+
+
+def _write_png(path, size=(20, 20), seed=0):
+    import tensorflow as tf
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)
+    with open(path, "wb") as f:
+        f.write(tf.io.encode_png(pixels).numpy())
+
+
+@pytest.fixture
+def user_files(tmp_path):
+    """What a user has in the folder: an image, a file, a folder, two broken datasets."""
+    _write_png(tmp_path / "a.png")
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "keep.txt").write_text("mine too\n")
+    for dataset, classes in (("bad_class_name", ("ok", "bad\nname")),
+                             ("one_image_class", ("lonely", "crowd"))):
+        for name in classes:
+            os.makedirs(tmp_path / dataset / name)
+            for i in range(1 if name == "lonely" else 3):
+                _write_png(tmp_path / dataset / name / f"{i}.png", (8, 8), seed=i)
+    return tmp_path
+
+
+def _snapshot(folder):
+    """{relative path: bytes or None for a folder} of everything under `folder`."""
+    found = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            found[os.path.relpath(os.path.join(root, name), folder)] = None
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                found[os.path.relpath(os.path.join(root, name), folder)] = f.read()
+    return found
+
+
+@pytest.mark.parametrize("argv,status,says,seconds", CASES, ids=lambda v: " ".join(v)
+                         if isinstance(v, list) else None)
+def test_a_hostile_command_is_bounded_and_changes_nothing(argv, status, says, seconds, user_files,
+                                                          cli):
+    argv = [arg.format(tmp=user_files) for arg in argv]
+    before = _snapshot(user_files)
+    start = time.perf_counter()
+    result = cli(argv)
+    elapsed = time.perf_counter() - start
+    assert result.returncode == status, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    if says is None:
+        assert argv[-1] in result.stdout
+    else:
+        assert len(lines) == 1 and says in lines[0], result.stderr
+        assert result.stdout == ""
+    assert _snapshot(user_files) == before  # nothing changed, no empty folder made
+    assert elapsed < seconds, f"{elapsed:.1f} s"
+
+
+# (argv, exit status, what stdout starts with, seconds). Run in a fresh process: what these
+# cost is the start-up. The bounds leave room for a loaded machine; each replaced behaviour
+# imported TensorFlow first (5 to 40 s).
+FRESH = [
+    ([], 2, "usage: keras-vit", 3.0),
+    (["--version"], 0, "keras-vit 0.", 3.0),
+    (["train", "--help"], 0, "usage: keras-vit train", 3.0),
+]
+
+
+@pytest.mark.parametrize("argv,status,starts,seconds", FRESH, ids=lambda v: " ".join(v) or "bare"
+                         if isinstance(v, list) else None)
+def test_first_commands_answer_at_once(argv, status, starts, seconds, python):
+    start = time.perf_counter()
+    result = python(["-m", "keras_vit.cli", *argv], timeout=120)
+    elapsed = time.perf_counter() - start
+    assert result.returncode == status, result.stderr
+    assert result.stdout.startswith(starts), result.stdout
+    assert elapsed < seconds, f"{elapsed:.1f} s"
+
+
+def test_the_usual_quiet_setting_leaves_the_command_silent(python):
+    """TF_CPP_MIN_LOG_LEVEL=3 (the common way to silence TensorFlow): no absl or cudart lines."""
+    result = python(["-m", "keras_vit.cli", "info"], timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0 and "ViT-B_16" in result.stdout, result.stderr
+    assert result.stderr == ""
+
+
+def test_a_refused_train_leaves_nothing_that_blocks_the_corrected_one(user_files, cli):
+    """`--model demo` on a folder would fine-tune from imagenet21k weights demo does not have;
+    the corrected command then runs in the same --output. Also: one unreadable file is
+    "1 unreadable file", and report.json names the strategy."""
+    dataset = user_files / "one_image_class"
+    _write_png(dataset / "lonely" / "1.png", (8, 8), seed=5)
+    _write_png(dataset / "lonely" / "2.png", (8, 8), seed=6)
+    (dataset / "crowd" / "torn.png").write_bytes(b"\x89PNG\r\n\x1a\n torn")
+    output = user_files / "run"
+    refused = cli(["train", "--dataset", str(dataset), "--model", "demo", "--output", str(output)])
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert "imagenet21k" in refused.stderr
+    assert not output.exists()
+    # A never-started run.json (what the refused command wrote before this was fixed).
+    output.mkdir()
+    (output / "run.json").write_text(json.dumps({"config": {"model": "other"}, "finished": False}))
+    corrected = cli(["train", "--dataset", str(dataset), "--model", "demo", "--recipe", "scratch",
+                     "--epochs", "1", "--batch-size", "4", "--image-size", "16",
+                     "--output", str(output)])
+    assert corrected.returncode == 0, corrected.stderr[-2000:]
+    assert "; skipped 1 unreadable file;" in corrected.stdout, corrected.stdout
+    with open(output / "report.json") as f:
+        assert json.load(f)["strategy"] == "one device"
+
+
+def test_a_tfds_message_names_its_folder_as_a_path(tmp_path, monkeypatch):
+    from keras_vit import data
+    from keras_vit.errors import DatasetUnavailableError
+
+    monkeypatch.setattr(data.datasets, "_internet_reachable", lambda: False)
+    with pytest.raises(DatasetUnavailableError) as error:
+        data.load_tfds("mnist", data_dir=str(tmp_path))
+    assert "GPath" not in str(error.value) and repr(str(tmp_path)) in str(error.value)
+
+
+def _interrupt(argv, ready, timeout=300):
+    """Runs `keras-vit ARGV` until `ready()`, sends SIGINT as Ctrl-C does (the default
+    handler restored in the child); returns the completed process."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    process = subprocess.Popen([sys.executable, "-m", "keras_vit.cli", *argv], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+INTERRUPTED = "keras-vit: interrupted; re-run the same command to resume"
+
+
+def test_ctrl_c_during_train_is_one_line_and_the_run_resumes(tmp_path, python):
+    output = tmp_path / "run"
+    argv = ["train", "--dataset", "digits", "--epochs", "2", "--output", str(output)]
+    first = _interrupt(argv, lambda: (output / "backup").is_dir() and os.listdir(output / "backup"))
+    assert first.returncode == 130, first.stderr[-3000:]
+    assert first.stderr.splitlines() == [INTERRUPTED], first.stderr[-3000:]
+    again = python(["-m", "keras_vit.cli", *argv], timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    with open(output / "log.csv") as f:
+        epochs = [line.split(",")[0] for line in f.read().splitlines()[1:]]
+    assert epochs == ["0", "1"]  # epoch 1 kept from the first process, not trained twice
+
+
+@pytest.mark.slow  # two more TensorFlow processes
+@pytest.mark.parametrize("command", ["predict", "export"])
+def test_ctrl_c_during_predict_and_export_is_one_line(command, tmp_path):
+    _write_png(tmp_path / "a.png")
+    # Enough work (200 images through B/16; a B/16 SavedModel) to be interrupted in the middle.
+    argv = {"predict": ["predict", "--model", "B/16", *[str(tmp_path / "a.png")] * 200],
+            "export": ["export", "--model", "B/16", "--output", str(tmp_path / "served")]}[command]
+    start = time.monotonic()
+    result = _interrupt(argv, lambda: time.monotonic() - start > 10)
+    assert result.returncode == 130, result.stderr[-3000:]
+    # predict's one warning (random weights) comes first; then the one line, no traceback.
+    lines = [line for line in result.stderr.splitlines() if "random weights" not in line]
+    assert lines == [INTERRUPTED], result.stderr[-3000:]
+    assert not (tmp_path / "served").exists() or os.listdir(tmp_path / "served") == []
+
+
+def test_the_recipe_table_shows_the_digits_weight_decay():
+    from keras_vit.data import PRESETS
+
+    decay = PRESETS["digits"].overrides("scratch")["weight_decay"]
+    page = open(os.path.join(ROOT, "docs", "fine-tuning.md")).read()
+    row = next(line for line in page.splitlines() if line.startswith("| optimizer |"))
+    assert f"({decay:g} for digits)" in row, row
