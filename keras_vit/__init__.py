@@ -30,7 +30,7 @@ _CORE = {
                      "TransformerBlock", "TokenPooling", "StdConv2D", "BottleneckUnit",
                      "ResNetTrunk"], "keras_vit.layers"),
     **dict.fromkeys(["VARIANTS", "Variant", "get_variant", "variant_names"], "keras_vit.variants"),
-    **dict.fromkeys(["Checkpoint", "catalogue", "pin_checksum", "load_weights",
+    **dict.fromkeys(["Checkpoint", "catalogue", "list_models", "pin_checksum", "load_weights",
                      "load_resnet_weights", "save_npz", "save_safetensors"],
                     "keras_vit.checkpoints"),
     **dict.fromkeys(errors.__all__, "keras_vit.errors"),

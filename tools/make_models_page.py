@@ -42,7 +42,11 @@ attention heads: a bare `.safetensors` file is assumed to have the variant's,
 while a timm Hub folder's `config.json` names its architecture, whose heads
 keras_vit knows (a table in `keras_vit/variants.py`; timm's `vit_base_patch16_gap_224`
 has 16, the official B/16-gap 12) and checks. timm's architecture names work as
-variant names: `keras_vit.ViT("vit_base_patch16_gap_224", weights=folder)`. The pixel
+variant names: `keras_vit.ViT("vit_base_patch16_gap_224", weights=folder)`.
+`weights="imagenet"`, as keras.applications users write it, is the variant's best
+ImageNet-1k classifier in the catalogue: `augreg-in21k-ft-in1k-384` where there is one,
+else `imagenet21k+imagenet2012`, else `augreg-in21k-ft-in1k-224`;
+`keras_vit.list_models()` gives every variant with its catalogued tags. The pixel
 normalisation a source records is carried by the model: a timm folder's `pretrained_cfg`
 mean/std (DeiT and DINO use ImageNet's, not [-1, 1]), a transformers
 `preprocessor_config.json`, a keras-hub `preprocessor.json`. Build with

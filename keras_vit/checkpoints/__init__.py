@@ -14,6 +14,7 @@ from keras_vit.checkpoints.catalogue import (
                                              cache_dir,
                                              catalogue,
                                              find_checkpoint,
+                                             list_models,
                                              pin_checksum,
                                              resolve_weights,
 )
@@ -23,7 +24,8 @@ from keras_vit.checkpoints.layout import describe_architecture, layout, normaliz
 from keras_vit.checkpoints.loader import load_resnet_weights, load_weights
 from keras_vit.checkpoints.writers import save_npz, save_safetensors
 
-__all__ = ["Checkpoint", "catalogue", "find_checkpoint", "resolve_weights", "pin_checksum",
+__all__ = ["Checkpoint", "catalogue", "find_checkpoint", "list_models", "resolve_weights",
+           "pin_checksum",
            "cache_dir", "CheckpointError", "WeightsUnavailableError", "load_weights",
            "load_resnet_weights", "read_npz", "inspect_npz", "normalize_keys", "layout",
            "describe_architecture", "save_npz", "save_safetensors"]
