@@ -187,6 +187,7 @@ def _interrupt(argv, ready, timeout=300):
 INTERRUPTED = "keras-vit: interrupted; re-run the same command to resume"
 
 
+@pytest.mark.slow  # two training processes, about 90 s on 2 cores: run with -m slow
 def test_ctrl_c_during_train_is_one_line_and_the_run_resumes(tmp_path, python):
     output = tmp_path / "run"
     argv = ["train", "--dataset", "digits", "--epochs", "2", "--output", str(output)]
