@@ -39,12 +39,16 @@ def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, 
         image_size = (image_size, image_size)
     shape = (None, None) if image_size is None else tuple(image_size)
     images = keras.Input((*shape, channels), name="images")
-    trunk = ResNetTrunk(variant.resnet_stages, variant.resnet_width, name="resnet")
-    features = trunk(images, return_stages=True)
-    prefix = variant.name.split("+")[0]
-    model = keras.Model(images, features, name=name or f"{prefix}_resnet")
     source = resolve_weights(variant, weights)
-    if source is not None:
-        with contextlib.closing(source), contextlib.closing(source.open()) as reader:
-            load_resnet_weights(model, reader)
+    with contextlib.closing(source) if source is not None else contextlib.nullcontext():
+        # The trunk computes what its weights' library computes (ResNetTrunk saves it).
+        numerics = (source.trunk_numerics if source is not None else None) or {}
+        trunk = ResNetTrunk(variant.resnet_stages, variant.resnet_width, **numerics,
+                            name="resnet")
+        features = trunk(images, return_stages=True)
+        prefix = variant.name.split("+")[0]
+        model = keras.Model(images, features, name=name or f"{prefix}_resnet")
+        if source is not None:
+            with contextlib.closing(source.open()) as reader:
+                load_resnet_weights(model, reader)
     return model
