@@ -105,6 +105,14 @@ def test_each_of_the_trunk_numerics_matters(model, expected, change):
     assert np.abs(np.asarray(other(expected["images"])) - expected["logits"]).max() > 10 * TOL
 
 
+def test_loading_into_a_trunk_of_other_numerics_warns_naming_them(model, expected):
+    official = keras_vit.ViT(TINY, image_size=56, classes=5)
+    with pytest.warns(UserWarning, match="computed with the ResNet numerics .*'variance'"):
+        keras_vit.load_weights(official, str(FOLDER))
+    for ours, theirs in zip(official.weights, model.weights, strict=True):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
 def test_the_trunk_alone_loads_from_the_folder_with_its_numerics(model):
     trunk = keras_vit.ResNetV2(TINY, weights=str(FOLDER))
     layer = trunk.get_layer("resnet")

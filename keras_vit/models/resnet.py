@@ -18,8 +18,9 @@ def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, 
     Args:
         variant: a hybrid name ("R50+B/16", "R26+ViT-S_32", "R+Ti/16", ...).
         weights: None (random), a catalogue tag of that variant (e.g.
-            "imagenet21k"), or the path of an official hybrid `.npz`; only the
-            trunk's arrays are read.
+            "imagenet21k"), or the path of an official hybrid `.npz` or a
+            transformers ViTHybrid folder; only the trunk's arrays are read (and
+            the trunk computes its source's numerics).
         image_size: None (any size: the trunk is fully convolutional), an int
             or (height, width).
         channels: input channels.

@@ -47,7 +47,8 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
             entry such as "hf-google-in21k-ft-in1k-224"), "hf://owner/name" (a
             transformers or timm repository, through huggingface_hub), or the
             path of an official `.npz`, a timm `.safetensors`, a transformers
-            `save_pretrained` directory or a keras-hub preset directory.
+            `save_pretrained` directory (ViT, or ViTHybrid for R50+ViT-B/16) or a
+            keras-hub preset directory.
         image_size: int or (height, width); both must be multiples of the
             variant's stride. Hybrids take any size whose ResNet feature map
             (ceil(size / ResNet stride), SAME padding) their patch tiles: any
