@@ -121,6 +121,22 @@ def test_the_trunk_alone_loads_from_the_folder_with_its_numerics(model):
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
+def test_a_vithybridmodel_folder_loads_too(model, tmp_path):
+    """ViTHybridModel (no classifier) saves its keys without the "vit." prefix."""
+    def as_base_model(arrays):
+        for key in list(arrays):
+            value = arrays.pop(key)
+            if not key.startswith("classifier."):
+                arrays[key.removeprefix("vit.")] = value
+
+    folder = _edited_copy(tmp_path, arrays=as_base_model)
+    features = keras_vit.ViT(TINY, weights=str(folder), include_top=False)
+    assert features.output_shape == (None, 32)
+    assert len(features.weights) == len(model.weights) - 2  # all but the head's kernel, bias
+    for ours, theirs in zip(features.weights, model.weights):  # the head is last in `model`
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
 def test_the_full_size_r50_b16_key_set_maps_to_the_official_layout(tmp_path):
     """Every (name, shape) of transformers' R50+ViT-B/16 at 384 (google/vit-hybrid-base-bit-384's
     configuration) becomes exactly the official R50+ViT-B_16 keys and shapes, and its config
