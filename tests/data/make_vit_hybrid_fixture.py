@@ -113,10 +113,10 @@ def full_size_keys():
     config = ViTHybridConfig(backbone_config=bit([3, 4, 9]), image_size=384, num_labels=1000)
     with torch.device("meta"):
         model = ViTHybridForImageClassification(config)
-    keys = [[name, list(t.shape)] for name, t in model.state_dict().items()]
+    keys = [json.dumps([name, list(t.shape)]) for name, t in model.state_dict().items()]
+    head = json.dumps({"transformers": transformers.__version__, "config": config.to_dict()})
     with open(os.path.join(HERE, "vit_hybrid_r50_b16_keys.json"), "w") as f:
-        json.dump({"transformers": transformers.__version__, "config": config.to_dict(),
-                   "keys": keys}, f, indent=0)
+        f.write(head[:-1] + ',\n"keys": [\n' + ",\n".join(keys) + "\n]}\n")  # a key a line
 
 
 if __name__ == "__main__":
