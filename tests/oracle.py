@@ -175,6 +175,46 @@ def random_hybrid_npz(path, variant, grid, classes=1000, seed=0, gn_shape="4d"):
     return arrays
 
 
+def official_hybrid_shapes(variant, grid, classes):
+    """{official key: shape} of a hybrid's checkpoint, spelled out from the official structure
+    (official-checkpoints.md) without allocating arrays: full-size key sets for free.
+    GroupNorm parameters as (C,); released files may store them (1, 1, 1, C)."""
+    d, h, m, p = variant.width, variant.heads, variant.mlp_dim, variant.patch_size
+    hd = d // h
+    shapes = {"conv_root/kernel": (7, 7, 3, 64), "gn_root/scale": (64,), "gn_root/bias": (64,)}
+    channels = 64
+    for s, units in enumerate(variant.resnet_stages, start=1):
+        f = 64 * 2 ** (s - 1)
+        for u in range(1, units + 1):
+            unit = f"block{s}/unit{u}"
+            convs = {"conv1": (1, 1, channels, f), "conv2": (3, 3, f, f), "conv3": (1, 1, f, 4 * f)}
+            if u == 1:
+                convs["conv_proj"] = (1, 1, channels, 4 * f)
+            for conv, shape in convs.items():
+                norm = {"conv1": "gn1", "conv2": "gn2", "conv3": "gn3", "conv_proj": "gn_proj"}[conv]
+                shapes[f"{unit}/{conv}/kernel"] = shape
+                shapes[f"{unit}/{norm}/scale"] = shapes[f"{unit}/{norm}/bias"] = (shape[-1],)
+            channels = 4 * f
+    shapes.update({"embedding/kernel": (p, p, channels, d), "embedding/bias": (d,),
+                   "cls": (1, 1, d), "Transformer/posembed_input/pos_embedding":
+                   (1, 1 + grid[0] * grid[1], d),
+                   "Transformer/encoder_norm/scale": (d,), "Transformer/encoder_norm/bias": (d,),
+                   "head/kernel": (d, classes), "head/bias": (classes,)})
+    for i in range(variant.depth):
+        b = f"Transformer/encoderblock_{i}"
+        mha = f"{b}/MultiHeadDotProductAttention_1"
+        for ln in ("LayerNorm_0", "LayerNorm_2"):
+            shapes[f"{b}/{ln}/scale"] = shapes[f"{b}/{ln}/bias"] = (d,)
+        for name in ("query", "key", "value"):
+            shapes[f"{mha}/{name}/kernel"], shapes[f"{mha}/{name}/bias"] = (d, h, hd), (h, hd)
+        shapes[f"{mha}/out/kernel"], shapes[f"{mha}/out/bias"] = (h, hd, d), (d,)
+        shapes[f"{b}/MlpBlock_3/Dense_0/kernel"] = (d, m)
+        shapes[f"{b}/MlpBlock_3/Dense_0/bias"] = (m,)
+        shapes[f"{b}/MlpBlock_3/Dense_1/kernel"] = (m, d)
+        shapes[f"{b}/MlpBlock_3/Dense_1/bias"] = (d,)
+    return shapes
+
+
 def timm_hybrid(variant, image_size, classes, npz_path=None):
     """A timm hybrid ViT matching `variant` (tanh GELU, GroupNorm epsilon 1e-6).
 

@@ -38,6 +38,12 @@ LAYER_CASES = [
     # GroupNorm's 32 groups: 32 bottleneck features are the fewest a unit can have.
     (keras_vit.BottleneckUnit, {"features": 32, "strides": 2}, (1, 6, 6, 16), (1, 3, 3, 128), ()),
     (keras_vit.ResNetTrunk, {"stages": (1,), "width": 1}, (1, 16, 16, 3), (1, 4, 4, 256), ()),
+    # transformers' ViTHybrid numerics: saved in the config, honoured after a reload.
+    (keras_vit.StdConv2D, {"filters": 4, "kernel_size": 1, "epsilon": 1e-8,
+                           "epsilon_on": "variance"}, (2, 5, 5, 3), (2, 5, 5, 4), ()),
+    (keras_vit.ResNetTrunk, {"stages": (1,), "group_norm_epsilon": 1e-5, "std_conv_epsilon": 1e-8,
+                             "std_conv_epsilon_on": "variance"},
+     (1, 16, 16, 3), (1, 4, 4, 256), ()),
 ]
 
 
@@ -123,17 +129,23 @@ def test_mixed_bfloat16_forward_is_finite_with_a_float32_head():
 
 # --- the hybrids' ResNet pieces ----------------------------------------------------------------
 
-def test_std_conv_matches_the_official_formula():
-    """(w - mean) / (std + 1e-5), population std over H, W, Cin; checked in NumPy."""
+@pytest.mark.parametrize("epsilon_on", ["std", "variance"])
+def test_std_conv_matches_the_official_formula(epsilon_on):
+    """(w - mean) / (std + 1e-5), population std over H, W, Cin, as the official code; or
+    (w - mean) / sqrt(var + 1e-8), as timm and transformers; checked in NumPy."""
     rng = np.random.default_rng(0)
-    layer = StdConv2D(4, 3, strides=2)
+    epsilon = 1e-5 if epsilon_on == "std" else 1e-8
+    layer = StdConv2D(4, 3, strides=2, epsilon=epsilon, epsilon_on=epsilon_on)
     x = rng.standard_normal((1, 7, 6, 5)).astype(np.float32)
     layer.build(x.shape)
     # A small-scale kernel, where the epsilon's placement matters.
     kernel = (0.001 * rng.standard_normal((3, 3, 5, 4)) + 0.002).astype(np.float32)
     layer.kernel.assign(kernel)
     centred = kernel - kernel.mean(axis=(0, 1, 2))
-    standard = centred / (centred.std(axis=(0, 1, 2)) + 1e-5)
+    if epsilon_on == "std":
+        standard = centred / (centred.std(axis=(0, 1, 2)) + 1e-5)
+    else:
+        standard = centred / np.sqrt(centred.var(axis=(0, 1, 2)) + 1e-8)
     # TF SAME for 7 rows / stride 2: 4 outputs, 2 padding rows split 1 / 1;
     # 6 columns: 3 outputs, 1 padding column after.
     padded = np.pad(x, ((0, 0), (1, 1), (0, 1), (0, 0)))

@@ -533,7 +533,7 @@ LAYOUT_MODULE = "keras_vit/checkpoints/layout.py"
 # Each format module spells its own translation onto the official keys (timm's "blocks.N.attn"
 # -> "Transformer/encoderblock_N/..."); nothing else in the package does.
 TRANSLATIONS = {f"keras_vit/checkpoints/formats/{name}.py" for name in
-                ("timm", "transformers", "keras_hub", "torch_layout")}
+                ("timm", "transformers", "transformers_hybrid", "keras_hub", "torch_layout")}
 
 
 def _key_literals(path):

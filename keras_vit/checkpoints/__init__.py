@@ -4,8 +4,8 @@
     layout.py        the one table of official keys -> model variables, and the accepted
                      alternative spellings of those keys
     loader.py        the one strict, all-or-nothing loader (trunk-only is a filter)
-    formats/         readers: official .npz, timm safetensors, transformers and keras-hub
-                     directories, each into the official keys
+    formats/         readers: official .npz, timm safetensors, transformers (ViT and
+                     ViTHybrid) and keras-hub directories, each into the official keys
     writers.py       save_npz / save_safetensors: a model back out, atomically
 """
 

@@ -70,6 +70,9 @@ class Checkpoint:
     layer_norm_epsilon: float | None = None
     # The pixel normalisation the source records (keras_vit.normalization); None: official.
     normalization: tuple | None = None
+    # A hybrid's ResNet numerics where the source's library differs from the official code
+    # (keras_vit.layers.ResNetTrunk's arguments); None: official.
+    trunk_numerics: dict | None = dataclasses.field(default=None, compare=False)
     # A user's own file, opened once when resolved: the load reads that same open file.
     reader: object = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -219,7 +222,7 @@ def _local_checkpoint(variant, path, **fields):
                       representation_size=info.representation_size, format=info.format,
                       layer_norm_epsilon=info.layer_norm_epsilon,
                       approximate_gelu=info.approximate_gelu, normalization=info.normalization,
-                      reader=reader, **fields)
+                      trunk_numerics=info.trunk_numerics, reader=reader, **fields)
 
 
 def cache_dir():

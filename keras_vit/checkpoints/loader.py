@@ -39,7 +39,7 @@ def load_weights(model, checkpoint):
     arrays) into `model`.
 
     A path is an official `.npz`, a timm `.safetensors`, a transformers
-    `save_pretrained` directory or a keras-hub preset directory
+    `save_pretrained` directory (ViT or ViTHybrid) or a keras-hub preset directory
     (`keras_vit.checkpoints.formats` lists them); it is opened once, and every check and
     array goes through that one open file.
 
@@ -54,7 +54,7 @@ def load_weights(model, checkpoint):
 
 
 def load_resnet_weights(model, checkpoint):
-    """Loads the trunk arrays of an official hybrid `.npz` (path, reader or dict) into `model`.
+    """Loads the trunk arrays of a hybrid checkpoint (path, reader or dict) into `model`.
 
     `model` has a "resnet" layer (a `ResNetV2` model or a hybrid ViT). The
     transformer's arrays are ignored; every trunk key must be present with its
@@ -150,7 +150,24 @@ def _load_from(model, reader, trunk_only):
         variable.assign(value.astype(variable.dtype, copy=False))
     if not trunk_only:
         _warn_if_normalized_otherwise(model, reader)
+    _warn_if_computed_otherwise(model, reader)
     return model
+
+
+def _warn_if_computed_otherwise(model, reader):
+    """Warns when the checkpoint's source computes the hybrid trunk with other numerics than
+    `model`'s trunk (transformers' GroupNorm epsilon loaded into an official-numerics trunk):
+    a model built with the weights (`keras_vit.ViT(..., weights=path)`) computes the source's."""
+    expected = reader.info().trunk_numerics
+    if not expected or "resnet" not in {layer.name for layer in model.layers}:
+        return
+    config = model.get_layer("resnet").get_config()
+    given = {k: config.get(k) for k in expected}
+    if given != expected:
+        warnings.warn(f"{reader.path} was computed with the ResNet numerics {expected}; this "
+                      f"model's trunk computes {given}. Build the model with the weights "
+                      "(keras_vit.ViT(..., weights=path) or keras_vit.ResNetV2(..., "
+                      "weights=path)), which computes the source's.", stacklevel=3)
 
 
 def _warn_if_normalized_otherwise(model, reader):

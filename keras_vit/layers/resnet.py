@@ -3,10 +3,13 @@
 Pieces: `StdConv2D` (weight-standardised convolution, no bias), GroupNorm (32
 groups, epsilon 1e-6), TF "SAME" padding, a 7x7/2 root convolution and 3x3/2
 max-pool, then stages of post-activation bottleneck units with the stride on
-the 3x3 convolution. Sub-layers carry the checkpoint's names (`conv_root`,
-`gn_root`, `block{s}_unit{u}` > `conv1`..`conv3`, `gn1`..`gn3`, `conv_proj`,
-`gn_proj`), so the checkpoint layout (`keras_vit.checkpoints.layout`) is a
-table of names.
+the 3x3 convolution. The two epsilons are the official code's by default and
+arguments of the trunk (saved in its config): transformers' ViTHybrid computes
+the same trunk with GroupNorm epsilon 1e-5 and standardises by sqrt(var + 1e-8)
+(`keras_vit.checkpoints.formats.transformers_hybrid.TRUNK_NUMERICS`).
+Sub-layers carry the checkpoint's names (`conv_root`, `gn_root`,
+`block{s}_unit{u}` > `conv1`..`conv3`, `gn1`..`gn3`, `conv_proj`, `gn_proj`),
+so the checkpoint layout (`keras_vit.checkpoints.layout`) is a table of names.
 """
 
 import keras
@@ -15,11 +18,14 @@ from keras import ops
 from keras_vit.errors import ArgumentError
 
 __all__ = ["StdConv2D", "BottleneckUnit", "ResNetTrunk", "GROUP_NORM_EPSILON",
-           "STD_CONV_EPSILON"]
+           "STD_CONV_EPSILON", "EPSILON_ON"]
 
 GROUP_NORM_EPSILON = 1e-6  # flax nn.GroupNorm's default; Keras' default 1e-3 breaks parity
 GROUP_NORM_GROUPS = 32
 STD_CONV_EPSILON = 1e-5  # added to the standard deviation, as the official StdConv does
+# Where StdConv2D adds its epsilon: "std", (w - mean) / (std + eps) as the official code; or
+# "variance", (w - mean) / sqrt(var + eps) as timm and transformers (a batch norm of the kernel).
+EPSILON_ON = ("std", "variance")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -28,33 +34,43 @@ class StdConv2D(keras.layers.Conv2D):
 
     `w = (w - mean(w)) / (std(w) + 1e-5)`, mean and population standard
     deviation over (height, width, in_channels) for each output channel, as
-    the official `StdConv`. Input `(batch, H, W, Cin)`, output
-    `(batch, ceil(H / stride), ceil(W / stride), filters)` with TF "SAME" padding.
+    the official `StdConv`; with `epsilon_on="variance"`,
+    `(w - mean(w)) / sqrt(var(w) + epsilon)`, as timm and transformers. Input
+    `(batch, H, W, Cin)`, output `(batch, ceil(H / stride), ceil(W / stride),
+    filters)` with TF "SAME" padding.
     """
 
-    def __init__(self, filters, kernel_size, strides=1, epsilon=STD_CONV_EPSILON, **kwargs):
+    def __init__(self, filters, kernel_size, strides=1, epsilon=STD_CONV_EPSILON,
+                 epsilon_on="std", **kwargs):
+        if epsilon_on not in EPSILON_ON:
+            raise ArgumentError(f'epsilon_on must be "std" or "variance", got {epsilon_on!r}.')
         kwargs.setdefault("padding", "same")
         kwargs["use_bias"] = False
         super().__init__(filters, kernel_size, strides=strides, **kwargs)
         self.epsilon = epsilon
+        self.epsilon_on = epsilon_on
 
     def convolution_op(self, inputs, kernel):
         # Standardise in float32 even under mixed precision: std of a fp16 kernel loses digits.
         kernel = ops.cast(kernel, "float32")
         mean = ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
         centred = kernel - mean
-        std = ops.sqrt(ops.mean(ops.square(centred), axis=(0, 1, 2), keepdims=True))
-        kernel = ops.cast(centred / (std + self.epsilon), inputs.dtype)
+        variance = ops.mean(ops.square(centred), axis=(0, 1, 2), keepdims=True)
+        if self.epsilon_on == "variance":
+            scale = ops.sqrt(variance + self.epsilon)
+        else:
+            scale = ops.sqrt(variance) + self.epsilon
+        kernel = ops.cast(centred / scale, inputs.dtype)
         return super().convolution_op(inputs, kernel)
 
     def get_config(self):
         config = super().get_config()
         config.pop("use_bias", None)
-        return {**config, "epsilon": self.epsilon}
+        return {**config, "epsilon": self.epsilon, "epsilon_on": self.epsilon_on}
 
 
-def _group_norm(name, dtype, gamma_initializer="ones"):
-    return keras.layers.GroupNormalization(groups=GROUP_NORM_GROUPS, epsilon=GROUP_NORM_EPSILON,
+def _group_norm(name, dtype, epsilon, gamma_initializer="ones"):
+    return keras.layers.GroupNormalization(groups=GROUP_NORM_GROUPS, epsilon=epsilon,
                                            gamma_initializer=gamma_initializer, name=name,
                                            dtype=dtype)
 
@@ -68,27 +84,39 @@ class BottleneckUnit(keras.layers.Layer):
     -> gn3 (scale starts at zero), added to the residual, then ReLU. The
     residual is projected (conv_proj 1x1 stride s + gn_proj) when the channel
     count or the resolution changes, i.e. in the first unit of every stage.
+    `group_norm_epsilon`, `std_conv_epsilon` and `std_conv_epsilon_on` are the
+    numerics (`StdConv2D`); the defaults are the official code's.
     """
 
-    def __init__(self, features, strides=1, **kwargs):
+    def __init__(self, features, strides=1, group_norm_epsilon=GROUP_NORM_EPSILON,
+                 std_conv_epsilon=STD_CONV_EPSILON, std_conv_epsilon_on="std", **kwargs):
         super().__init__(**kwargs)
         self.features = features
         self.strides = strides
+        self.numerics = {"group_norm_epsilon": group_norm_epsilon,
+                         "std_conv_epsilon": std_conv_epsilon,
+                         "std_conv_epsilon_on": std_conv_epsilon_on}
         dtype = self.dtype_policy
-        self.conv1 = StdConv2D(features, 1, name="conv1", dtype=dtype)
-        self.gn1 = _group_norm("gn1", dtype)
-        self.conv2 = StdConv2D(features, 3, strides=strides, name="conv2", dtype=dtype)
-        self.gn2 = _group_norm("gn2", dtype)
-        self.conv3 = StdConv2D(4 * features, 1, name="conv3", dtype=dtype)
-        self.gn3 = _group_norm("gn3", dtype, gamma_initializer="zeros")
+        self.conv1 = self._conv(features, 1, name="conv1")
+        self.gn1 = _group_norm("gn1", dtype, group_norm_epsilon)
+        self.conv2 = self._conv(features, 3, strides=strides, name="conv2")
+        self.gn2 = _group_norm("gn2", dtype, group_norm_epsilon)
+        self.conv3 = self._conv(4 * features, 1, name="conv3")
+        self.gn3 = _group_norm("gn3", dtype, group_norm_epsilon, gamma_initializer="zeros")
         self.conv_proj = self.gn_proj = None
+
+    def _conv(self, filters, kernel_size, strides=1, name=None):
+        return StdConv2D(filters, kernel_size, strides=strides,
+                         epsilon=self.numerics["std_conv_epsilon"],
+                         epsilon_on=self.numerics["std_conv_epsilon_on"], name=name,
+                         dtype=self.dtype_policy)
 
     def build(self, input_shape):
         out_channels = 4 * self.features
         if input_shape[-1] != out_channels or self.strides != 1:
-            self.conv_proj = StdConv2D(out_channels, 1, strides=self.strides, name="conv_proj",
-                                       dtype=self.dtype_policy)
-            self.gn_proj = _group_norm("gn_proj", self.dtype_policy)
+            self.conv_proj = self._conv(out_channels, 1, strides=self.strides, name="conv_proj")
+            self.gn_proj = _group_norm("gn_proj", self.dtype_policy,
+                                       self.numerics["group_norm_epsilon"])
             self.conv_proj.build(input_shape)
             self.gn_proj.build(self.conv_proj.compute_output_shape(input_shape))
         self.conv1.build(input_shape)
@@ -113,7 +141,8 @@ class BottleneckUnit(keras.layers.Layer):
         return self.conv3.compute_output_shape(self.conv2.compute_output_shape(input_shape))
 
     def get_config(self):
-        return {**super().get_config(), "features": self.features, "strides": self.strides}
+        return {**super().get_config(), "features": self.features, "strides": self.strides,
+                **self.numerics}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -129,18 +158,31 @@ class ResNetTrunk(keras.layers.Layer):
     `h = Variant.feature_size(H)` (ceil(H / stride), stride 4, 8, 16 or 32),
     or with `return_stages=True` a dict of every stage's output: "stem"
     (after the max-pool, /4) and "block1".."blockN".
+
+    `group_norm_epsilon`, `std_conv_epsilon` and `std_conv_epsilon_on` are
+    the numerics of every GroupNorm and `StdConv2D`; the defaults are the
+    official code's; a model built from transformers' ViTHybrid weights gets
+    theirs (1e-5, 1e-8, "variance").
     """
 
-    def __init__(self, stages=(3, 4, 9), width=1, **kwargs):
+    def __init__(self, stages=(3, 4, 9), width=1, group_norm_epsilon=GROUP_NORM_EPSILON,
+                 std_conv_epsilon=STD_CONV_EPSILON, std_conv_epsilon_on="std", **kwargs):
         super().__init__(**kwargs)
         self.stages = tuple(int(n) for n in stages)
         if any(n < 1 for n in self.stages):
             raise ArgumentError(f"Every ResNet stage needs at least one unit, got {self.stages}.")
+        if std_conv_epsilon_on not in EPSILON_ON:
+            raise ArgumentError('std_conv_epsilon_on must be "std" or "variance", got '
+                                f"{std_conv_epsilon_on!r}.")
         self.width = width
+        self.numerics = {"group_norm_epsilon": group_norm_epsilon,
+                         "std_conv_epsilon": std_conv_epsilon,
+                         "std_conv_epsilon_on": std_conv_epsilon_on}
         root = 64 * width
         dtype = self.dtype_policy
-        self.conv_root = StdConv2D(root, 7, strides=2, name="conv_root", dtype=dtype)
-        self.gn_root = _group_norm("gn_root", dtype)
+        self.conv_root = StdConv2D(root, 7, strides=2, epsilon=std_conv_epsilon,
+                                   epsilon_on=std_conv_epsilon_on, name="conv_root", dtype=dtype)
+        self.gn_root = _group_norm("gn_root", dtype, group_norm_epsilon)
         self.pool = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool",
                                               dtype=dtype)
         self.units = []  # [(block index, unit index, layer)]
@@ -148,6 +190,7 @@ class ResNetTrunk(keras.layers.Layer):
             for u in range(1, count + 1):
                 stride = 2 if s > 1 and u == 1 else 1
                 self.units.append((s, u, BottleneckUnit(root * 2 ** (s - 1), stride,
+                                                        **self.numerics,
                                                         name=f"block{s}_unit{u}", dtype=dtype)))
 
     def build(self, input_shape):
@@ -169,7 +212,8 @@ class ResNetTrunk(keras.layers.Layer):
         return outputs if return_stages else x
 
     def get_config(self):
-        return {**super().get_config(), "stages": list(self.stages), "width": self.width}
+        return {**super().get_config(), "stages": list(self.stages), "width": self.width,
+                **self.numerics}
 
 
 # 0.1 called the trunk ResNetStem: its .keras files name "keras_vit>ResNetStem", which

@@ -18,8 +18,9 @@ def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, 
     Args:
         variant: a hybrid name ("R50+B/16", "R26+ViT-S_32", "R+Ti/16", ...).
         weights: None (random), a catalogue tag of that variant (e.g.
-            "imagenet21k"), or the path of an official hybrid `.npz`; only the
-            trunk's arrays are read.
+            "imagenet21k"), or the path of an official hybrid `.npz` or a
+            transformers ViTHybrid folder; only the trunk's arrays are read (and
+            the trunk computes its source's numerics).
         image_size: None (any size: the trunk is fully convolutional), an int
             or (height, width).
         channels: input channels.
@@ -39,12 +40,16 @@ def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, 
         image_size = (image_size, image_size)
     shape = (None, None) if image_size is None else tuple(image_size)
     images = keras.Input((*shape, channels), name="images")
-    trunk = ResNetTrunk(variant.resnet_stages, variant.resnet_width, name="resnet")
-    features = trunk(images, return_stages=True)
-    prefix = variant.name.split("+")[0]
-    model = keras.Model(images, features, name=name or f"{prefix}_resnet")
     source = resolve_weights(variant, weights)
-    if source is not None:
-        with contextlib.closing(source), contextlib.closing(source.open()) as reader:
-            load_resnet_weights(model, reader)
+    with contextlib.closing(source) if source is not None else contextlib.nullcontext():
+        # The trunk computes what its weights' library computes (ResNetTrunk saves it).
+        numerics = (source.trunk_numerics if source is not None else None) or {}
+        trunk = ResNetTrunk(variant.resnet_stages, variant.resnet_width, **numerics,
+                            name="resnet")
+        features = trunk(images, return_stages=True)
+        prefix = variant.name.split("+")[0]
+        model = keras.Model(images, features, name=name or f"{prefix}_resnet")
+        if source is not None:
+            with contextlib.closing(source.open()) as reader:
+                load_resnet_weights(model, reader)
     return model

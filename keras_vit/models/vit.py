@@ -47,7 +47,8 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
             entry such as "hf-google-in21k-ft-in1k-224"), "hf://owner/name" (a
             transformers or timm repository, through huggingface_hub), or the
             path of an official `.npz`, a timm `.safetensors`, a transformers
-            `save_pretrained` directory or a keras-hub preset directory.
+            `save_pretrained` directory (ViT, or ViTHybrid for R50+ViT-B/16) or a
+            keras-hub preset directory.
         image_size: int or (height, width); both must be multiples of the
             variant's stride. Hybrids take any size whose ResNet feature map
             (ceil(size / ResNet stride), SAME padding) their patch tiles: any
@@ -137,9 +138,10 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         # The pixels the weights expect: include_preprocessing computes it; the model records it.
         normalization = (source.normalization if source is not None else None) or OFFICIAL_NORMALIZATION
         head = _Head(include_top, classes, pooling, classifier_activation, representation_size)
+        trunk_numerics = (source.trunk_numerics if source is not None else None) or {}
         model = _build(variant, image_size, channels, head, dropout, attention_dropout,
                        approximate_gelu, name or _default_name(variant), epsilon, input_tensor,
-                       include_preprocessing, normalization)
+                       include_preprocessing, normalization, trunk_numerics)
         if source is not None:
             with contextlib.closing(source.open()) as reader:
                 load_weights(model, reader)
@@ -257,7 +259,7 @@ class _Head:
 
 def _build(variant, image_size, channels, head, dropout, attention_dropout, approximate_gelu,
            name, epsilon=LAYER_NORM_EPSILON, input_tensor=None, include_preprocessing=False,
-           normalization=OFFICIAL_NORMALIZATION):
+           normalization=OFFICIAL_NORMALIZATION, trunk_numerics=None):
     if input_tensor is None:
         images = x = keras.Input((*image_size, channels), name="images")
     else:  # as keras.applications: the model starts at the tensor's own inputs
@@ -268,7 +270,9 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         scale, offset = rescaling_arguments(normalization)
         x = keras.layers.Rescaling(scale, offset=offset, name="preprocessing")(x)
     if variant.is_hybrid:
-        x = ResNetTrunk(variant.resnet_stages, variant.resnet_width, name="resnet")(x)
+        # The trunk computes what its weights' library computes (ResNetTrunk saves it).
+        x = ResNetTrunk(variant.resnet_stages, variant.resnet_width, **(trunk_numerics or {}),
+                        name="resnet")(x)
     recorded = None if normalization == OFFICIAL_NORMALIZATION else normalization
     x = PatchEncoder(variant.width, variant.patch_size, input_normalization=recorded,
                      name="embedding")(x)

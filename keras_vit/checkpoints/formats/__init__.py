@@ -3,6 +3,7 @@
     npz.py           the official .npz (the layout every other format is translated into)
     timm.py          timm's VisionTransformer state dict (.safetensors, or a Hub folder)
     transformers.py  Hugging Face transformers ViT (save_pretrained folders)
+    transformers_hybrid.py  transformers' ViTHybrid (R50+ViT-B/16; save_pretrained folders)
     keras_hub.py     keras-hub ViT presets (save_to_preset folders)
 
 Each defines `FORMAT` (a `base.CheckpointFormat`): how it recognises a path, how
@@ -18,7 +19,7 @@ Adding a format is one module defining `FORMAT` and one line in `FORMATS`.
 import os
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.formats import keras_hub, npz, timm, transformers
+from keras_vit.checkpoints.formats import keras_hub, npz, timm, transformers, transformers_hybrid
 from keras_vit.checkpoints.formats.base import CheckpointInfo, CheckpointReader, Source
 from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX
 
@@ -27,8 +28,10 @@ __all__ = ["FORMATS", "open_checkpoint", "inspect_checkpoint", "read_checkpoint"
            "PICKLED_SUFFIXES"]
 
 # The first format that recognises a path is its format. npz comes last: it takes any single
-# file no other format took.
-FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers.FORMAT, npz.FORMAT]
+# file no other format took; transformers_hybrid before transformers, whose patch-embedding
+# key a ViTHybrid folder has too.
+FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers_hybrid.FORMAT, transformers.FORMAT,
+           npz.FORMAT]
 
 # Pickled torch files: unpickling runs whatever code the file holds.
 PICKLED_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")

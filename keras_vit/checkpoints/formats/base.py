@@ -62,6 +62,11 @@ class CheckpointInfo:
     approximate_gelu: bool | None = None
     heads: int | None = None
     normalization: tuple | None = None  # ((mean,) * 3, (std,) * 3) on pixels in [0, 1]
+    # A hybrid's ResNet numerics where its library's differ from the official ones:
+    # ResNetTrunk's group_norm_epsilon, std_conv_epsilon, std_conv_epsilon_on.
+    trunk_numerics: dict | None = None
+    # The architecture the source's config describes (a `Variant`), where it describes one.
+    variant: object = None
 
     @property
     def classes(self):

@@ -28,7 +28,8 @@ from keras_vit.checkpoints.formats.config_values import check_config_values, che
 from keras_vit.checkpoints.formats.timm import open_weights
 from keras_vit.checkpoints.formats.torch_layout import from_torch, split_heads
 
-__all__ = ["FORMAT", "read_config", "transformers_to_official"]
+__all__ = ["FORMAT", "read_config", "transformers_to_official", "processor_normalization",
+           "TRANSFORMERS_COUNTS"]
 
 _POS, _NORM = "Transformer/posembed_input/pos_embedding", "Transformer/encoder_norm"
 
@@ -60,10 +61,10 @@ class TransformersReader(CheckpointReader):
                               layer_norm_epsilon=config.get("layer_norm_eps", 1e-12),
                               approximate_gelu=config.get("hidden_act", "gelu") != "gelu",
                               heads=config.get("num_attention_heads"),
-                              normalization=_normalization(self.source))
+                              normalization=processor_normalization(self.source))
 
 
-def _normalization(source):
+def processor_normalization(source):
     """The mean/std of the saved image processor (preprocessor_config.json) on pixels in
     [0, 1], or None where none was saved."""
     config = source.json("preprocessor_config.json")

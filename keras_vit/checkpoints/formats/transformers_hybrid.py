@@ -1,0 +1,260 @@
+"""transformers' ViTHybrid (`ViTHybridModel` / `ViTHybridForImageClassification`) -> official layout.
+
+The R50+ViT-B/16 hybrid as transformers 4.x saves it (google/vit-hybrid-base-bit-384;
+transformers 5 removed the model): a `save_pretrained` folder whose `config.json` has
+`model_type` "vit-hybrid" and a BiT `backbone_config`. The trunk's keys live under
+`vit.embeddings.patch_embeddings.backbone.bit.` (`embedder.convolution`, `embedder.norm`,
+`encoder.stages.S.layers.U.{conv1,norm1,conv2,norm2,conv3,norm3,downsample.conv,
+downsample.norm}`); the projection on the trunk's features is the patch embedding
+(`patch_embeddings.projection`); the rest is transformers' plain ViT layout (transformers.py).
+
+Numerics, read from transformers 4.57's modeling_bit.py and configuration files:
+GroupNorm epsilon 1e-5 and weight standardisation by sqrt(var + 1e-8)
+(`TRUNK_NUMERICS`, which a model built from such a folder records in its
+ResNetTrunk); TF "SAME" padding in every convolution and the stem's max-pool
+(transformers pads the pool with zeros, after a ReLU: the same maximum as Keras'
+-inf); the ViT's LayerNorm epsilon from `layer_norm_eps` (1e-12 by default) and
+exact erf GELU for `hidden_act` "gelu". A config describing anything else (a
+pre-activation or dilated trunk, other padding, another group count) is refused.
+"""
+
+import dataclasses
+import os
+import re
+
+import numpy as np
+
+from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats.base import (
+    ArrayHeader,
+    CheckpointFormat,
+    CheckpointInfo,
+    CheckpointReader,
+    ShapeOnly,
+)
+from keras_vit.checkpoints.formats.config_values import check_config_values, check_object
+from keras_vit.checkpoints.formats.timm import open_weights
+from keras_vit.checkpoints.formats.torch_layout import from_torch
+from keras_vit.checkpoints.formats.transformers import (
+    TRANSFORMERS_COUNTS,
+    processor_normalization,
+    transformers_to_official,
+)
+from keras_vit.layers.resnet import GROUP_NORM_GROUPS
+from keras_vit.variants import VARIANTS, Variant
+
+__all__ = ["FORMAT", "TRUNK_NUMERICS", "read_hybrid_config", "hybrid_variant",
+           "vit_hybrid_to_official"]
+
+# The trunk's numerics in transformers' BiT backbone (modeling_bit.py), as ResNetTrunk's
+# arguments: BitGroupNormActivation's default eps; WeightStandardizedConv2d, built with
+# eps=1e-8 in every ViTHybrid layer, normalises the kernel as a batch norm: sqrt(var + eps).
+TRUNK_NUMERICS = {"group_norm_epsilon": 1e-5, "std_conv_epsilon": 1e-8,
+                  "std_conv_epsilon_on": "variance"}
+
+_BACKBONE = "embeddings.patch_embeddings.backbone.bit."
+_STEM_KEY = _BACKBONE + "embedder.convolution.weight"
+
+# transformers 4.57's defaults for fields a config.json may leave out: ViTHybridConfig's,
+# the BiT backbone it makes when given none, and BitConfig's.
+_VIT_DEFAULTS = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                 "intermediate_size": 3072, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+                 "image_size": 224, "patch_size": 1, "num_channels": 3, "qkv_bias": True}
+_DEFAULT_BACKBONE = {"global_padding": "same", "layer_type": "bottleneck", "depths": [3, 4, 9],
+                     "out_features": ["stage3"], "embedding_dynamic_padding": True}
+_BIT_DEFAULTS = {"num_channels": 3, "embedding_size": 64, "hidden_sizes": [256, 512, 1024, 2048],
+                 "depths": [3, 4, 6, 3], "layer_type": "preactivation", "hidden_act": "relu",
+                 "global_padding": None, "num_groups": 32, "embedding_dynamic_padding": False,
+                 "output_stride": 32, "width_factor": 1, "out_features": None,
+                 "out_indices": None}
+
+
+def _recognises(source):
+    weights = open_weights(source)
+    return weights is not None and any(n.endswith(_STEM_KEY) for n in weights.shapes)
+
+
+class TransformersHybridReader(CheckpointReader):
+    def __init__(self, source):
+        super().__init__(source, FORMAT)
+        self._config = read_hybrid_config(source)
+        self._weights = open_weights(source)
+
+    def headers(self, heads=None):
+        shapes = vit_hybrid_to_official(ShapeOnly.of(self._weights.shapes), heads)
+        return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
+
+    def read(self, keys, heads=None):
+        arrays = vit_hybrid_to_official(self._weights.read(), heads)
+        return {k: arrays[k] for k in keys}
+
+    def info(self):
+        config = self._config
+        return CheckpointInfo({k: h.shape for k, h in self.headers().items()},
+                              format=FORMAT.name,
+                              layer_norm_epsilon=config["layer_norm_eps"],
+                              approximate_gelu=config["hidden_act"] != "gelu",
+                              heads=config["num_attention_heads"],
+                              normalization=processor_normalization(self.source),
+                              trunk_numerics=dict(TRUNK_NUMERICS),
+                              variant=hybrid_variant(config))
+
+
+FORMAT = CheckpointFormat(
+    name="transformers_hybrid",
+    description="transformers ViTHybrid save_pretrained folder (config.json with a BiT "
+                "backbone + model.safetensors)",
+    recognises=_recognises, open=TransformersHybridReader, numerics=(False, 1e-12))
+
+
+def read_hybrid_config(source):
+    """The folder's config.json, with transformers' defaults filled in, checked to describe
+    a hybrid keras_vit computes exactly; else a one-line refusal naming the file and field."""
+    path = os.path.join(source.folder, "config.json")
+    config = source.json("config.json")
+    if config is None:
+        raise CheckpointError(f"{source.path} holds transformers ViTHybrid weights; pass the "
+                              "directory holding it and its config.json, which sets the numerics.")
+    check_object(path, config)
+    if config.get("model_type") != "vit-hybrid":
+        raise CheckpointError(f"{path} describes a {config.get('model_type')!r} model, but the "
+                              "weights hold a BiT backbone; keras_vit reads them as transformers' "
+                              "'vit-hybrid' (ViTHybridModel, ViTHybridForImageClassification).")
+    if config.get("backbone") or config.get("use_timm_backbone"):
+        raise CheckpointError(f"{path} names a backbone {config.get('backbone')!r} to load by "
+                              "name; keras_vit reads ViTHybrid folders whose backbone_config "
+                              "describes the BiT trunk.")
+    config = {**_VIT_DEFAULTS, **config}
+    act = config["hidden_act"]
+    if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
+        raise CheckpointError(f"{path}: hidden_act {act!r} is not a GELU; keras_vit's ViT "
+                              "computes GELU only.")
+    check_config_values(path, config, counts=TRANSFORMERS_COUNTS, epsilons=("layer_norm_eps",))
+    if config["qkv_bias"] is not True:
+        raise CheckpointError(f"{path}: qkv_bias is {config['qkv_bias']!r}; keras_vit's attention "
+                              "has query, key and value biases, as every official model.")
+    backbone = config.get("backbone_config")
+    backbone = _DEFAULT_BACKBONE if backbone is None else backbone
+    if not isinstance(backbone, dict):
+        raise CheckpointError(f"{path}: backbone_config is a JSON {type(backbone).__name__}, not "
+                              "the object a BiT config is.")
+    config["backbone_config"] = _check_backbone(path, {**_BIT_DEFAULTS, **backbone})
+    return config
+
+
+def _check_backbone(path, bit):
+    """`bit` (a BiT config with defaults) if keras_vit's ResNetTrunk computes it exactly."""
+    def refuse(field, why):
+        raise CheckpointError(f"{path}: backbone_config.{field} is {bit.get(field)!r}; {why}")
+
+    if bit.get("model_type", "bit") != "bit":
+        refuse("model_type", "keras_vit reads ViTHybrid's BiT backbone only.")
+    check_config_values(f"{path} (backbone_config)", bit,
+                        counts=("embedding_size", "num_groups", "output_stride", "num_channels"))
+    depths = bit["depths"]
+    if (not isinstance(depths, list) or not depths
+            or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in depths)):
+        refuse("depths", "a list of positive unit counts, one per stage, was expected.")
+    if bit["layer_type"] != "bottleneck":
+        refuse("layer_type", "the hybrids' trunk is post-activation 'bottleneck' units "
+                             "(a 'preactivation' trunk is BiT's own ResNetV2).")
+    if str(bit["global_padding"]).upper() != "SAME":
+        refuse("global_padding", "keras_vit's trunk pads 'SAME', as ViTHybrid's.")
+    if bit["embedding_dynamic_padding"] is not True:
+        refuse("embedding_dynamic_padding", "keras_vit's stem max-pool pads 'SAME', as "
+                                            "ViTHybrid's (true).")
+    if bit["hidden_act"] != "relu":
+        refuse("hidden_act", "keras_vit's trunk computes ReLU.")
+    if bit["num_groups"] != GROUP_NORM_GROUPS:
+        refuse("num_groups", f"keras_vit's trunk normalises in {GROUP_NORM_GROUPS} groups.")
+    width, rest = divmod(bit["embedding_size"], 64)
+    if rest:
+        refuse("embedding_size", "keras_vit's trunk has a stem of 64 x width channels.")
+    sizes = bit["hidden_sizes"]
+    factor = bit["width_factor"]
+    if (not isinstance(sizes, list) or len(sizes) < len(depths)
+            or isinstance(factor, bool) or not isinstance(factor, (int, float))
+            or any(isinstance(h, bool) or not isinstance(h, (int, float)) for h in sizes)
+            or [_make_div(h * factor) for h in sizes[:len(depths)]]
+            != [256 * width * 2 ** s for s in range(len(depths))]):
+        refuse("hidden_sizes", f"with width_factor {factor!r} and embedding_size "
+                               f"{bit['embedding_size']} keras_vit's trunk has "
+                               f"{[256 * width * 2 ** s for s in range(len(depths))]} channels.")
+    if len(depths) > 1 and 4 * 2 ** (len(depths) - 2) >= bit["output_stride"]:
+        refuse("output_stride", "a stage would be dilated instead of strided; keras_vit's "
+                                "trunk halves the resolution in every stage after the first.")
+    last = f"stage{len(depths)}"
+    features, indices = bit["out_features"], bit["out_indices"]
+    if (features and features[-1] != last) or (not features and indices
+                                               and indices[-1] not in (len(depths), -1)):
+        field = "out_features" if features else "out_indices"
+        refuse(field, f"ViTHybrid embeds the last feature map it names, and keras_vit's hybrid "
+                      f"embeds the last stage's ({last}).")
+    return bit
+
+
+def _make_div(value, divisor=8):
+    # transformers' BiT channel rounding (modeling_bit.make_div).
+    new = max(divisor, int(value + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * value else new
+
+
+def hybrid_variant(config):
+    """The `Variant` a checked ViTHybrid config describes: the official one where it is one
+    (R50+ViT-B_16 for google/vit-hybrid-base-bit-384), else one named after its sizes."""
+    bit = config["backbone_config"]
+    stages = tuple(bit["depths"])
+    variant = Variant(
+        f"R{'-'.join(map(str, stages))}+ViT-{config['hidden_size']}x{config['num_hidden_layers']}",
+        width=config["hidden_size"], depth=config["num_hidden_layers"],
+        mlp_dim=config["intermediate_size"], heads=config["num_attention_heads"],
+        patch_size=config["patch_size"], classifier="token", resnet_stages=stages,
+        resnet_width=bit["embedding_size"] // 64)
+    for official in VARIANTS.values():
+        if dataclasses.replace(variant, name=official.name) == official:
+            return official
+    return variant
+
+
+_UNIT = re.compile(r"encoder\.stages\.(\d+)\.layers\.(\d+)\."
+                   r"(conv[123]|norm[123]|downsample\.conv|downsample\.norm)\.(weight|bias)")
+_UNIT_PART = {"conv1": "conv1", "conv2": "conv2", "conv3": "conv3", "norm1": "gn1",
+              "norm2": "gn2", "norm3": "gn3", "downsample.conv": "conv_proj",
+              "downsample.norm": "gn_proj"}
+
+
+def vit_hybrid_to_official(sd, heads=None):
+    """ViTHybrid arrays -> official-key arrays, attention split into `heads` heads. Keys it
+    does not know pass through (prefixed "transformers:"), for the strict loader to name."""
+    out, vit = {}, {}
+    for key, a in sd.items():
+        name = key.removeprefix("vit.")
+        if not name.startswith(_BACKBONE):
+            vit[key] = a
+            continue
+        official = _trunk_key(name[len(_BACKBONE):])
+        if official is None:
+            out["transformers:" + key] = a
+        else:
+            out[official] = from_torch(official, a) if official.endswith("/kernel") else a
+    out.update(transformers_to_official(vit, heads))
+    return out
+
+
+def _trunk_key(name):
+    """The official key of a BiT trunk parameter ("embedder.norm.weight" -> "gn_root/scale"),
+    or None for a name the hybrids' trunk does not have."""
+    stem = {"embedder.convolution.weight": "conv_root/kernel",
+            "embedder.norm.weight": "gn_root/scale", "embedder.norm.bias": "gn_root/bias"}
+    if name in stem:
+        return stem[name]
+    m = _UNIT.fullmatch(name)
+    if m is None:
+        return None
+    stage, unit, part, kind = m.groups()
+    part = _UNIT_PART[part]
+    if part.startswith("conv"):
+        if kind != "weight":
+            return None  # the trunk's convolutions have no bias
+        return f"block{int(stage) + 1}/unit{int(unit) + 1}/{part}/kernel"
+    return f"block{int(stage) + 1}/unit{int(unit) + 1}/{part}/{'scale' if kind == 'weight' else 'bias'}"
