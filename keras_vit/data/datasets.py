@@ -10,14 +10,23 @@ same examples.
 """
 
 import dataclasses
-import hashlib
-import math
 import os
 import socket
 
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.data.splitting import (
+    HELD_OUT,
+    HELD_OUT_FRACTION,
+    SPLIT_SEED,
+    VALIDATION_FRACTION,
+    check_fraction,
+    held_out_split,
+    split_fingerprint,
+    split_record,
+    validation_split,
+)
 from keras_vit.errors import DatasetError, DatasetUnavailableError, PathNotFoundError
 from keras_vit.preprocessing import IMAGE_EXTENSIONS, decode_image
 
@@ -25,11 +34,6 @@ __all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_dig
            "load_image_folder", "load_tfds", "to_rgb", "split_fingerprint", "HELD_OUT_FRACTION",
            "SPLIT_SEED", "VALIDATION_FRACTION"]
 
-HELD_OUT_FRACTION = 0.2  # for sources without a test split (digits, folders, tf_flowers)
-SPLIT_SEED = 0  # fixed, so every run holds out the same examples
-# The share of the training examples `train` holds back to choose best.keras on: the test
-# split then stays untouched until the final report.
-VALIDATION_FRACTION = 0.1
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -78,7 +82,7 @@ def load_dataset(source, data_dir=None, validation_fraction=0.0, validation_seed
     """
     if not isinstance(source, str) or not source:
         raise DatasetError(f"dataset must be 'digits', a folder or a TFDS name, got {source!r}.")
-    _check_fraction(validation_fraction)
+    check_fraction(validation_fraction)
     carve = {"validation_fraction": validation_fraction, "validation_seed": validation_seed}
     if source == "digits":
         return load_digits(**carve)
@@ -87,60 +91,6 @@ def load_dataset(source, data_dir=None, validation_fraction=0.0, validation_seed
     if os.sep in source or source.startswith("."):
         raise PathNotFoundError(f"Dataset folder {source!r} does not exist.")
     return load_tfds(source, data_dir=data_dir, **carve)
-
-
-def _check_fraction(fraction):
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
-            or not 0 <= fraction < 1:
-        raise DatasetError(f"validation_fraction must be a number in [0, 1), got {fraction!r}.")
-
-
-def split_fingerprint(ids):
-    """A short sha256 of a split's example ids (sorted, one a line): equal for the same examples,
-    in any order, and different as soon as one example differs."""
-    text = "\n".join(sorted(str(i) for i in ids))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def _validation_split(train, labels, fraction, seed, name):
-    """(train indices, validation indices): `fraction` of `train`, stratified by its labels,
-    drawn with `seed`. No validation indices when `fraction` is 0."""
-    if not fraction:
-        return train, train[:0]
-    from sklearn.model_selection import train_test_split
-
-    classes, counts = np.unique(labels[train], return_counts=True)
-    held = math.ceil(fraction * len(train))  # as scikit-learn rounds a fractional test_size
-    if counts.min() < 2 or held < len(classes) or len(train) - held < len(classes):
-        raise DatasetError(f"{name!r} has {len(train)} training images for {len(classes)} classes "
-                           f"(the rarest {counts.min()}): a stratified {fraction:.0%} validation "
-                           "split needs one image of each class on each side; add images or "
-                           "raise the validation fraction.")
-    kept, held_out = train_test_split(train, test_size=fraction, random_state=seed,
-                                      stratify=labels[train])
-    return np.sort(kept), np.sort(held_out)
-
-
-def _split_record(test, fraction, seed, ids):
-    """DatasetSplits.split: `ids` maps each split's name to its example ids (no validation
-    entries without a validation split)."""
-    ids = {name: values for name, values in ids.items() if name != "validation" or fraction}
-    return {"test": test, "validation_fraction": fraction, "validation_seed": seed,
-            "sizes": {name: len(values) for name, values in ids.items()},
-            "fingerprints": {name: split_fingerprint(values) for name, values in ids.items()}}
-
-
-_HELD_OUT = f"a stratified {HELD_OUT_FRACTION:.0%} of the examples, seed {SPLIT_SEED}"
-
-
-def _held_out_split(labels, fraction=HELD_OUT_FRACTION, seed=SPLIT_SEED):
-    """Stratified, seeded (train indices, test indices)."""
-    from sklearn.model_selection import train_test_split
-
-    indices = np.arange(len(labels))
-    train, test = train_test_split(indices, test_size=fraction, random_state=seed,
-                                   stratify=labels)
-    return np.sort(train), np.sort(test)
 
 
 def load_digits(validation_fraction=0.0, validation_seed=SPLIT_SEED):
@@ -156,8 +106,8 @@ def load_digits(validation_fraction=0.0, validation_seed=SPLIT_SEED):
     # Pixel values are 0..16; stretch them to the 0..255 of ordinary images.
     images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
     labels = digits.target.astype(np.int32)
-    train, test = _held_out_split(labels)
-    train, validation = _validation_split(train, labels, validation_fraction, validation_seed,
+    train, test = held_out_split(labels)
+    train, validation = validation_split(train, labels, validation_fraction, validation_seed,
                                           "digits")
 
     def split(indices):
@@ -170,7 +120,7 @@ def load_digits(validation_fraction=0.0, validation_seed=SPLIT_SEED):
                          validation=split(validation) if len(validation) else None,
                          num_validation=len(validation),
                          validation_bytes=images[validation].nbytes,
-                         split=_split_record(_HELD_OUT, validation_fraction, validation_seed,
+                         split=split_record(HELD_OUT, validation_fraction, validation_seed,
                                              ids))
 
 
@@ -221,8 +171,8 @@ def load_image_folder(root, validation_fraction=0.0, validation_seed=SPLIT_SEED)
                            f"({len(skipped)} unreadable and {len(unsupported)} unsupported files "
                            "skipped).")
     _check_split_sizes(labels, class_names, root)
-    train, test = _held_out_split(labels)
-    train, validation = _validation_split(train, labels, validation_fraction, validation_seed,
+    train, test = held_out_split(labels)
+    train, validation = validation_split(train, labels, validation_fraction, validation_seed,
                                           root)
     paths, sizes = np.asarray(paths), np.asarray(sizes, np.int64)
 
@@ -240,7 +190,7 @@ def load_image_folder(root, validation_fraction=0.0, validation_seed=SPLIT_SEED)
                          validation=split(validation) if len(validation) else None,
                          num_validation=len(validation),
                          validation_bytes=int(sizes[validation].sum()),
-                         split=_split_record(_HELD_OUT, validation_fraction, validation_seed,
+                         split=split_record(HELD_OUT, validation_fraction, validation_seed,
                                              ids))
 
 
@@ -332,7 +282,7 @@ def load_tfds(name, data_dir=None, validation_fraction=0.0, validation_seed=SPLI
     validation = ids["train"][:0]
     if validation_fraction:
         labels = _tfds_labels(builder, train_split)
-        ids["train"], validation = _validation_split(ids["train"], labels, validation_fraction,
+        ids["train"], validation = validation_split(ids["train"], labels, validation_fraction,
                                                      validation_seed, name)
     ids = {"train": [f"train/{i}" for i in ids["train"]],
            "validation": [f"train/{i}" for i in validation],
@@ -349,7 +299,7 @@ def load_tfds(name, data_dir=None, validation_fraction=0.0, validation_seed=SPLI
         train_bytes=example and example * num_kept, test_bytes=example and example * num_test,
         validation=split(train_split, validation) if len(validation) else None,
         num_validation=len(validation), validation_bytes=example and example * len(validation),
-        split=_split_record(f"TFDS {test_split!r}", validation_fraction, validation_seed, ids))
+        split=split_record(f"TFDS {test_split!r}", validation_fraction, validation_seed, ids))
 
 
 def _tfds_labels(builder, spec):

@@ -53,7 +53,7 @@ import tensorflow as tf
 from keras_vit._sizes import check_fits
 from keras_vit.atomic import atomic_open
 from keras_vit.data import VALIDATION_FRACTION, get_preset, load_dataset, make_pipeline
-from keras_vit.data.datasets import SPLIT_SEED
+from keras_vit.data.splitting import SPLIT_SEED
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
 from keras_vit.models import ViT
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
