@@ -179,3 +179,50 @@ def test_a_resumed_run_on_other_examples_or_another_split_seed_is_refused(digits
         run.train("digits", epochs=2, output=output, verbose=0)
     assert {name: os.path.getmtime(os.path.join(output, name))
             for name in os.listdir(output)} == before
+
+
+def test_tfds_validation_split_is_carved_from_train_by_index(tmp_path):
+    """A TFDS dataset prepared here (no download): 60 examples of 3 classes in "train" only,
+    so the test split is train[80%:]. Each example's id is "train/<index as TFDS reads it>"."""
+    import tensorflow_datasets as tfds
+
+    class TinySplitsDataset(tfds.core.GeneratorBasedBuilder):
+        VERSION = tfds.core.Version("1.0.0")
+
+        def _info(self):
+            return self.dataset_info_from_configs(
+                features=tfds.features.FeaturesDict({
+                    "image": tfds.features.Image(shape=(8, 8, 3)),
+                    "label": tfds.features.ClassLabel(names=["a", "b", "c"])}),
+                supervised_keys=("image", "label"))
+
+        def _split_generators(self, dl_manager):
+            return {"train": self._generate_examples()}
+
+        def _generate_examples(self):
+            rng = np.random.default_rng(0)
+            for i in range(60):
+                yield i, {"image": rng.integers(0, 256, (8, 8, 3), dtype=np.uint8),
+                          "label": i % 3}
+
+    TinySplitsDataset(data_dir=str(tmp_path)).download_and_prepare()
+    builder = tfds.builder("tiny_splits_dataset", data_dir=str(tmp_path))
+    order = {np.asarray(x).tobytes(): i for i, (x, _) in enumerate(
+        builder.as_dataset(split="train", as_supervised=True, shuffle_files=False))}
+    splits = data.load_tfds("tiny_splits_dataset", data_dir=str(tmp_path),
+                            validation_fraction=0.25, validation_seed=0)
+    indices = {name: sorted(order[np.asarray(x).tobytes()] for x, _ in
+                            getattr(splits, name).as_numpy_iterator())
+               for name in ("train", "validation", "test")}
+    assert indices["test"] == list(range(48, 60))  # train[80%:], untouched
+    assert sorted(indices["train"] + indices["validation"]) == list(range(48))
+    assert (splits.num_train, splits.num_validation, splits.num_test) == (36, 12, 12)
+    labels = [y for _, y in splits.validation.as_numpy_iterator()]
+    assert np.bincount(labels).tolist() == [4, 4, 4]  # stratified
+    for name, kept in indices.items():
+        expected = hashlib.sha256("\n".join(sorted(f"train/{i}" for i in kept)).encode())
+        assert splits.split["fingerprints"][name] == expected.hexdigest()[:16], name
+    other = data.load_tfds("tiny_splits_dataset", data_dir=str(tmp_path),
+                           validation_fraction=0.25, validation_seed=1)
+    assert other.split["fingerprints"]["test"] == splits.split["fingerprints"]["test"]
+    assert other.split["fingerprints"]["validation"] != splits.split["fingerprints"]["validation"]
