@@ -56,13 +56,13 @@ def test_digits_validation_split_is_stratified_seeded_and_disjoint_from_test():
     assert "validation" not in plain.split["fingerprints"]
 
 
-def write_unique_folder(root, classes=3, per_class=20):
+def write_unique_folder(root, per_class=(20, 20, 20)):
     """PNGs whose pixels differ in every file, so an example's bytes name its path."""
     rng = np.random.default_rng(0)
     by_bytes = {}
-    for c in range(classes):
+    for c, count in enumerate(per_class):
         os.makedirs(os.path.join(root, f"class{c}"))
-        for i in range(per_class):
+        for i in range(count):
             pixels = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
             path = os.path.join(root, f"class{c}", f"{i:02d}.png")
             Image.fromarray(pixels).save(path)
@@ -96,10 +96,18 @@ def test_folder_split_fingerprints_are_the_sorted_paths_of_each_split(tmp_path):
     assert moved.split == splits.split
 
 
-def test_a_validation_split_too_small_for_every_class_is_refused(tmp_path):
-    write_unique_folder(str(tmp_path / "data"), classes=3, per_class=5)  # 12 training images
-    with pytest.raises(DatasetError, match="validation split needs one image of each class"):
-        data.load_image_folder(str(tmp_path / "data"), validation_fraction=0.1)
+def test_a_small_folder_validates_on_every_class_or_is_refused(tmp_path):
+    """10% of 12 training images is 2, fewer than the 3 classes: one image of each is held
+    back instead. A class left with one training image cannot be on both sides: refused."""
+    write_unique_folder(str(tmp_path / "small"), per_class=(5, 5, 5))  # 12 training images
+    splits = data.load_image_folder(str(tmp_path / "small"), validation_fraction=0.1)
+    assert sorted(y for _, y in splits.validation.as_numpy_iterator()) == [0, 1, 2]
+    assert splits.num_train == 9
+    # 22 images: the stratified 20% test split takes one of class0's two.
+    write_unique_folder(str(tmp_path / "rare"), per_class=(2, 10, 10))
+    with pytest.raises(DatasetError, match=r"\(the rarest 1\): a stratified validation split "
+                                           "needs one image of each class on each side"):
+        data.load_image_folder(str(tmp_path / "rare"), validation_fraction=0.1)
 
 
 def test_run_json_and_report_record_the_split(digits_run):

@@ -35,20 +35,22 @@ def split_fingerprint(ids):
 
 
 def validation_split(train, labels, fraction, seed, name):
-    """(train indices, validation indices): `fraction` of `train`, stratified by its labels,
-    drawn with `seed`. No validation indices when `fraction` is 0."""
+    """(train indices, validation indices): `fraction` of `train` (at least one example per
+    class), stratified by its labels, drawn with `seed`. No validation indices when
+    `fraction` is 0."""
     if not fraction:
         return train, train[:0]
     from sklearn.model_selection import train_test_split
 
     classes, counts = np.unique(labels[train], return_counts=True)
-    held = math.ceil(fraction * len(train))  # as scikit-learn rounds a fractional test_size
-    if counts.min() < 2 or held < len(classes) or len(train) - held < len(classes):
+    # As scikit-learn rounds a fractional test_size; a small dataset still validates on
+    # every class.
+    held = max(math.ceil(fraction * len(train)), len(classes))
+    if counts.min() < 2 or len(train) - held < len(classes):
         raise DatasetError(f"{name!r} has {len(train)} training images for {len(classes)} classes "
-                           f"(the rarest {counts.min()}): a stratified {fraction:.0%} validation "
-                           "split needs one image of each class on each side; add images or "
-                           "raise the validation fraction.")
-    kept, held_out = train_test_split(train, test_size=fraction, random_state=seed,
+                           f"(the rarest {counts.min()}): a stratified validation split needs "
+                           "one image of each class on each side; add images.")
+    kept, held_out = train_test_split(train, test_size=held, random_state=seed,
                                       stratify=labels[train])
     return np.sort(kept), np.sort(held_out)
 
