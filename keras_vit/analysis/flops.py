@@ -19,9 +19,13 @@ UNCOUNTABLE = frozenset({"Einsum", "XlaEinsum", "XlaDot", "XlaDotV2", "XlaConv",
 def forward_flops(model):
     """FLOPs (2 per multiply-add) of `model`'s forward pass on one image; None if uncountable.
 
-    `model`: a Keras model with one fixed-size image input `(None, H, W, C)`. Needs the
-    TensorFlow backend (the count reads a TensorFlow graph).
+    `model`: a Keras model with one fixed-size image input `(None, H, W, C)`. The count reads
+    a TensorFlow graph: on another Keras backend it is None.
     """
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return None
     import tensorflow as tf
 
     # The registry's one reader, and the switch for the v1 deprecation notice its shape
