@@ -70,7 +70,7 @@ def test_folder_with_corrupt_file_trains_and_reports_it(tmp_path):
         "\\xff.png", "broken.jpg"]
     assert report["unsupported_files"]["count"] == 1
     assert report["unsupported_files"]["files"][0].endswith("notes.txt")
-    assert report["num_train"] + report["num_test"] == 20
+    assert report["num_train"] + report["num_validation"] + report["num_test"] == 20
     assert report["class_names"] == ["cats", "dogs"]
 
 
