@@ -21,6 +21,8 @@ BAD = [
     ("export", ["export", "--model", "{tmp}/missing.keras", "--output", "{tmp}/out"]),
     ("analyze", ["analyze", "{tmp}/missing.png", "--model", "Ti/16"]),
     ("analyze", ["analyze", "{tmp}/a.png", "--model", "Ti/16", "--image-size", "1", "2", "3"]),
+    ("compare", ["compare", "{tmp}"]),
+    ("compare", ["compare", "{tmp}/no_run", "--output", "{tmp}/cmp"]),
 ]
 
 # Near-miss names: the one line also says which name was meant.
@@ -105,7 +107,7 @@ def test_help_imports_no_tensorflow(tmp_path):
     _, result = run_help(write_launcher(str(tmp_path)))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: keras-vit")
-    for command in ("info", "train", "predict", "export", "analyze"):
+    for command in ("info", "train", "predict", "export", "analyze", "compare"):
         assert command in result.stdout
     assert result.stderr.strip().splitlines()[-1] == "heavy modules: []", result.stderr
     # A sub-command still runs, loading the core when it needs it (the import did not).

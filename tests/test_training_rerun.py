@@ -20,10 +20,10 @@ def our_lines(stderr):
 
 
 def _steps_shown(stdout):
-    """The step numbers of Keras' progress lines ("7/22 ━━━ ..."), colour codes removed; a line
+    """The step numbers of Keras' progress lines ("7/20 ━━━ ..."), colour codes removed; a line
     ends at a newline or, where Keras redraws the line in place, at a carriage return."""
     plain = re.sub(r"\x1b\[[0-9;]*m", "", stdout)
-    return {int(m.group(1)) for m in re.finditer(r"(?:^|\r)\s*(\d+)/22 ", plain, re.MULTILINE)}
+    return {int(m.group(1)) for m in re.finditer(r"(?:^|\r)\s*(\d+)/20 ", plain, re.MULTILINE)}
 
 
 def _snapshot(output):
@@ -77,13 +77,13 @@ def test_same_command_finished_then_changed_then_overwritten(tmp_path, cli, trai
     assert _snapshot(output) == before
 
     # 3. --overwrite: a new run, whose report describes the new learning rate; --verbose
-    # shows progress per step (without it, one "22/22" line per epoch, as in run 1).
+    # shows progress per step (without it, one "20/20" line per epoch, as in run 1).
     fresh = cli([*TRAIN, "--output", output, "--lr", "0.01", "--epochs", "1", "--overwrite",
                  "--verbose"])  # the last --epochs wins: one epoch is enough
     assert fresh.returncode == 0, fresh.stderr[-3000:]
-    assert "22/22" in fresh.stdout and "val_accuracy" in fresh.stdout  # an epoch ran
+    assert "20/20" in fresh.stdout and "val_accuracy" in fresh.stdout  # an epoch ran
     assert len(_steps_shown(fresh.stdout)) > 2, fresh.stdout[-2000:]
-    assert _steps_shown(first.stdout) == {22}, first.stdout[-2000:]
+    assert _steps_shown(first.stdout) == {20}, first.stdout[-2000:]
     with open(os.path.join(output, "report.json")) as f:
         report = json.load(f)
     assert report["recipe"]["learning_rate"] == 0.01

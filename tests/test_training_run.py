@@ -44,7 +44,7 @@ def test_short_digits_run_writes_every_output(digits_run):
     matrix = np.asarray(saved["confusion_matrix"])
     assert matrix.shape == (10, 10) and matrix.sum() == 360
     assert saved["skipped_files"]["count"] == 0
-    assert saved["optimizer_iterations"] == 2 * 22  # 1437 // 64 steps per epoch
+    assert saved["optimizer_iterations"] == 2 * 20  # 1293 // 64 (1437 less 144 for validation)
     # Independent check of the reported accuracy: reload the final model and score it.
     model = keras.saving.load_model(os.path.join(output, "model.keras"))
     splits = data.load_digits()
@@ -70,7 +70,7 @@ def test_folder_with_corrupt_file_trains_and_reports_it(tmp_path):
         "\\xff.png", "broken.jpg"]
     assert report["unsupported_files"]["count"] == 1
     assert report["unsupported_files"]["files"][0].endswith("notes.txt")
-    assert report["num_train"] + report["num_test"] == 20
+    assert report["num_train"] + report["num_validation"] + report["num_test"] == 20
     assert report["class_names"] == ["cats", "dogs"]
 
 
@@ -146,7 +146,7 @@ def kill_after_an_epoch_and_rerun(output, env=None, wait_s=240, rerun_timeout_s=
     assert [int(r["epoch"]) for r in read_log(output)] == [0, 1, 2, 3]
     with open(os.path.join(output, "report.json")) as f:
         report = json.load(f)
-    assert report["optimizer_iterations"] == 4 * 22  # the optimizer state was restored too
+    assert report["optimizer_iterations"] == 4 * 20  # the optimizer state was restored too
     # It resumed: only the missing epochs ran again (one more if the kill tore the newest
     # backup, which then falls back to the one before).
     rerun_epochs = sum(f"Epoch {k}/4" in rerun.stdout for k in range(1, 5))

@@ -10,8 +10,10 @@ Everything works on any keras_vit model, plain or hybrid, square or not:
     pcs = patch_embedding_components(model)        # (k, P, P, C)
     acc = few_shot_linear_eval(train_x, train_y, test_x, test_y, shots=5)
     written = analyze(model, ["photos/"], "analysis/")  # every figure and analysis.json
+    compare_runs(["runs/vit", "runs/bit"], "comparison/")  # comparison.md, comparison.png
 """
 
+from keras_vit.analysis.compare import compare_runs
 from keras_vit.analysis.distance import mean_attention_distance, patch_distances
 from keras_vit.analysis.embeddings import (
                                            PatchComponents,
@@ -20,6 +22,7 @@ from keras_vit.analysis.embeddings import (
 )
 from keras_vit.analysis.few_shot import few_shot_indices, few_shot_linear_eval
 from keras_vit.analysis.figures import analyze
+from keras_vit.analysis.flops import forward_flops
 from keras_vit.analysis.plots import (
                                            plot_attention_rollout,
                                            plot_mean_attention_distance,
@@ -37,5 +40,5 @@ __all__ = [
     "few_shot_linear_eval", "few_shot_indices",
     "plot_attention_rollout", "plot_mean_attention_distance",
     "plot_position_embedding_similarity", "plot_patch_embedding_components",
-    "analyze",
+    "analyze", "compare_runs", "forward_flops",
 ]

@@ -31,6 +31,7 @@ def add_parser(commands):
 def _add_arguments(train):
     """The flags, whose help quotes the recipes and presets (plain data, no TensorFlow)."""
     from keras_vit.data.presets import PRESETS
+    from keras_vit.data.splitting import SPLIT_SEED, VALIDATION_FRACTION
     from keras_vit.training.recipes import PRECISIONS, RECIPES
     from keras_vit.training.strategies import STRATEGIES
 
@@ -87,6 +88,12 @@ def _add_arguments(train):
         help="TFDS data_dir holding prepared datasets (default: TFDS' own, "
              "~/tensorflow_datasets)")
     add("--seed", type=int, default=0, help="random seed (default: 0)")
+    add("--validation-fraction", type=float, default=VALIDATION_FRACTION,
+        help="share of the training examples held back, stratified by class, to choose "
+             f"best.keras on; the test split is read only for the report "
+             f"(default: {VALIDATION_FRACTION})")
+    add("--validation-seed", type=int, default=SPLIT_SEED,
+        help=f"seed that draws the validation split (default: {SPLIT_SEED})")
 
 
 def run(args):
@@ -96,10 +103,13 @@ def run(args):
                    image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
                    epochs=args.epochs, lr=args.lr, recipe=args.recipe, strategy=args.strategy,
                    precision=args.precision, output=args.output, data_dir=args.data_dir,
-                   seed=args.seed, verbose=1 if args.verbose else 2, overwrite=args.overwrite)
+                   seed=args.seed, verbose=1 if args.verbose else 2, overwrite=args.overwrite,
+                   validation_fraction=args.validation_fraction,
+                   validation_seed=args.validation_seed)
     skipped = report["skipped_files"]["count"]
     unsupported = report["unsupported_files"]["count"]
-    print(f"held-out accuracy {report['accuracy']:.4f} on {report['num_test']} images"
+    print(f"test accuracy {report['accuracy']:.4f} on {report['num_test']} held-out images "
+          f"(best.keras chosen on {report['num_validation']} validation images)"
           + (f"; skipped {skipped} unreadable {_plural(skipped, 'file')}" if skipped else "")
           + (f"; skipped {unsupported} {_plural(unsupported, 'file')} that "
              f"{'is not an image' if unsupported == 1 else 'are not images'}" if unsupported else "")

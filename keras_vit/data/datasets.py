@@ -2,8 +2,11 @@
 
 `load_dataset(source)` returns the raw examples (`(image uint8 (H, W, C),
 label int32)`, or for a folder `(encoded image bytes, label int32)`) of a
-train and a held-out split; `keras_vit.data.make_pipeline` turns one split
-into batches.
+train and a held-out (test) split, and on request a validation split carved
+from the training examples; `keras_vit.data.make_pipeline` turns one split
+into batches. `DatasetSplits.split` records how the examples were split and a
+fingerprint of each split's example ids, so two runs can show they used the
+same examples.
 """
 
 import dataclasses
@@ -13,14 +16,24 @@ import socket
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.data.splitting import (
+    HELD_OUT,
+    HELD_OUT_FRACTION,
+    SPLIT_SEED,
+    VALIDATION_FRACTION,
+    check_fraction,
+    held_out_split,
+    split_fingerprint,
+    split_record,
+    validation_split,
+)
 from keras_vit.errors import DatasetError, DatasetUnavailableError, PathNotFoundError
 from keras_vit.preprocessing import IMAGE_EXTENSIONS, decode_image
 
 __all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
-           "load_image_folder", "load_tfds", "to_rgb", "HELD_OUT_FRACTION", "SPLIT_SEED"]
+           "load_image_folder", "load_tfds", "to_rgb", "split_fingerprint", "HELD_OUT_FRACTION",
+           "SPLIT_SEED", "VALIDATION_FRACTION"]
 
-HELD_OUT_FRACTION = 0.2  # for sources without a test split (digits, folders, tf_flowers)
-SPLIT_SEED = 0  # fixed, so every run holds out the same examples
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -46,40 +59,46 @@ class DatasetSplits:
     # None when unknown.
     train_bytes: int | None = None
     test_bytes: int | None = None
+    # Carved from the training examples when asked for (load_dataset's validation_fraction);
+    # then `train` no longer holds them.
+    validation: tf.data.Dataset | None = None
+    num_validation: int = 0
+    validation_bytes: int | None = None
+    # How the examples were split: the test split's origin, the validation fraction and seed,
+    # each split's size and fingerprint (split_fingerprint of its example ids).
+    split: dict = dataclasses.field(default_factory=dict)
 
     @property
     def num_classes(self):
         return len(self.class_names)
 
 
-def load_dataset(source, data_dir=None):
-    """`"digits"`, a folder of class sub-folders, or a TFDS name ("tf_flowers")."""
+def load_dataset(source, data_dir=None, validation_fraction=0.0, validation_seed=SPLIT_SEED):
+    """`"digits"`, a folder of class sub-folders, or a TFDS name ("tf_flowers").
+
+    `validation_fraction` > 0 carves a validation split of that share of the
+    training examples, stratified by class and drawn with `validation_seed`;
+    the test split is the same whatever the fraction and seed.
+    """
     if not isinstance(source, str) or not source:
         raise DatasetError(f"dataset must be 'digits', a folder or a TFDS name, got {source!r}.")
+    check_fraction(validation_fraction)
+    carve = {"validation_fraction": validation_fraction, "validation_seed": validation_seed}
     if source == "digits":
-        return load_digits()
+        return load_digits(**carve)
     if os.path.isdir(source):
-        return load_image_folder(source)
+        return load_image_folder(source, **carve)
     if os.sep in source or source.startswith("."):
         raise PathNotFoundError(f"Dataset folder {source!r} does not exist.")
-    return load_tfds(source, data_dir=data_dir)
+    return load_tfds(source, data_dir=data_dir, **carve)
 
 
-def _held_out_split(labels, fraction=HELD_OUT_FRACTION, seed=SPLIT_SEED):
-    """Stratified, seeded (train indices, test indices)."""
-    from sklearn.model_selection import train_test_split
-
-    indices = np.arange(len(labels))
-    train, test = train_test_split(indices, test_size=fraction, random_state=seed,
-                                   stratify=labels)
-    return np.sort(train), np.sort(test)
-
-
-def load_digits():
+def load_digits(validation_fraction=0.0, validation_seed=SPLIT_SEED):
     """scikit-learn's 1,797 handwritten 8x8 digits as uint8 `(8, 8, 1)` images, 10 classes.
 
     Real data shipped inside scikit-learn, so it works offline. The held-out
-    split is a fixed stratified 20% (360 images).
+    split is a fixed stratified 20% (360 images); an example's id is its
+    index in scikit-learn's order.
     """
     from sklearn.datasets import load_digits as sklearn_digits
 
@@ -87,20 +106,30 @@ def load_digits():
     # Pixel values are 0..16; stretch them to the 0..255 of ordinary images.
     images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
     labels = digits.target.astype(np.int32)
-    train, test = _held_out_split(labels)
+    train, test = held_out_split(labels)
+    train, validation = validation_split(train, labels, validation_fraction, validation_seed,
+                                          "digits")
 
     def split(indices):
         return tf.data.Dataset.from_tensor_slices((images[indices], labels[indices]))
 
+    ids = {"train": train, "validation": validation, "test": test}
     return DatasetSplits(split(train), split(test), [str(i) for i in range(10)],
                          len(train), len(test), name="digits",
-                         train_bytes=images[train].nbytes, test_bytes=images[test].nbytes)
+                         train_bytes=images[train].nbytes, test_bytes=images[test].nbytes,
+                         validation=split(validation) if len(validation) else None,
+                         num_validation=len(validation),
+                         validation_bytes=images[validation].nbytes,
+                         split=split_record(HELD_OUT, validation_fraction, validation_seed,
+                                             ids))
 
 
-def load_image_folder(root):
+def load_image_folder(root, validation_fraction=0.0, validation_seed=SPLIT_SEED):
     """A folder with one sub-folder of images per class (flower_photos layout).
 
-    Images are the files with one of `keras_vit.preprocessing.IMAGE_EXTENSIONS`.
+    Images are the files with one of `keras_vit.preprocessing.IMAGE_EXTENSIONS`;
+    an example's id is its path under `root` ("cats/01.png"), so a moved copy
+    of the folder splits and fingerprints alike.
 
     Examples are `(file bytes, label)`: `make_pipeline` decodes them after
     its shuffle and cache. Every file is decoded once up front; files
@@ -142,7 +171,9 @@ def load_image_folder(root):
                            f"({len(skipped)} unreadable and {len(unsupported)} unsupported files "
                            "skipped).")
     _check_split_sizes(labels, class_names, root)
-    train, test = _held_out_split(labels)
+    train, test = held_out_split(labels)
+    train, validation = validation_split(train, labels, validation_fraction, validation_seed,
+                                          root)
     paths, sizes = np.asarray(paths), np.asarray(sizes, np.int64)
 
     def split(indices):
@@ -150,10 +181,17 @@ def load_image_folder(root):
         return files.map(lambda p, y: (tf.io.read_file(p), y),
                          num_parallel_calls=tf.data.AUTOTUNE)
 
+    ids = {name: [os.path.relpath(path, root).replace(os.sep, "/") for path in paths[indices]]
+           for name, indices in (("train", train), ("validation", validation), ("test", test))}
     return DatasetSplits(split(train), split(test), class_names, len(train), len(test),
                          skipped_files=skipped, name=os.path.basename(os.path.normpath(root)),
                          unsupported_files=unsupported, train_bytes=int(sizes[train].sum()),
-                         test_bytes=int(sizes[test].sum()))
+                         test_bytes=int(sizes[test].sum()),
+                         validation=split(validation) if len(validation) else None,
+                         num_validation=len(validation),
+                         validation_bytes=int(sizes[validation].sum()),
+                         split=split_record(HELD_OUT, validation_fraction, validation_seed,
+                                             ids))
 
 
 def _check_split_sizes(labels, class_names, root):
@@ -193,12 +231,14 @@ def _decodes(path):
         return False
 
 
-def load_tfds(name, data_dir=None):
+def load_tfds(name, data_dir=None, validation_fraction=0.0, validation_seed=SPLIT_SEED):
     """A TFDS dataset; downloads it only when its servers are reachable.
 
     Uses the "test" split when there is one, else a fixed 20% of "train"
     (tf_flowers). Raises `DatasetUnavailableError` within seconds when the data
-    is neither prepared in `data_dir` nor downloadable.
+    is neither prepared in `data_dir` nor downloadable. An example's id is its
+    TFDS split and index in it ("train/17"); a validation split reads the
+    training labels once (images not decoded) to stratify.
     """
     try:
         import tensorflow_datasets as tfds
@@ -226,19 +266,50 @@ def load_tfds(name, data_dir=None):
     features = builder.info.features
     class_names = list(features["label"].names)
 
-    def split(spec):
+    def split(spec, keep=None):
         ds = builder.as_dataset(split=spec, as_supervised=True, shuffle_files=False)
+        if keep is not None:  # the examples at these indices of `spec`, in order
+            wanted = tf.constant(np.isin(np.arange(splits[spec].num_examples), keep))
+            ds = ds.enumerate().filter(lambda i, example: wanted[i]).map(lambda i, example: example)
         return ds.map(lambda x, y: (to_rgb(x), tf.cast(y, tf.int32)),
                       num_parallel_calls=tf.data.AUTOTUNE)
 
     num_train, num_test = splits[train_split].num_examples, splits[test_split].num_examples
+    # Ids: the base split's name and the example's index in it (train[80%:] starts after
+    # train[:80%]'s examples).
+    test_start = 0 if test_split == "test" else num_train
+    ids = {"train": np.arange(num_train), "test": np.arange(num_test)}
+    validation = ids["train"][:0]
+    if validation_fraction:
+        labels = _tfds_labels(builder, train_split)
+        ids["train"], validation = validation_split(ids["train"], labels, validation_fraction,
+                                                     validation_seed, name)
+    ids = {"train": [f"train/{i}" for i in ids["train"]],
+           "validation": [f"train/{i}" for i in validation],
+           "test": [f"{test_split.split('[')[0]}/{test_start + i}" for i in ids["test"]]}
     shape = features["image"].shape  # (None, None, 3) for images of varying size: unknown
     # As cached: after to_rgb, which turns one grey channel into three.
     example = int(np.prod(shape[:-1])) * (3 if shape[-1] == 1 else shape[-1]) \
         if None not in shape else None
-    return DatasetSplits(split(train_split), split(test_split), class_names, num_train, num_test,
-                         name=name, train_bytes=example and example * num_train,
-                         test_bytes=example and example * num_test)
+    num_kept = num_train - len(validation)
+    return DatasetSplits(
+        split(train_split, np.setdiff1d(np.arange(num_train), validation)
+              if len(validation) else None),
+        split(test_split), class_names, num_kept, num_test, name=name,
+        train_bytes=example and example * num_kept, test_bytes=example and example * num_test,
+        validation=split(train_split, validation) if len(validation) else None,
+        num_validation=len(validation), validation_bytes=example and example * len(validation),
+        split=split_record(f"TFDS {test_split!r}", validation_fraction, validation_seed, ids))
+
+
+def _tfds_labels(builder, spec):
+    """The labels of a TFDS split, in order, read without decoding its images."""
+    import tensorflow_datasets as tfds
+
+    ds = builder.as_dataset(split=spec, shuffle_files=False,
+                            decoders={"image": tfds.decode.SkipDecoding()})
+    batches = ds.map(lambda example: example["label"]).batch(4096).as_numpy_iterator()
+    return np.concatenate(list(batches)).astype(np.int32)
 
 
 def _is_prepared(builder):

@@ -76,11 +76,11 @@ def _figure(**kwargs):
 
 
 def plot_curves(log_rows, path):
-    """Loss and accuracy per epoch, train and held-out, from log.csv rows."""
+    """Loss and accuracy per epoch, train and validation, from log.csv rows."""
     fig, axes = _figure(ncols=2, figsize=(10, 4))
     epochs = [int(r["epoch"]) + 1 for r in log_rows]
     for ax, metric in zip(axes, ("loss", "accuracy")):
-        for key, label in ((metric, "train"), (f"val_{metric}", "held-out")):
+        for key, label in ((metric, "train"), (f"val_{metric}", "validation")):
             values = [float(r[key]) for r in log_rows if r.get(key)]
             if values:
                 ax.plot(epochs[:len(values)], values, marker="o", label=label)

@@ -7,19 +7,29 @@ the best checkpoint, logs one CSV row per epoch, and writes the evaluation
 report and plots. Every output lives in one `output` folder:
 
     backup/        the state a re-run resumes from (keras_vit/training/resume.py)
-    best.keras     the checkpoint with the best held-out accuracy
-    log.csv        one row per epoch (loss, accuracy, val_*, learning_rate, seconds)
-    report.json    accuracy, per-class precision/recall/F1, confusion matrix, skipped files
+    best.keras     the checkpoint with the best validation accuracy
+    log.csv        one row per epoch (loss, accuracy, val_* on the validation split,
+                   learning_rate, seconds)
+    report.json    test-split accuracy, per-class precision/recall/F1, confusion matrix,
+                   skipped files; the split record and which split each number comes from
     curves.png, confusion.png
     model.keras    the final model
     labels.txt     the class names, one a line, in the head's order (read by predict, export)
-    run.json       the run's configuration, and whether it finished
+    run.json       the run's configuration, its split record, and whether it finished
+
+Three splits: `fit` trains on the training examples, and its validation data
+(which chooses best.keras) is `validation_fraction` of them, carved out
+stratified with `validation_seed`; the test split is read once, for the final
+report. run.json records the split's fractions, seed and fingerprints.
 
 Re-running: `run.json` is compared with the new call before anything is
 written. The same configuration resumes an interrupted run, or, when the run
 finished, returns its report and rewrites nothing; a different configuration
 is refused (`RunConflictError`) unless `overwrite=True`, which deletes the
 previous run's outputs first, so `report.json` only ever describes what ran.
+The split is part of the configuration: once the data is loaded, its
+fingerprints are checked against run.json's, so a resumed run goes on only on
+the same examples (a dataset folder whose files changed is another run).
 
 Each is written atomically (keras_vit/atomic.py); a re-run repairs what a kill
 left before resuming (keras_vit/training/resume.py).
@@ -42,7 +52,8 @@ import tensorflow as tf
 
 from keras_vit._sizes import check_fits
 from keras_vit.atomic import atomic_open
-from keras_vit.data import get_preset, load_dataset, make_pipeline
+from keras_vit.data import VALIDATION_FRACTION, get_preset, load_dataset, make_pipeline
+from keras_vit.data.splitting import SPLIT_SEED
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
 from keras_vit.models import ViT
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
@@ -81,6 +92,8 @@ class _Run:
     data_dir: str | None
     seed: int
     verbose: object
+    validation_fraction: float = VALIDATION_FRACTION
+    validation_seed: int = SPLIT_SEED
 
 
 def build_model(variant, weights, image_size, classes, dropout=0.0):
@@ -103,7 +116,8 @@ def _plan(recipe, num_train, steps, epochs, accumulation):
 
 def train(dataset="digits", model=None, weights=None, image_size=None, batch_size=None,
           steps=None, epochs=None, lr=None, recipe=None, strategy="auto", precision="float32",
-          output="runs/keras_vit", data_dir=None, seed=0, verbose="auto", overwrite=False):
+          output="runs/keras_vit", data_dir=None, seed=0, verbose="auto", overwrite=False,
+          validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED):
     """Trains (or fine-tunes) a ViT and writes every output into `output`.
 
     Defaults come from the dataset's preset (`keras_vit.data.PRESETS`): digits
@@ -138,12 +152,22 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
         seed: random seed.
         verbose: `model.fit`'s verbosity (1: a progress bar updated every step).
         overwrite: delete a previous run's outputs in `output` and start again.
+        validation_fraction: the share of the training examples held back as the
+            validation split, which chooses best.keras (stratified by class).
+        validation_seed: the seed that draws the validation split; the test
+            split does not depend on it.
 
     Returns:
         The report dict that is also written to `output/report.json`.
     """
     if precision not in PRECISIONS:
         raise ArgumentError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+    if isinstance(validation_fraction, bool) \
+            or not isinstance(validation_fraction, numbers.Real) or not 0 < validation_fraction < 1:
+        raise ArgumentError("validation_fraction must be a number between 0 and 1 (exclusive), "
+                            f"got {validation_fraction!r}.")
+    if isinstance(validation_seed, bool) or not isinstance(validation_seed, numbers.Integral):
+        raise ArgumentError(f"validation_seed must be an integer, got {validation_seed!r}.")
     preset = get_preset(dataset)
     variant = get_variant(model or preset.model)
     if recipe is None:
@@ -164,7 +188,8 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     _check_recipe_values(recipe)
     check_fits(variant, recipe.image_size, batch_size=recipe.batch_size)
 
-    config = _run_config(dataset, variant, weights, recipe, precision, seed)
+    config = _run_config(dataset, variant, weights, recipe, precision, seed,
+                         float(validation_fraction), int(validation_seed))
     finished = None if overwrite else _check_previous_run(output, config)
     if finished is not None:
         return finished
@@ -174,18 +199,24 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     keras.mixed_precision.set_global_policy(precision)
     try:
         return _fit_and_report(_Run(dataset, variant, weights, recipe, strategy, precision,
-                                    output, data_dir, seed, verbose), config, overwrite)
+                                    output, data_dir, seed, verbose, float(validation_fraction),
+                                    int(validation_seed)), config, overwrite)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
 
-def _run_config(dataset, variant, weights, recipe, precision, seed):
-    """What decides a run's result, as JSON values; where the data lives and the strategy don't."""
+def _run_config(dataset, variant, weights, recipe, precision, seed,
+                validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED):
+    """What decides a run's result, as JSON values; where the data lives and the strategy don't.
+
+    The split's fingerprints join it once the data is loaded (`_check_split`)."""
     if isinstance(dataset, str) and os.path.isdir(dataset):
         dataset = os.path.abspath(dataset)
     return {"dataset": dataset, "model": variant.name if _known(variant)
             else dataclasses.asdict(variant), "weights": weights,
-            "recipe": dataclasses.asdict(recipe), "precision": precision, "seed": seed}
+            "recipe": dataclasses.asdict(recipe), "precision": precision, "seed": seed,
+            "split": {"validation_fraction": validation_fraction,
+                      "validation_seed": validation_seed}}
 
 
 def _known(variant):
@@ -250,6 +281,21 @@ def _check_previous_run(output, config):
     return None
 
 
+def _check_split(output, split):
+    """Refuses to resume a run on other examples than it started on (a dataset folder whose
+    files changed since): run.json's fingerprints against the data just loaded."""
+    previous = _read_run_file(output)
+    if previous is None or _never_started(output, previous):
+        return
+    recorded = previous.get("split", {}).get("fingerprints", {})
+    changed = [f"{name} split {recorded.get(name)} -> {value}"
+               for name, value in split["fingerprints"].items() if recorded.get(name) != value]
+    if changed:
+        raise RunConflictError(
+            f"{output} holds a run on other examples ({'; '.join(changed)}: the dataset changed "
+            "since); start a new run with --overwrite (deletes it) or another --output.")
+
+
 def _never_started(output, previous):
     """Whether `output`'s run.json is all its run left: no epoch logged, backed up or kept."""
     return (not previous.get("finished") and not resume.backups(os.path.join(output, "backup"))
@@ -303,10 +349,14 @@ def _fit_and_report(run, config, overwrite):
     output = placement.worker_output(run.output)
     if not overwrite:
         _check_output(output)
-    splits = load_dataset(run.dataset, data_dir=run.data_dir)
+    splits = load_dataset(run.dataset, data_dir=run.data_dir,
+                          validation_fraction=run.validation_fraction,
+                          validation_seed=run.validation_seed)
     if splits.num_classes < 2:
         raise DatasetError(f"Dataset {run.dataset!r} has one class ({splits.class_names[0]!r}); "
                            "a classifier needs at least two.")
+    if not overwrite:
+        _check_split(output, splits.split)
     model, plan = _compiled_model(run, placement, splits)
     if overwrite:
         _delete_run(output)
@@ -390,7 +440,8 @@ def _remove_empty(folders):
 
 def _fit_in(output, run, placement, splits, config, model, plan):
     # Recorded before the first epoch, so a killed run is recognised when its command comes again.
-    _write_json(os.path.join(output, RUN_FILE), {"config": config, "finished": False})
+    _write_json(os.path.join(output, RUN_FILE), {"config": config, "split": splits.split,
+                                                 "finished": False})
     recipe = run.recipe
     epochs, per_epoch, total_updates, accumulation = plan
     image_size = model.input_shape[1]
@@ -399,16 +450,20 @@ def _fit_in(output, run, placement, splits, config, model, plan):
         return images, tf.one_hot(labels, splits.num_classes)
     # Decided by what the cache would hold, the decoded images at their own size (a folder
     # of photos is cached before its resize): unknown sizes are not cached.
-    small = None not in (splits.train_bytes, splits.test_bytes) \
-        and splits.train_bytes + splits.test_bytes < CACHE_BYTES
+    sizes = (splits.train_bytes, splits.validation_bytes, splits.test_bytes)
+    small = None not in sizes and sum(sizes) < CACHE_BYTES
     # The pixels the model's weights expect ([-1, 1], or their source's mean/std).
     normalization = input_normalization(model)
     normalization = None if normalization == OFFICIAL_NORMALIZATION else normalization
     train_data = make_pipeline(splits.train, image_size, recipe.batch_size, True,
                                crop_area=recipe.crop_area, flip=recipe.flip, cache=small,
                                seed=run.seed, normalization=normalization).map(one_hot)
-    eval_data = make_pipeline(splits.test, image_size, recipe.batch_size, False,
-                              cache=small, normalization=normalization).map(one_hot)
+    # Validation data chooses best.keras (the val_* of log.csv); the test split is only read
+    # for the final report, after fit, so no choice of the run has seen it.
+    validation_data = make_pipeline(splits.validation, image_size, recipe.batch_size, False,
+                                    cache=small, normalization=normalization).map(one_hot)
+    test_images = make_pipeline(splits.test, image_size, recipe.batch_size, False,
+                                normalization=normalization).map(lambda x, y: x)
 
     log_path = os.path.join(output, "log.csv")
     with placement.scope():  # the optimizer's variables are built where fit builds them
@@ -425,14 +480,20 @@ def _fit_in(output, run, placement, splits, config, model, plan):
     with placement.run_scope(), multi_worker_fit(model, placement.strategy,
                                                    train_data.element_spec):
         model.fit(train_data, epochs=epochs, initial_epoch=initial_epoch,
-                  steps_per_epoch=per_epoch, validation_data=eval_data, callbacks=callbacks,
-                  verbose=run.verbose, shuffle=False)  # the pipeline shuffles
+                  steps_per_epoch=per_epoch, validation_data=validation_data,
+                  callbacks=callbacks, verbose=run.verbose, shuffle=False)  # the pipeline shuffles
         resume.save_model(model, os.path.join(output, "model.keras"))
-        logits = model.predict(eval_data.map(lambda x, y: x), verbose=0)
+        logits = model.predict(test_images, verbose=0)
     _write_labels(os.path.join(output, "labels.txt"), splits.class_names)
     labels = np.concatenate([y for _, y in splits.test.batch(1024).as_numpy_iterator()])
     summary = {
-        "dataset": splits.name, "num_train": splits.num_train, "num_test": splits.num_test,
+        "dataset": splits.name, "num_train": splits.num_train,
+        "num_validation": splits.num_validation, "num_test": splits.num_test,
+        "split": splits.split,
+        # Where each number comes from: the test split, read once by the final model.
+        "evaluated": {"split": "test", "model": "model.keras",
+                      "numbers": ["accuracy", "per_class", "macro_avg", "confusion_matrix"]},
+        "best_checkpoint": _best_checkpoint(log_path),
         "model": run.variant.name, "weights": run.weights, "image_size": image_size,
         "recipe": dataclasses.asdict(recipe), "strategy": placement.name,
         "replicas": placement.num_replicas, "precision": run.precision,
@@ -445,8 +506,19 @@ def _fit_in(output, run, placement, splits, config, model, plan):
                                  summary, skipped_files=splits.skipped_files,
                                  unsupported_files=splits.unsupported_files)
     # Last: only a run whose every output was written counts as finished.
-    _write_json(os.path.join(output, RUN_FILE), {"config": config, "finished": True})
+    _write_json(os.path.join(output, RUN_FILE), {"config": config, "split": splits.split,
+                                                 "finished": True})
     return result
+
+
+def _best_checkpoint(log_path):
+    """Which epoch best.keras holds, and its validation score: the first best of log.csv,
+    as BestCheckpoint keeps it."""
+    scores = [(int(row["epoch"]), float(row[resume.MONITOR]))
+              for row in report.read_log(log_path) if row.get(resume.MONITOR)]
+    epoch, score = max(scores, key=lambda item: (item[1], -item[0]), default=(None, None))
+    return {"file": "best.keras", "chosen_on": "validation", "monitor": resume.MONITOR,
+            "epoch": None if epoch is None else epoch + 1, "value": score}
 
 
 class _EpochExtras(keras.callbacks.Callback):

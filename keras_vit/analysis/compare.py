@@ -1,0 +1,231 @@
+"""Runs side by side: `compare_runs(folders, output)` writes comparison.md and comparison.png.
+
+A folder is a `keras-vit train` run or an evaluation folder (`keras-vit evaluate --output`);
+both are read through the same fields, so an evaluation folder only has to write them.
+
+What compare reads from a folder's report.json (the schema `train` writes):
+
+- required: `dataset` (the dataset's name: "digits", a folder's name, a TFDS name),
+  `class_names` (the head's order), `split.fingerprints.test`
+  (`keras_vit.data.split_fingerprint` of the test split's example ids), and the numbers
+  measured on that test split: `accuracy`, `macro_avg` {precision, recall, f1},
+  `per_class` {class name: {precision, recall, f1, support}}.
+- optional (shown as "-" when absent): `model`, `weights`, `recipe.name`, `parameters`,
+  `gflops_per_image` (else counted from the folder's model.keras, `forward_flops`),
+  `train_seconds`, `images_per_second` (else training images per second:
+  `steps_per_epoch * recipe.batch_size * epochs_logged / train_seconds`), and
+  `split.fingerprints.train` / `.validation`, checked when both folders have them.
+- log.csv (optional): the learning curves (`accuracy`, `loss`, `val_accuracy`, `val_loss`
+  per `epoch`).
+
+Folders on different datasets, classes or splits are refused (`DatasetError`, naming what
+differs): their numbers do not measure the same thing.
+"""
+
+import json
+import os
+
+from keras_vit.errors import ArgumentError, DatasetError, PathNotFoundError
+
+__all__ = ["compare_runs", "read_run"]
+
+MISSING = "-"
+
+
+def read_run(folder):
+    """A folder's report.json (checked for what compare needs), log rows, and its label."""
+    path = os.path.join(folder, "report.json")
+    if not os.path.isfile(path):
+        raise PathNotFoundError(f"{folder} has no report.json: not a training run or an "
+                                "evaluation folder.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            report = json.load(f)
+    except (OSError, ValueError) as error:
+        raise DatasetError(f"{path} is not readable JSON ({error}).") from error
+    test = (report.get("split") or {}).get("fingerprints", {}).get("test") \
+        if isinstance(report, dict) else None
+    missing = [key for key in ("dataset", "class_names", "accuracy", "macro_avg", "per_class")
+               if not isinstance(report, dict) or key not in report]
+    if missing or not test:
+        what = ", ".join(missing + ([] if test else ["split.fingerprints.test"]))
+        raise DatasetError(f"{path} lacks {what}: written by an older keras_vit? Train or "
+                           "evaluate again to compare it.")
+    from keras_vit.training.report import read_log
+
+    return {"folder": folder, "report": report,
+            "log": read_log(os.path.join(folder, "log.csv"))}
+
+
+def check_comparable(runs):
+    """Raises DatasetError naming the first difference of dataset, classes or split."""
+    first = runs[0]
+    for other in runs[1:]:
+        a, b = first["report"], other["report"]
+        pair = f"{first['folder']} and {other['folder']}"
+        if a["dataset"] != b["dataset"]:
+            raise DatasetError(f"{pair} are on different datasets ({a['dataset']!r} and "
+                               f"{b['dataset']!r}); compare runs on the same dataset and split.")
+        if list(a["class_names"]) != list(b["class_names"]):
+            raise DatasetError(f"{pair} have different classes ({_short(a['class_names'])} and "
+                               f"{_short(b['class_names'])}); compare runs on the same dataset.")
+        prints_a, prints_b = a["split"]["fingerprints"], b["split"]["fingerprints"]
+        for name in ("test", "train", "validation"):
+            if name in prints_a and name in prints_b and prints_a[name] != prints_b[name]:
+                raise DatasetError(f"{pair} used different {name} splits of {a['dataset']!r} "
+                                   f"(fingerprints {prints_a[name]} and {prints_b[name]}); "
+                                   "compare runs on the same split.")
+
+
+def _short(names, shown=4):
+    names = [str(n) for n in names]
+    return ", ".join(names[:shown]) + (f", ... ({len(names)})" if len(names) > shown else "")
+
+
+def compare_runs(folders, output):
+    """Writes `output`/comparison.md and comparison.png for run or evaluation `folders`.
+
+    comparison.md: one column per run (model, weights, recipe, parameters, GFLOPs per
+    image, training time, images/s, test accuracy, macro precision/recall/F1), then the
+    per-class precision/recall/F1 table side by side (a row per class, three columns per
+    run). comparison.png: the learning curves of every run with a log.csv, overlaid.
+    Returns the paths written.
+    """
+    if isinstance(folders, (str, os.PathLike)) or not folders:
+        raise ArgumentError(f"folders must be a list of run folders, got {folders!r}.")
+    runs = [read_run(folder) for folder in folders]
+    check_comparable(runs)
+    labels = _labels(folders)
+    for run, label in zip(runs, labels):
+        run["label"] = label
+        run["gflops"] = _gflops(run)
+    from keras_vit.atomic import atomic_open
+
+    os.makedirs(output, exist_ok=True)
+    markdown = os.path.join(output, "comparison.md")
+    with atomic_open(markdown, "w", encoding="utf-8") as f:
+        f.write(comparison_markdown(runs))
+    figure = os.path.join(output, "comparison.png")
+    plot_curves(runs, figure)
+    return [markdown, figure]
+
+
+def _labels(folders):
+    """Each folder's name, with as many parent folders as it takes to tell them apart."""
+    parts = [os.path.abspath(folder).rstrip(os.sep).split(os.sep) for folder in folders]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        labels = ["/".join(p[-depth:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [f"{i + 1}: {label}" for i, label in enumerate(labels)]
+
+
+def _gflops(run):
+    report = run["report"]
+    if report.get("gflops_per_image") is not None:
+        return float(report["gflops_per_image"])
+    path = os.path.join(run["folder"], "model.keras")
+    if not os.path.isfile(path):
+        return None
+    import keras  # keras_vit's layers are registered: this module is inside keras_vit
+
+    from keras_vit.analysis.flops import forward_flops
+
+    flops = forward_flops(keras.saving.load_model(path, compile=False))  # no optimizer needed
+    return None if flops is None else flops / 1e9
+
+
+def _images_per_second(report):
+    if report.get("images_per_second") is not None:
+        return float(report["images_per_second"])
+    seconds = report.get("train_seconds")
+    try:
+        images = (report["steps_per_epoch"] * report["recipe"]["batch_size"]
+                  * report["epochs_logged"])
+    except (KeyError, TypeError):
+        return None
+    return images / seconds if seconds else None
+
+
+def _number(value, spec):
+    return MISSING if value is None else format(value, spec)
+
+
+def comparison_markdown(runs):
+    """The comparison as Markdown: the summary table, then the per-class table."""
+    first = runs[0]["report"]
+    split = first["split"]
+    support = sum(int(v.get("support", 0)) for v in first["per_class"].values())
+    lines = [
+        "# Comparison", "",
+        f"Dataset `{first['dataset']}`, {len(first['class_names'])} classes. Every number is "
+        f"measured on the test split ({support} images, fingerprint `{split['fingerprints']['test']}`"
+        + (f"; validation split: {split['validation_fraction']:.0%} of the training examples, "
+           f"seed {split['validation_seed']}, fingerprint `{split['fingerprints']['validation']}`"
+           if "validation" in split.get("fingerprints", {}) else "") + "), the same for every run.",
+        "",
+        "| | " + " | ".join(run["label"] for run in runs) + " |",
+        "|---|" + "---:|" * len(runs),
+    ]
+    rows = [
+        ("model", lambda r, run: str(r.get("model") or MISSING)),
+        ("weights", lambda r, run: str(r.get("weights") or "none")),
+        ("recipe", lambda r, run: str((r.get("recipe") or {}).get("name") or MISSING)),
+        ("parameters", lambda r, run: _number(r.get("parameters"), ",")),
+        ("GFLOPs per image", lambda r, run: _number(run["gflops"], ".4g")),
+        ("training time (s)", lambda r, run: _number(r.get("train_seconds"), ".1f")),
+        ("training images/s", lambda r, run: _number(_images_per_second(r), ".1f")),
+        ("test accuracy", lambda r, run: _number(r["accuracy"], ".4f")),
+        ("macro precision", lambda r, run: _number(r["macro_avg"]["precision"], ".4f")),
+        ("macro recall", lambda r, run: _number(r["macro_avg"]["recall"], ".4f")),
+        ("macro F1", lambda r, run: _number(r["macro_avg"]["f1"], ".4f")),
+    ]
+    for name, cell in rows:
+        lines.append(f"| {name} | " + " | ".join(cell(run["report"], run) for run in runs) + " |")
+    lines += ["", "## Per class (test split)", "",
+              "| class | support | " + " | ".join(f"{run['label']} {metric}" for run in runs
+                                                 for metric in ("precision", "recall", "F1"))
+              + " |",
+              "|---|---:|" + "---:|" * (3 * len(runs))]
+    for name in first["class_names"]:
+        cells = []
+        for run in runs:
+            scores = run["report"]["per_class"].get(str(name), {})
+            cells += [_number(scores.get(metric), ".3f") for metric in ("precision", "recall", "f1")]
+        support = first["per_class"].get(str(name), {}).get("support")
+        lines.append(f"| {name} | {_number(support, 'd')} | " + " | ".join(cells) + " |")
+    lines += ["", "GFLOPs per image: the forward pass's matrix multiplies and convolutions, "
+              "2 per multiply-add (keras_vit.analysis.forward_flops). Training images/s: "
+              "images through training steps per second of logged epoch time.", ""]
+    return "\n".join(lines)
+
+
+def plot_curves(runs, path):
+    """Accuracy and loss per epoch of every run with a log, overlaid: validation solid,
+    training dashed, one colour per run."""
+    from matplotlib.figure import Figure
+
+    from keras_vit.atomic import atomic_path
+
+    figure = Figure(figsize=(11, 4))
+    axes = figure.subplots(ncols=2)
+    for index, run in enumerate(runs):
+        epochs = [int(row["epoch"]) + 1 for row in run["log"]]
+        for ax, metric in zip(axes, ("accuracy", "loss")):
+            for key, style, kind in ((f"val_{metric}", "-", "validation"),
+                                     (metric, "--", "train")):
+                values = [float(row[key]) for row in run["log"] if row.get(key)]
+                if values:
+                    ax.plot(epochs[:len(values)], values, style, color=f"C{index}", marker="o",
+                            markersize=3, label=f"{run['label']} ({kind})")
+    for ax, metric in zip(axes, ("accuracy", "loss")):
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no log.csv in these folders", ha="center", transform=ax.transAxes)
+    figure.tight_layout()
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, dpi=100)
