@@ -38,6 +38,12 @@ LAYER_CASES = [
     # GroupNorm's 32 groups: 32 bottleneck features are the fewest a unit can have.
     (keras_vit.BottleneckUnit, {"features": 32, "strides": 2}, (1, 6, 6, 16), (1, 3, 3, 128), ()),
     (keras_vit.ResNetTrunk, {"stages": (1,), "width": 1}, (1, 16, 16, 3), (1, 4, 4, 256), ()),
+    (keras_vit.StdConv2D, {"filters": 4, "kernel_size": 3, "strides": 2, "epsilon": 1e-8,
+                           "epsilon_on": "variance", "padding": "valid"},
+     (2, 9, 9, 3), (2, 4, 4, 4), ()),
+    # BiT's pre-activation unit, with its projection (channels and resolution change).
+    (keras_vit.PreActBottleneckUnit, {"features": 32, "strides": 2}, (1, 7, 7, 64),
+     (1, 4, 4, 128), ()),
 ]
 
 

@@ -1,6 +1,7 @@
 """Checkpoint formats, one module each, and the registry that picks one.
 
     npz.py           the official .npz (the layout every other format is translated into)
+    bit.py           BiT's .npz release files (big_transfer's ResNetV2 layout)
     timm.py          timm's VisionTransformer state dict (.safetensors, or a Hub folder)
     transformers.py  Hugging Face transformers ViT (save_pretrained folders)
     keras_hub.py     keras-hub ViT presets (save_to_preset folders)
@@ -18,7 +19,7 @@ Adding a format is one module defining `FORMAT` and one line in `FORMATS`.
 import os
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.formats import keras_hub, npz, timm, transformers
+from keras_vit.checkpoints.formats import bit, keras_hub, npz, timm, transformers
 from keras_vit.checkpoints.formats.base import CheckpointInfo, CheckpointReader, Source
 from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX
 
@@ -28,7 +29,7 @@ __all__ = ["FORMATS", "open_checkpoint", "inspect_checkpoint", "read_checkpoint"
 
 # The first format that recognises a path is its format. npz comes last: it takes any single
 # file no other format took.
-FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers.FORMAT, npz.FORMAT]
+FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers.FORMAT, bit.FORMAT, npz.FORMAT]
 
 # Pickled torch files: unpickling runs whatever code the file holds.
 PICKLED_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
