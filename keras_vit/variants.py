@@ -272,10 +272,6 @@ class BiTVariant:
         """Channels of the features the head reads: 4 * 64 * width * 8 = 2048 * width."""
         return 2048 * self.width
 
-    @property
-    def timm_name(self):
-        return f"resnetv2_{self.depth}x{self.width}_bit"
-
 
 BIT_VARIANTS = {v.name: v for v in (BiTVariant(f"BiT-R{depth}x{width}", depth, width)
                                     for depth, width in ((50, 1), (50, 3), (101, 1), (101, 3),
@@ -319,9 +315,10 @@ def get_bit_variant(name):
 
 def get_architecture(name):
     """A `Variant` (ViT) or a `BiTVariant`, from any name the command line accepts:
-    "B/16", "demo", "BiT-R50x1", timm's names."""
+    "B/16", "demo", "BiT-R50x1" (or "R50x1"), timm's names."""
     if isinstance(name, (Variant, BiTVariant)):
         return name
-    if isinstance(name, str) and (name.strip().lower().startswith(("bit", "resnetv2_"))):
+    if isinstance(name, str) and (name.strip().lower().startswith("bit")
+                                  or _BIT_KEY.fullmatch(_bit_key(name))):
         return get_bit_variant(name)
     return get_variant(name)

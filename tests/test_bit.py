@@ -64,6 +64,8 @@ def test_names_and_constructors():
     for spelling in ("BiT-R50x1", "R50x1", "bit_r50x1", "resnetv2_50x1_bit"):
         assert get_bit_variant(spelling) is BIT_VARIANTS["BiT-R50x1"]
     assert keras_vit.variants.get_architecture("BiT-R101x3") is BIT_VARIANTS["BiT-R101x3"]
+    assert keras_vit.variants.get_architecture("r101x3") is BIT_VARIANTS["BiT-R101x3"]
+    assert keras_vit.variants.get_architecture("resnetv2_152x4_bit") is BIT_VARIANTS["BiT-R152x4"]
     assert keras_vit.variants.get_architecture("B/16").name == "ViT-B_16"
     with pytest.raises(keras_vit.ArgumentError, match="is a BiT ResNet, not a ViT"):
         keras_vit.ViT("BiT-R50x1")

@@ -66,7 +66,7 @@ class Checkpoint:
     sha256: str | None = None
     source: str = ""
     local_path: str | None = None  # set for a user's own file or directory
-    format: str = "npz"  # npz, timm, transformers or keras_hub
+    format: str = "npz"  # npz, bit, timm, transformers or keras_hub
     hub: str | None = None  # a Hugging Face repository id, for hf:// entries
     revision: str | None = None
     # The numerics of the source's library; None: the format's (its registry entry).
