@@ -73,6 +73,23 @@ def test_names_and_constructors():
         keras_vit.BiT("R50x2")
 
 
+def test_each_constructor_is_bit_with_its_size(monkeypatch):
+    """BiT_R50x1 ... BiT_R152x4: BiT's signature minus `variant`, each asking BiT for its own
+    size (nothing is built)."""
+    import inspect
+
+    from keras_vit.models import bit as bit_module
+
+    parameters = list(inspect.signature(keras_vit.BiT).parameters.values())
+    calls = []
+    monkeypatch.setattr(bit_module, "BiT", lambda variant, **kwargs: calls.append((variant, kwargs)))
+    for name in BIT_VARIANTS:
+        constructor = getattr(keras_vit, name.replace("-", "_"))
+        assert list(inspect.signature(constructor).parameters.values()) == parameters[1:]
+        constructor(image_size=-1)
+        assert calls.pop() == (name, {"weights": None, "image_size": -1})
+
+
 # --- parity with timm, through a file in big_transfer's layout ------------------------------
 
 def _randomize(model, seed):
