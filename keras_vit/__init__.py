@@ -11,8 +11,8 @@ training code, tf.distribute work-around or plotting library.
 
 Every public name is in one table below, {name: its module}; `__all__`,
 `dir(keras_vit)` and the loading on first use (keras_vit/_lazy.py) come from it.
-The named constructors (ViT_Ti16, ...) come from the variant table
-(keras_vit/variants.py), the errors from keras_vit/errors.py.
+The named constructors (ViT_Ti16, ..., BiT_R50x1, ...) come from the variant
+tables (keras_vit/variants.py), the errors from keras_vit/errors.py.
 """
 
 import importlib
@@ -24,12 +24,14 @@ __version__ = "0.2.0.dev0"
 
 # The core: what building a model, loading weights and classifying an image need.
 _CORE = {
-    **dict.fromkeys(["ViT", *variants.constructor_names(), "ResNetV2"], "keras_vit.models"),
+    **dict.fromkeys(["ViT", *variants.constructor_names(), "ResNetV2", "BiT",
+                     *variants.bit_constructor_names()], "keras_vit.models"),
     **dict.fromkeys(["PatchEncoder", "ClassToken", "AddPositionEmbedding",
                      "resize_position_embedding", "MultiHeadSelfAttention", "MlpBlock",
                      "TransformerBlock", "TokenPooling", "StdConv2D", "BottleneckUnit",
-                     "ResNetTrunk"], "keras_vit.layers"),
-    **dict.fromkeys(["VARIANTS", "Variant", "get_variant", "variant_names"], "keras_vit.variants"),
+                     "ResNetTrunk", "PreActBottleneckUnit"], "keras_vit.layers"),
+    **dict.fromkeys(["VARIANTS", "Variant", "get_variant", "variant_names", "BIT_VARIANTS",
+                     "BiTVariant"], "keras_vit.variants"),
     **dict.fromkeys(["Checkpoint", "catalogue", "list_models", "pin_checksum", "load_weights",
                      "load_resnet_weights", "save_npz", "save_safetensors"],
                     "keras_vit.checkpoints"),

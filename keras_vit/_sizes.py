@@ -49,6 +49,8 @@ def check_fits(variant, image_size=None, classes=None, batch_size=1, memory=None
         return
     pair = (224, 224) if image_size is None else (
         (image_size, image_size) if isinstance(image_size, int) else tuple(image_size))
+    if not hasattr(variant, "token_grid"):  # a BiT ResNet: no tokens
+        return _check_resnet_fits(variant, pair, classes, batch_size, memory)
     rows, columns = variant.token_grid(pair)
     tokens = rows * columns + 1
     width = variant.width
@@ -64,6 +66,38 @@ def check_fits(variant, image_size=None, classes=None, batch_size=1, memory=None
         raise SizeError("image_size", f"image_size {image_size} cannot fit: one image needs at "
                                       f"least {_gigabytes(position + example)}, {have}.")
     needed = position + head + 4 * blocks + example * (batch_size or 1)
+    if needed > memory:
+        raise SizeError("batch_size", f"batch_size {batch_size} cannot fit: a batch needs at "
+                                      f"least {_gigabytes(needed)}, {have}.")
+
+
+def _resnet_weights(variant):
+    """A BiT's convolution weights (GroupNorm's few aside): its bottleneck units' 1x1, 3x3 and
+    1x1 kernels, each stage's projection, the 7x7 root."""
+    root = 64 * variant.width
+    count, channels = 7 * 7 * 3 * root, root
+    for stage, units in enumerate(variant.units):
+        features = root * 2 ** stage
+        count += channels * 4 * features  # the projection of the stage's first unit
+        for _ in range(units):
+            count += channels * features + 9 * features * features + features * 4 * features
+            channels = 4 * features
+    return count
+
+
+def _check_resnet_fits(variant, pair, classes, batch_size, memory):
+    have = f"this machine has {_gigabytes(memory)}"
+    head = 4 * variant.channels * (classes or 0)
+    weights = 4 * _resnet_weights(variant)
+    # Per image: its input, and the root convolution's output (the largest map), at 2 bytes.
+    example = 4 * 3 * math.prod(pair) + 2 * 64 * variant.width * math.prod(-(-s // 2) for s in pair)
+    if head > memory:
+        raise SizeError("classes", f"classes {classes} cannot fit: the head alone needs "
+                                   f"{_gigabytes(head)}, {have}.")
+    if weights + example > memory:
+        raise SizeError("image_size", f"image_size {pair[0]}x{pair[1]} cannot fit: one image needs "
+                                      f"at least {_gigabytes(weights + example)}, {have}.")
+    needed = weights + head + example * (batch_size or 1)
     if needed > memory:
         raise SizeError("batch_size", f"batch_size {batch_size} cannot fit: a batch needs at "
                                       f"least {_gigabytes(needed)}, {have}.")

@@ -257,3 +257,38 @@ def timm_hybrid(variant, image_size, classes, npz_path=None):
         model.load_pretrained(str(npz_path))
     model.eval()
     return model
+
+
+# BiT (big_transfer's release layout, from official-checkpoints.md): units per stage by depth.
+BIT_UNITS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+
+
+def official_bit_arrays(depth=50, width=1, classes=1000, seed=0):
+    """Random BiT ResNetV2 weights under big_transfer's keys and shapes (HWIO kernels, 1-D
+    GroupNorm parameters, a (1, 1, C, classes) 1x1 conv head; `classes=None`: no head)."""
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape, scale=0.05):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    root = 64 * width
+    arrays = {"resnet/root_block/standardized_conv2d/kernel": normal(7, 7, 3, root)}
+    channels = root
+    for s, units in enumerate(BIT_UNITS[depth], start=1):
+        mid = root * 2 ** (s - 1)
+        for u in range(1, units + 1):
+            prefix = f"resnet/block{s}/unit{u:02d}/"
+            if u == 1:
+                arrays[prefix + "a/proj/standardized_conv2d/kernel"] = normal(1, 1, channels, 4 * mid)
+            for part, shape in (("a", (1, 1, channels, mid)), ("b", (3, 3, mid, mid)),
+                                ("c", (1, 1, mid, 4 * mid))):
+                arrays[f"{prefix}{part}/standardized_conv2d/kernel"] = normal(*shape)
+                arrays[f"{prefix}{part}/group_norm/gamma"] = 1 + normal(shape[2], scale=0.1)
+                arrays[f"{prefix}{part}/group_norm/beta"] = normal(shape[2], scale=0.1)
+            channels = 4 * mid
+    arrays["resnet/group_norm/gamma"] = 1 + normal(channels, scale=0.1)
+    arrays["resnet/group_norm/beta"] = normal(channels, scale=0.1)
+    if classes:
+        arrays["resnet/head/conv2d/kernel"] = normal(1, 1, channels, classes, scale=0.01)
+        arrays["resnet/head/conv2d/bias"] = normal(classes, scale=0.1)
+    return arrays

@@ -25,8 +25,19 @@ def test_catalogue_covers_the_promised_checkpoints():
             assert c.url is None and c.format in ("timm", "transformers") and c.tag == f"hf://{c.hub}"
             assert c.classes in (None, 1000, 21843) and c.resolution in (224, 384)
             continue
+        if c.format == "bit":  # big_transfer's files: no position embedding, no resolution
+            assert c.url == f"https://storage.googleapis.com/bit_models/{_bit_file(c)}", c
+            assert c.resolution is None and c.classes == (21843 if c.tag == "bit-m" else 1000)
+            continue
         assert c.url.startswith("https://storage.googleapis.com/vit_models/") and c.url.endswith(".npz")
         assert c.classes in (1000, 21843) and c.resolution in (224, 384)
+
+
+def _bit_file(checkpoint):
+    """big_transfer's file name for a BiT entry: BiT-M-R50x1.npz, BiT-S-..., ...-ILSVRC2012."""
+    size = checkpoint.variant.removeprefix("BiT-")
+    return {"bit-m": f"BiT-M-{size}.npz", "bit-s": f"BiT-S-{size}.npz",
+            "bit-m-ilsvrc2012": f"BiT-M-{size}-ILSVRC2012.npz"}[checkpoint.tag]
 
 
 def test_offline_download_fails_fast_and_says_what_to_do(tmp_path):

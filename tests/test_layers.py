@@ -44,6 +44,12 @@ LAYER_CASES = [
     (keras_vit.ResNetTrunk, {"stages": (1,), "group_norm_epsilon": 1e-5, "std_conv_epsilon": 1e-8,
                              "std_conv_epsilon_on": "variance"},
      (1, 16, 16, 3), (1, 4, 4, 256), ()),
+    (keras_vit.StdConv2D, {"filters": 4, "kernel_size": 3, "strides": 2, "epsilon": 1e-8,
+                           "epsilon_on": "variance", "padding": "valid"},
+     (2, 9, 9, 3), (2, 4, 4, 4), ()),
+    # BiT's pre-activation unit, with its projection (channels and resolution change).
+    (keras_vit.PreActBottleneckUnit, {"features": 32, "strides": 2}, (1, 7, 7, 64),
+     (1, 4, 4, 128), ()),
 ]
 
 

@@ -98,7 +98,7 @@ def test_changed_configuration_names_what_differs(tmp_path, flag):
 
     output = tmp_path / "run"
     output.mkdir()
-    config = run._run_config("digits", run.get_variant("demo"), None,
+    config = run._run_config("digits", run.get_architecture("demo"), None,
                              run.get_recipe("scratch", **run.get_preset("digits").overrides("scratch")),
                              "float32", 0)
     (output / "run.json").write_text(json.dumps({"config": config, "finished": True}))

@@ -299,23 +299,29 @@ def constructor_name(official):
 
 
 def test_constructors_all_and_the_api_page_agree_with_the_variant_table():
-    """Each non-gap row of VARIANTS, in table order, is one constructor in keras_vit and
-    keras_vit.models, in both `__all__`s, and one entry of docs/api.md's Models section:
-    a row added to the table without its docs entry fails here."""
+    """Each non-gap row of VARIANTS, and each row of BIT_VARIANTS, in table order, is one
+    constructor in keras_vit and keras_vit.models, in both `__all__`s, and one entry of
+    docs/api.md's Models section: a row added to a table without its docs entry fails here."""
     import keras_vit.models
+    from keras_vit.variants import BIT_VARIANTS
 
     expected = [constructor_name(n) for n, v in VARIANTS.items() if v.classifier != "gap"]
     assert [v.constructor_name for v in VARIANTS.values() if v.constructor_name] == expected
+    # BiT-R50x1 -> BiT_R50x1, spelled here independently of BiTVariant.constructor_name.
+    bit_expected = [n.replace("-", "_") for n in BIT_VARIANTS]
+    assert [v.constructor_name for v in BIT_VARIANTS.values()] == bit_expected
     for module in (keras_vit, keras_vit.models):
-        assert [n for n in module.__all__ if n.startswith("ViT_")] == expected, module.__name__
-        assert sorted(n for n in dir(module) if n.startswith("ViT_")) == sorted(expected)
-    for name in expected:
+        for prefix, names in (("ViT_", expected), ("BiT_", bit_expected)):
+            assert [n for n in module.__all__ if n.startswith(prefix)] == names, module.__name__
+            assert sorted(n for n in dir(module) if n.startswith(prefix)) == sorted(names)
+    for name in [*expected, *bit_expected]:
         assert getattr(keras_vit, name) is getattr(keras_vit.models, name)
         assert getattr(keras_vit, name).__name__ == name
     page = (pathlib.Path(__file__).parents[1] / "docs" / "api.md").read_text()
     models = page.split("\n## Models\n")[1].split("\n## ")[0]
     entries = re.findall(r"^::: keras_vit\.(\S+)$", models, flags=re.M)
-    assert entries == ["ViT", *expected, "ResNetV2"], "docs/api.md's Models section"
+    assert entries == ["ViT", *expected, "ResNetV2", "BiT", *bit_expected], \
+        "docs/api.md's Models section"
 
 
 def test_the_demo_variant_is_found_by_name_and_is_not_official():

@@ -12,7 +12,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from keras_vit.checkpoints import catalogue
-from keras_vit.variants import VARIANTS
+from keras_vit.variants import BIT_VARIANTS, VARIANTS
+from tests.test_bit import TIMM_PARAMS
 from tests.test_variants import EXPECTED_PARAMS
 
 PAGE = os.path.join(os.path.dirname(__file__), "..", "docs", "models-and-weights.md")
@@ -134,6 +135,55 @@ in the official layout, since the real files cannot be downloaded in CI.
 """
 
 
+BIT = """
+## BiT ResNetV2, the CNN baseline
+
+The paper's convolutional baseline: BiT (Kolesnikov et al., "Big Transfer"), a
+pre-activation ResNetV2 with weight-standardised convolutions and GroupNorm (32
+groups), its 7x7/2 stem with a 3x3/2 max pool, and a head of GroupNorm, ReLU,
+global mean and a 1x1 convolution. It takes the ViTs' keras.applications
+arguments (`weights`, `include_top`, `classes`, `image_size` / `input_shape`,
+`pooling`, `include_preprocessing`, `classifier_activation`), any image size
+(224 by default; every stride-2 step gives ceil(size / 2)), and [-1, 1] pixels,
+as the ViTs. Where its numbers differ from the hybrids' trunk (unit order,
+padding, standardisation and GroupNorm epsilons) is one table, in
+`keras_vit/layers/resnet.py`.
+
+```python
+model = keras_vit.BiT_R50x1(classes=5)          # random weights, 224 px
+features = keras_vit.BiT("R50x1", include_top=False, pooling="avg")  # (batch, 2048)
+# keras_vit.BiT_R50x1(weights="bit-m", classes=5): ImageNet-21k weights, a zero 5-class head
+```
+
+On the command line: `keras-vit train --model BiT-R50x1 ...` (and `export`,
+`predict`). Parameters with a 1000-class head, equal to timm's `resnetv2_*_bit`
+(asserted by `tests/test_bit.py`):
+
+| model | constructor | depth | width | units per stage | features | parameters |
+|---|---|---|---|---|---|---|
+"""
+
+BIT_WEIGHTS = """
+Weights: big_transfer's release files, `weights="bit-m"` (ImageNet-21k, 21,843
+classes), `"bit-s"` (ImageNet-1k, 1,000) and `"bit-m-ilsvrc2012"` (ImageNet-21k
+fine-tuned on ImageNet-1k, 1,000; also `weights="imagenet"`), or the path of
+such a file. They are read by the same strict loader as the ViT files (the
+`bit` format: keys `resnet/root_block/...`, `resnet/block{s}/unit{uu}/...`,
+`resnet/group_norm/...`, `resnet/head/conv2d/...`), cached at
+`$KERAS_HOME/keras_vit/bit_models/<file>`, checked against their row
+(architecture, classes) on every use, and their sha256 recorded on first use
+(no checksums are published). No sizes are published either: the catalogue
+gives each file the size of its float32 arrays, which bounds its download as the
+ViT files' sizes do. They live in `gs://bit_models`; `KERAS_VIT_WEIGHTS_URL` stands for that
+bucket too (the file names never clash with the ViT files', so one mirror folder
+can hold both). A ViT file given to a BiT, or a BiT file to a ViT, is refused in
+one line naming what the file is.
+
+| model | `bit-m` | `bit-s` | `bit-m-ilsvrc2012` |
+|---|---|---|---|
+"""
+
+
 def constructor_name(variant):
     if variant.constructor_name:
         return f"`{variant.constructor_name}`"
@@ -150,7 +200,7 @@ def render():
                      f"{v.heads} | {v.total_stride} | {pooling} | {count} |\n")
     lines.append(WEIGHTS)
     for c in catalogue():
-        if c.hub:
+        if c.hub or c.format == "bit":
             continue
         size = f"{c.size_mib:g}" if c.size_mib else "-"
         lines.append(f"| {c.variant} | `{c.tag}` | {c.classes:,} | {c.resolution} | "
@@ -162,6 +212,16 @@ def render():
             lines.append(f"| {c.variant} | [`{c.tag}`](https://huggingface.co/{c.hub}) | {c.format} | "
                          f"{classes} | {c.resolution} | {c.representation_size or '-'} |\n")
     lines.append(OFFLINE)
+    lines.append(BIT)
+    for v in BIT_VARIANTS.values():
+        units = ", ".join(map(str, v.units))
+        lines.append(f"| {v.name} | `{v.constructor_name}` | {v.depth} | x{v.width} | {units} | "
+                     f"{v.channels:,} | {TIMM_PARAMS[v.name][1]:,} |\n")
+    lines.append(BIT_WEIGHTS)
+    for v in BIT_VARIANTS.values():
+        files = {c.tag: f"[{c.filename}]({c.url})" for c in catalogue() if c.variant == v.name}
+        lines.append(f"| {v.name} | {files['bit-m']} | {files['bit-s']} | "
+                     f"{files['bit-m-ilsvrc2012']} |\n")
     with open(HYBRIDS) as f:  # hand-written prose on the hybrids, kept beside this script
         lines.append("\n" + f.read())
     return "".join(lines)

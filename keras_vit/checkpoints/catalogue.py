@@ -3,8 +3,8 @@
 The catalogue itself is data (`catalogue.json` beside this file). Official
 files are cached under `$KERAS_HOME/keras_vit/` (default `~/.keras/keras_vit/`),
 as Keras caches its own downloads, at a path that mirrors the file's URL
-(`vit_models/imagenet21k/ViT-B_16.npz`), so two tags' files never share a
-path. Hub entries (`hf://owner/name`) live in huggingface_hub's own cache.
+(`vit_models/imagenet21k/ViT-B_16.npz`, `bit_models/BiT-M-R50x1.npz`), so two
+tags' files never share a path. Hub entries (`hf://owner/name`) live in huggingface_hub's own cache.
 
 Every file, downloaded or found in the cache, is checked against its entry
 (architecture, classes, pre_logits width, resolution) from its headers before
@@ -26,6 +26,7 @@ from keras_vit.checkpoints.download import redact
 from keras_vit.checkpoints.errors import CheckpointError, WeightsUnavailableError
 from keras_vit.checkpoints.formats import is_checkpoint_path, numerics_of, open_checkpoint
 from keras_vit.checkpoints.layout import (
+    BIT_HEAD_KERNEL_KEY,
     HEAD_KERNEL_KEY,
     POS_EMBED_KEY,
     PRE_LOGITS_KERNEL_KEY,
@@ -36,10 +37,13 @@ from keras_vit.errors import ArgumentError, ArgumentTypeError, PathNotFoundError
 
 __all__ = ["Checkpoint", "catalogue", "find_checkpoint", "list_models", "resolve_weights",
            "pin_checksum",
-           "cache_dir", "OFFICIAL_BASE_URL", "WEIGHTS_URL_ENV"]
+           "cache_dir", "OFFICIAL_BASE_URL", "OFFICIAL_BASE_URLS", "WEIGHTS_URL_ENV"]
 
-# The prefix of every official URL, and the variable that points it at a mirror.
+# The prefix of every official URL, and the variable that points it at a mirror. BiT's files
+# live in a sibling bucket; their names (BiT-M-R50x1.npz, ...) never clash with the ViT
+# files' (imagenet21k/..., augreg/...), so one mirror folder can stand for both buckets.
 OFFICIAL_BASE_URL = "https://storage.googleapis.com/vit_models"
+OFFICIAL_BASE_URLS = (OFFICIAL_BASE_URL, "https://storage.googleapis.com/bit_models")
 WEIGHTS_URL_ENV = "KERAS_VIT_WEIGHTS_URL"
 # A download never writes more than its entry's declared size and this margin; an entry
 # that declares no size is capped at UNDECLARED_SIZE_CAP (the largest official file,
@@ -62,7 +66,7 @@ class Checkpoint:
     sha256: str | None = None
     source: str = ""
     local_path: str | None = None  # set for a user's own file or directory
-    format: str = "npz"  # npz, timm, transformers or keras_hub
+    format: str = "npz"  # npz, bit, timm, transformers or keras_hub
     hub: str | None = None  # a Hugging Face repository id, for hf:// entries
     revision: str | None = None
     # The numerics of the source's library; None: the format's (its registry entry).
@@ -84,8 +88,9 @@ class Checkpoint:
     def cache_key(self):
         """The file's path inside the cache, unique per source: the URL's path."""
         url = self.url
-        if url.startswith(OFFICIAL_BASE_URL + "/"):
-            return "vit_models/" + url[len(OFFICIAL_BASE_URL) + 1:]
+        base = _official_base(url)
+        if base:  # vit_models/imagenet21k/ViT-B_16.npz, bit_models/BiT-M-R50x1.npz
+            return base.rsplit("/", 1)[1] + "/" + url[len(base) + 1:]
         scheme, _, rest = url.partition("://")
         return rest.replace(":", "_")
 
@@ -97,8 +102,9 @@ class Checkpoint:
     def download_url(self):
         """The URL, with the official prefix replaced by $KERAS_VIT_WEIGHTS_URL when set."""
         mirror = os.environ.get(WEIGHTS_URL_ENV, "").rstrip("/")
-        if mirror and self.url.startswith(OFFICIAL_BASE_URL + "/"):
-            return mirror + self.url[len(OFFICIAL_BASE_URL):]
+        base = _official_base(self.url)
+        if mirror and base:
+            return mirror + self.url[len(base):]
         return self.url
 
     @property
@@ -139,6 +145,11 @@ class Checkpoint:
             self.reader.close()
 
 
+def _official_base(url):
+    """The official bucket prefix `url` starts with, or None."""
+    return next((base for base in OFFICIAL_BASE_URLS if url.startswith(base + "/")), None)
+
+
 @functools.cache
 def catalogue():
     """Every catalogued checkpoint, as `Checkpoint` records."""
@@ -150,15 +161,16 @@ def catalogue():
 # classifier, in this order (AugReg's in21k -> in1k fine-tunes report higher top-1 than the
 # paper's own at the same size: B/16 at 384, 85.5% against 84.2%).
 IMAGENET_PREFERENCE = ("augreg-in21k-ft-in1k-384", "imagenet21k+imagenet2012",
-                       "augreg-in21k-ft-in1k-224")
+                       "augreg-in21k-ft-in1k-224", "bit-m-ilsvrc2012")
 
 
 def list_models():
-    """{variant name: the catalogue tags of its weights}, every variant of the table."""
-    from keras_vit.variants import variant_names
+    """{variant name: the catalogue tags of its weights}, every ViT variant of the table,
+    then every BiT."""
+    from keras_vit.variants import BIT_VARIANTS, variant_names
 
     return {name: [c.tag for c in catalogue() if c.variant == name and not c.hub]
-            for name in variant_names()}
+            for name in [*variant_names(), *BIT_VARIANTS]}
 
 
 def find_checkpoint(variant, tag):
@@ -280,9 +292,9 @@ def _pin_first_use(checkpoint):
 def check_contents(checkpoint, reader, shown_path=None):
     """Raises `CheckpointError` when the file (a path, or an open `CheckpointReader`) is not
     what `checkpoint` declares."""
-    from keras_vit.variants import get_variant
+    from keras_vit.variants import get_architecture
 
-    variant = get_variant(checkpoint.variant)
+    variant = get_architecture(checkpoint.variant)
     shown = shown_path or getattr(reader, "path", reader)
     try:
         if isinstance(reader, (str, os.PathLike)):
@@ -311,14 +323,16 @@ def check_contents(checkpoint, reader, shown_path=None):
 
 
 def _architecture(variant):
+    if hasattr(variant, "units"):  # a BiTVariant; the words describe_bit uses
+        return f"{variant.name} (depth {variant.depth}, width {variant.width}, units {variant.units})"
     return f"{variant.name} (width {variant.width}, depth {variant.depth}, patch {variant.patch_size})"
 
 
 def _summary(shapes, variant):
     """What a checkpoint's official-key shapes say, in the terms of a catalogue entry."""
     arrays = {k: _Shape(s) for k, s in shapes.items()}
-    head, pre = shapes.get(HEAD_KERNEL_KEY), shapes.get(PRE_LOGITS_KERNEL_KEY)
-    pos = shapes.get(POS_EMBED_KEY)
+    head = shapes.get(HEAD_KERNEL_KEY) or shapes.get(BIT_HEAD_KERNEL_KEY)
+    pre, pos = shapes.get(PRE_LOGITS_KERNEL_KEY), shapes.get(POS_EMBED_KEY)
     grid = pos and square_grid(pos[1] - ("cls" in shapes))
     return {"architecture": describe_architecture(arrays), "classes": head[-1] if head else None,
             "pre_logits width": pre[-1] if pre else None,

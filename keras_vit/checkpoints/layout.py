@@ -3,8 +3,9 @@
 This is the one place that spells the official key layout (pre-Linen names,
 as released): the transformer's `Transformer/encoderblock_{i}/...`, the
 embedding, class token, position embedding and head, and the hybrids' ResNet
-trunk (`conv_root`, `gn_root`, `block{s}/unit{u}/...`). The rows are generated
-from the model's own layer names, which follow the checkpoint's.
+trunk (`conv_root`, `gn_root`, `block{s}/unit{u}/...`); and BiT's release
+layout (`resnet/root_block/...`, `bit_rows`). The rows are generated from the
+model's own layer names, which follow the checkpoint's.
 """
 
 import dataclasses
@@ -18,13 +19,18 @@ from keras_vit.variants import VARIANTS
 
 __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "is_head_key",
            "square_grid", "describe_architecture", "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
-           "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "TRUNK_PREFIXES", "released_shape"]
+           "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "TRUNK_PREFIXES", "released_shape",
+           "BIT_ROOT_KEY", "BIT_HEAD_KERNEL_KEY", "bit_rows", "is_bit_model", "describe_bit"]
 
 POS_EMBED_KEY = "Transformer/posembed_input/pos_embedding"
 HEAD_KERNEL_KEY = "head/kernel"  # (features, classes): the head's class count
 PRE_LOGITS_KERNEL_KEY = "pre_logits/kernel"  # (D, representation size)
+# BiT's release files (big_transfer): every key under "resnet/".
+BIT_ROOT_KEY = "resnet/root_block/standardized_conv2d/kernel"  # (7, 7, 3, 64 * width)
+BIT_HEAD_KERNEL_KEY = "resnet/head/conv2d/kernel"  # (1, 1, features, classes)
+HEAD_PREFIXES = ("head/", "resnet/head/")
 # Keys a model may leave unused: a fine-tuned model drops the pre-training head.
-DROPPABLE_PREFIXES = ("pre_logits/", "head/")
+DROPPABLE_PREFIXES = ("pre_logits/", *HEAD_PREFIXES)
 # Every key of the hybrids' ResNet trunk starts with one of these.
 TRUNK_PREFIXES = ("conv_root/", "gn_root/", "block")
 
@@ -48,7 +54,7 @@ def is_trunk_key(key):
 
 
 def is_head_key(key):
-    return key.startswith("head/")
+    return key.startswith(HEAD_PREFIXES)
 
 
 def fits(found, expected):
@@ -94,6 +100,8 @@ def normalize_keys(arrays):
 
 def layout(model):
     """The rows that fill `model` (a ViT, or a ResNetV2 trunk) from a checkpoint."""
+    if is_bit_model(model):
+        return bit_rows(model)
     rows = []
     names = {layer.name for layer in model.layers}
 
@@ -150,6 +158,54 @@ def trunk_rows(trunk):
     return [Row((key,), variable, shapes=(tuple(variable.shape),)) for key, variable in pairs]
 
 
+def is_bit_model(model):
+    """Whether `model` is a BiT ResNetV2 (`keras_vit.BiT`): it has BiT's root block."""
+    return "root_block" in {layer.name for layer in model.layers}
+
+
+def bit_rows(model):
+    """The rows of a `keras_vit.BiT` model, in big_transfer's release layout:
+    resnet/root_block, resnet/block{s}/unit{uu}/{a,b,c}/{standardized_conv2d,group_norm},
+    a/proj in a stage's first unit, resnet/group_norm and the 1x1 conv head."""
+    pairs = [(BIT_ROOT_KEY, model.get_layer("root_block").kernel)]
+    for layer in model.layers:
+        if not re.fullmatch(r"block\d+_unit\d+", layer.name):
+            continue
+        prefix = "resnet/" + layer.name.replace("_", "/")  # block1_unit01 -> resnet/block1/unit01
+        for part in "abc":
+            norm = getattr(layer, f"{part}_norm")
+            pairs += [(f"{prefix}/{part}/standardized_conv2d/kernel",
+                       getattr(layer, f"{part}_conv").kernel),
+                      (f"{prefix}/{part}/group_norm/gamma", norm.gamma),
+                      (f"{prefix}/{part}/group_norm/beta", norm.beta)]
+        if layer.a_proj is not None:
+            pairs.append((f"{prefix}/a/proj/standardized_conv2d/kernel", layer.a_proj.kernel))
+    norm = model.get_layer("group_norm")
+    pairs += [("resnet/group_norm/gamma", norm.gamma), ("resnet/group_norm/beta", norm.beta)]
+    rows = [Row((key,), variable, shapes=(tuple(variable.shape),)) for key, variable in pairs]
+    if "head" in {layer.name for layer in model.layers}:
+        head = model.get_layer("head")  # the 1x1 conv on the pooled features is this Dense
+        rows += [Row((BIT_HEAD_KERNEL_KEY,), head.kernel, shapes=((1, 1, *head.kernel.shape),)),
+                 Row(("resnet/head/conv2d/bias",), head.bias, shapes=(tuple(head.bias.shape),))]
+    return rows
+
+
+def describe_bit(shapes):
+    """"BiT-R50x1 (depth 50, width 1)" for BiT release arrays' shapes, None for others."""
+    root = shapes.get(BIT_ROOT_KEY)
+    if root is None or len(root) != 4:
+        return None
+    units = {}
+    for key in shapes:
+        if (m := re.match(r"resnet/block(\d+)/unit(\d+)/", key)):
+            units.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    counts = tuple(len(units[s]) for s in sorted(units))
+    depth = 3 * sum(counts) + 2
+    width = root[3] / 64
+    width = int(width) if width == int(width) else width
+    return f"BiT-R{depth}x{width} (depth {depth}, width {width}, units {counts})"
+
+
 def _attention_rows(prefix, attention):
     # The official query/key/value kernels (D, heads, head_dim) are the column blocks of
     # keras_vit's fused (D, 3 * D) kernel; the output kernel is (heads, head_dim, D).
@@ -170,6 +226,8 @@ def _attention_rows(prefix, attention):
 
 def describe_architecture(arrays):
     """A human description of the architecture a checkpoint's arrays belong to."""
+    if BIT_ROOT_KEY in arrays:
+        return describe_bit({k: tuple(a.shape) for k, a in arrays.items()})
     kernel = arrays.get("embedding/kernel")
     if kernel is None or kernel.ndim != 4:
         return None

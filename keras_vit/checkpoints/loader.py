@@ -15,10 +15,12 @@ from keras_vit.checkpoints.formats import open_checkpoint
 from keras_vit.checkpoints.formats.base import ArraysReader, CheckpointReader
 from keras_vit.checkpoints.formats.npz import PICKLE_PROBLEM
 from keras_vit.checkpoints.layout import (
+    BIT_ROOT_KEY,
     DROPPABLE_PREFIXES,
     POS_EMBED_KEY,
     describe_architecture,
     fits,
+    is_bit_model,
     is_head_key,
     is_trunk_key,
     layout,
@@ -79,6 +81,7 @@ def _load_from(model, reader, trunk_only):
     # uses are read: an unused or lying npz member costs nothing, and is never allocated.
     source, heads = reader.path, _heads(model)
     headers = reader.headers(heads)
+    _check_family(model, reader, headers)
     metadata = getattr(reader, "metadata", {})
     rows = layout(model)
     if trunk_only:
@@ -168,6 +171,24 @@ def _warn_if_computed_otherwise(model, reader):
                       f"model's trunk computes {given}. Build the model with the weights "
                       "(keras_vit.ViT(..., weights=path) or keras_vit.ResNetV2(..., "
                       "weights=path)), which computes the source's.", stacklevel=3)
+
+
+def _check_family(model, reader, headers):
+    """Refuses, in one line, a BiT file for a ViT and a ViT (or other) file for a BiT: the
+    key-by-key report would list every key of both, and say less."""
+    format_name = reader.format.name if reader.format else None
+    file_is_bit = format_name == "bit" or (format_name is None and BIT_ROOT_KEY in headers)
+    if is_bit_model(model) == file_is_bit:
+        return
+    what = describe_architecture(headers)
+    if file_is_bit:
+        raise CheckpointError(f"{reader.path} is a BiT ResNetV2 checkpoint ({what}), not weights "
+                              f"for model {model.name!r}; build it with keras_vit.BiT(..., "
+                              "weights=path). No weights were changed.")
+    kind = f"a {format_name} checkpoint" if format_name else "a checkpoint"
+    raise CheckpointError(f"{reader.path} is {kind} of {what or 'another architecture'}, not a BiT "
+                          f"ResNetV2 one (no {BIT_ROOT_KEY}), so it cannot fill model "
+                          f"{model.name!r}. No weights were changed.")
 
 
 def _warn_if_normalized_otherwise(model, reader):

@@ -157,7 +157,7 @@ def add_model_options(parser, model_help=None, required=True):
     if model_help is not False:
         parser.add_argument("--model", required=required,
                             help=model_help or 'an architecture ("B/16", "ViT-B_16", "R50+B/16", '
-                                               "...) or a saved .keras file")
+                                               '"BiT-R50x1", ...) or a saved .keras file')
     parser.add_argument("--weights",
                         help='a catalogue tag ("imagenet21k+imagenet2012", ...) or an .npz file '
                              "(default: random weights)")
@@ -200,7 +200,7 @@ def load_model(args):
     """The model `--model` (with --weights, --image-size, --classes) names."""
     import keras
 
-    from keras_vit.models import ViT
+    from keras_vit.models import build
 
     if args.model.endswith(".keras"):
         given = given_model_options(args)
@@ -223,11 +223,12 @@ def load_model(args):
             raise CheckpointError(f"{args.model} is not a .keras model keras_vit can load "
                                   f"({type(error).__name__}: {reason}).") from error
     from keras_vit._sizes import check_fits
-    from keras_vit.variants import get_variant
+    from keras_vit.variants import get_architecture
 
-    check_fits(get_variant(args.model), args.image_size, args.classes,
-               getattr(args, "batch_size", None) or 1)
-    return ViT(args.model, weights=args.weights, image_size=args.image_size, classes=args.classes)
+    architecture = get_architecture(args.model)  # a ViT variant, or a BiT ("BiT-R50x1")
+    check_fits(architecture, args.image_size, args.classes, getattr(args, "batch_size", None) or 1)
+    return build(architecture, weights=args.weights, image_size=args.image_size,
+                 classes=args.classes)
 
 
 def labels_beside(model_path):

@@ -11,7 +11,7 @@ def add_parser(commands):
 
 def run(args):
     from keras_vit.checkpoints import catalogue
-    from keras_vit.variants import DEMO_VARIANT, VARIANTS
+    from keras_vit.variants import BIT_VARIANTS, DEMO_VARIANT, VARIANTS
 
     row = "{:<22}{:>6}{:>6}{:>6}{:>7}  {}"
     print(row.format("variant", "width", "depth", "heads", "stride", "weights"))
@@ -21,6 +21,11 @@ def run(args):
     demo = DEMO_VARIANT  # keras_vit's own, not an official architecture: no weights
     print(row.format("demo", demo.width, demo.depth, demo.heads, demo.total_stride,
                      f"- ({demo.name}, keras_vit's tiny ViT for train --model demo)"))
+    print("\nBiT ResNetV2, the paper's CNN baseline (train --model BiT-R50x1, ...):")
+    print(row.format("model", "width", "depth", "heads", "stride", "weights"))
+    for b in BIT_VARIANTS.values():
+        tags = ", ".join(c.tag for c in catalogue() if c.variant == b.name)
+        print(row.format(b.name, f"x{b.width}", b.depth, "-", 32, tags))
     print("\nHugging Face Hub weights (weights=\"hf://owner/name\", the 'hub' extra):")
     print(f"{'variant':<14}{'format':<14}{'classes':>8}{'res':>5}{'pre':>6}  weights=")
     for c in catalogue():

@@ -44,7 +44,8 @@ def _add_arguments(train):
              "tf_flowers, oxford_flowers102, cifar10, cifar100, oxford_iiit_pet "
              "(default: digits)")
     add("--model", default=None,
-        help="a variant name such as B/16, S/16, R50+B/16, or 'demo' (the tiny ViT) "
+        help="a variant name such as B/16, S/16, R50+B/16, 'demo' (the tiny ViT), or a BiT "
+             "ResNet, the paper's CNN baseline (BiT-R50x1, ...) "
              f"(default: {digits.model} for digits, else B/16)")
     add("--weights", default=None,
         help="a catalogue tag (imagenet21k, augreg-in21k, ...) or an .npz path "

@@ -2,7 +2,7 @@
 
 from keras_vit.layers.patching import PatchEncoder
 from keras_vit.layers.pooling import TokenPooling
-from keras_vit.layers.resnet import BottleneckUnit, ResNetTrunk, StdConv2D
+from keras_vit.layers.resnet import BottleneckUnit, PreActBottleneckUnit, ResNetTrunk, StdConv2D
 from keras_vit.layers.tokens import AddPositionEmbedding, ClassToken, resize_position_embedding
 from keras_vit.layers.transformer import MlpBlock, MultiHeadSelfAttention, TransformerBlock
 
@@ -18,6 +18,7 @@ __all__ = [
     "StdConv2D",
     "BottleneckUnit",
     "ResNetTrunk",
+    "PreActBottleneckUnit",
 ]
 
 

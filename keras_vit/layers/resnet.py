@@ -1,15 +1,34 @@
-"""The BiT ResNetV2 trunk of the hybrid models, computed as the official code does.
+"""The ResNetV2 pieces: the hybrids' trunk and BiT, computed as their official code does.
 
 Pieces: `StdConv2D` (weight-standardised convolution, no bias), GroupNorm (32
-groups, epsilon 1e-6), TF "SAME" padding, a 7x7/2 root convolution and 3x3/2
-max-pool, then stages of post-activation bottleneck units with the stride on
-the 3x3 convolution. The two epsilons are the official code's by default and
-arguments of the trunk (saved in its config): transformers' ViTHybrid computes
-the same trunk with GroupNorm epsilon 1e-5 and standardises by sqrt(var + 1e-8)
+groups), bottleneck units with the stride on the 3x3 convolution. The
+hybrids' trunk (`BottleneckUnit`, `ResNetTrunk`) and BiT (`PreActBottleneckUnit`,
+built into a model by `keras_vit.models.bit`) share the convolution and the
+GroupNorm layer; they differ here, and only here:
+
+    what               hybrid trunk (vit_jax models_resnet)   BiT (big_transfer; timm resnetv2_*_bit)
+    unit order         post-activation: conv -> GN -> ReLU;   pre-activation: GN -> ReLU -> conv; the
+                       ReLU after the residual sum            projection reads the pre-activated input;
+                                                              nothing after the sum
+    projection         conv_proj + gn_proj                    a/proj conv alone
+    padding            TF "SAME" (stride 2: 0 before,         symmetric, kernel // 2 each side, as
+                       1 after)                               PyTorch (explicit pad, then "valid")
+    stem               7x7/2 conv, GN, ReLU, 3x3/2 max        7x7/2 conv, zero pad 1, 3x3/2 max pool
+                       pool "SAME"                            unpadded (no GN, no ReLU)
+    standardisation    (w - mean) / (std + 1e-5)              (w - mean) / sqrt(var + 1e-8) (timm's;
+                                                              big_transfer's PyTorch code: 1e-10)
+    GroupNorm epsilon  1e-6 (flax)                            1e-5 (PyTorch's, timm's)
+    after the stages   nothing (the ViT follows)              GN, ReLU, global mean, 1x1 conv head
+
+Sub-layers carry the checkpoint's names (`conv_root`, `gn_root`, `block{s}_unit{u}`
+> `conv1`..`conv3`, `gn1`..`gn3`, `conv_proj`, `gn_proj` for the hybrids;
+`block{s}_unit{uu}` > `a_conv`, `a_norm`, ..., `a_proj` for BiT), so each
+checkpoint layout (`keras_vit.checkpoints.layout`) is a table of names.
+
+The hybrid trunk's two epsilons are the official code's by default and arguments of
+the trunk (saved in its config): transformers' ViTHybrid computes the same trunk with
+GroupNorm epsilon 1e-5 and standardises by sqrt(var + 1e-8)
 (`keras_vit.checkpoints.formats.transformers_hybrid.TRUNK_NUMERICS`).
-Sub-layers carry the checkpoint's names (`conv_root`, `gn_root`,
-`block{s}_unit{u}` > `conv1`..`conv3`, `gn1`..`gn3`, `conv_proj`, `gn_proj`),
-so the checkpoint layout (`keras_vit.checkpoints.layout`) is a table of names.
 """
 
 import keras
@@ -17,8 +36,9 @@ from keras import ops
 
 from keras_vit.errors import ArgumentError
 
-__all__ = ["StdConv2D", "BottleneckUnit", "ResNetTrunk", "GROUP_NORM_EPSILON",
-           "STD_CONV_EPSILON", "EPSILON_ON"]
+__all__ = ["StdConv2D", "BottleneckUnit", "ResNetTrunk", "PreActBottleneckUnit",
+           "GROUP_NORM_EPSILON", "STD_CONV_EPSILON", "EPSILON_ON", "BIT_GROUP_NORM_EPSILON",
+           "BIT_STD_CONV_EPSILON"]
 
 GROUP_NORM_EPSILON = 1e-6  # flax nn.GroupNorm's default; Keras' default 1e-3 breaks parity
 GROUP_NORM_GROUPS = 32
@@ -26,18 +46,23 @@ STD_CONV_EPSILON = 1e-5  # added to the standard deviation, as the official StdC
 # Where StdConv2D adds its epsilon: "std", (w - mean) / (std + eps) as the official code; or
 # "variance", (w - mean) / sqrt(var + eps) as timm and transformers (a batch norm of the kernel).
 EPSILON_ON = ("std", "variance")
+# BiT's numbers (the table above): timm's, the reference its weights are tested against.
+BIT_GROUP_NORM_EPSILON = 1e-5
+BIT_STD_CONV_EPSILON = 1e-8  # added to the variance
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class StdConv2D(keras.layers.Conv2D):
     """A bias-free Conv2D whose kernel is standardised on every call.
 
-    `w = (w - mean(w)) / (std(w) + 1e-5)`, mean and population standard
-    deviation over (height, width, in_channels) for each output channel, as
-    the official `StdConv`; with `epsilon_on="variance"`,
-    `(w - mean(w)) / sqrt(var(w) + epsilon)`, as timm and transformers. Input
-    `(batch, H, W, Cin)`, output `(batch, ceil(H / stride), ceil(W / stride),
-    filters)` with TF "SAME" padding.
+    `w = (w - mean(w)) / (std(w) + epsilon)` (`epsilon_on="std"`, the
+    official ViT hybrids' `StdConv`, epsilon 1e-5), or
+    `(w - mean(w)) / sqrt(var(w) + epsilon)` (`epsilon_on="variance"`: BiT, timm and
+    transformers);
+    mean and population variance over (height, width, in_channels) for each
+    output channel. Input `(batch, H, W, Cin)`, output
+    `(batch, ceil(H / stride), ceil(W / stride), filters)` with TF "SAME" padding
+    (the default; any Conv2D `padding` may be given).
     """
 
     def __init__(self, filters, kernel_size, strides=1, epsilon=STD_CONV_EPSILON,
@@ -69,7 +94,7 @@ class StdConv2D(keras.layers.Conv2D):
         return {**config, "epsilon": self.epsilon, "epsilon_on": self.epsilon_on}
 
 
-def _group_norm(name, dtype, epsilon, gamma_initializer="ones"):
+def _group_norm(name, dtype, epsilon=GROUP_NORM_EPSILON, gamma_initializer="ones"):
     return keras.layers.GroupNormalization(groups=GROUP_NORM_GROUPS, epsilon=epsilon,
                                            gamma_initializer=gamma_initializer, name=name,
                                            dtype=dtype)
@@ -214,6 +239,81 @@ class ResNetTrunk(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "stages": list(self.stages), "width": self.width,
                 **self.numerics}
+
+
+def bit_conv(filters, kernel_size, strides=1, name=None, dtype=None):
+    """BiT's weight-standardised convolution, without padding (pad first: `symmetric_pad`)."""
+    return StdConv2D(filters, kernel_size, strides=strides, epsilon=BIT_STD_CONV_EPSILON,
+                     epsilon_on="variance", padding="valid", name=name, dtype=dtype)
+
+
+def bit_group_norm(name, dtype=None):
+    return _group_norm(name, dtype, epsilon=BIT_GROUP_NORM_EPSILON)
+
+
+def symmetric_pad(x, pad):
+    """Zeros, `pad` on each side of height and width: BiT's padding (PyTorch's, not TF "SAME")."""
+    return ops.pad(x, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PreActBottleneckUnit(keras.layers.Layer):
+    """BiT's pre-activation bottleneck unit (big_transfer `PreActBottleneck`).
+
+    `(batch, H, W, Cin) -> (batch, ceil(H / s), ceil(W / s), 4 * features)`:
+    p = ReLU(a_norm(x)); a_conv 1x1 -> b_norm -> ReLU -> b_conv 3x3 stride s
+    (padded 1 each side) -> c_norm -> ReLU -> c_conv 1x1, added to the
+    shortcut: x, or a_proj(p) (1x1 stride s) when the channel count or the
+    resolution changes (a stage's first unit). No activation after the sum.
+    """
+
+    def __init__(self, features, strides=1, **kwargs):
+        super().__init__(**kwargs)
+        self.features = features
+        self.strides = strides
+        dtype = self.dtype_policy
+        self.a_norm = bit_group_norm("a_norm", dtype)
+        self.a_conv = bit_conv(features, 1, name="a_conv", dtype=dtype)
+        self.b_norm = bit_group_norm("b_norm", dtype)
+        self.b_conv = bit_conv(features, 3, strides=strides, name="b_conv", dtype=dtype)
+        self.c_norm = bit_group_norm("c_norm", dtype)
+        self.c_conv = bit_conv(4 * features, 1, name="c_conv", dtype=dtype)
+        self.a_proj = None
+
+    def build(self, input_shape):
+        out_channels = 4 * self.features
+        if input_shape[-1] != out_channels or self.strides != 1:
+            self.a_proj = bit_conv(out_channels, 1, strides=self.strides, name="a_proj",
+                                   dtype=self.dtype_policy)
+            self.a_proj.build(input_shape)
+        self.a_norm.build(input_shape)
+        self.a_conv.build(input_shape)
+        shape = self.a_conv.compute_output_shape(input_shape)
+        self.b_norm.build(shape)
+        shape = _padded(shape, 1)
+        self.b_conv.build(shape)
+        shape = self.b_conv.compute_output_shape(shape)
+        self.c_norm.build(shape)
+        self.c_conv.build(shape)
+
+    def call(self, x):
+        preact = ops.relu(self.a_norm(x))
+        shortcut = x if self.a_proj is None else self.a_proj(preact)
+        y = self.a_conv(preact)
+        y = self.b_conv(symmetric_pad(ops.relu(self.b_norm(y)), 1))
+        y = self.c_conv(ops.relu(self.c_norm(y)))
+        return y + shortcut
+
+    def compute_output_shape(self, input_shape):
+        shape = self.b_conv.compute_output_shape(_padded(input_shape, 1))
+        return (*shape[:-1], 4 * self.features)
+
+    def get_config(self):
+        return {**super().get_config(), "features": self.features, "strides": self.strides}
+
+
+def _padded(shape, pad):
+    return (shape[0], *(None if s is None else s + 2 * pad for s in shape[1:3]), shape[3])
 
 
 # 0.1 called the trunk ResNetStem: its .keras files name "keras_vit>ResNetStem", which

@@ -63,7 +63,7 @@ from keras_vit.training.placement import get_placement
 from keras_vit.training.prebuild import build_training_state
 from keras_vit.training.recipes import PRECISIONS, Recipe, accumulation_steps, get_recipe, make_optimizer
 from keras_vit.training.resume import check_outputs
-from keras_vit.variants import Variant, get_variant
+from keras_vit.variants import Variant, get_architecture
 
 __all__ = ["train", "build_model", "RunConflictError", "RUN_OUTPUTS"]
 
@@ -97,7 +97,12 @@ class _Run:
 
 
 def build_model(variant, weights, image_size, classes, dropout=0.0):
-    """A ViT for `classes`; with weights, the pre-trained head is replaced by a zero one."""
+    """A ViT (or a BiT) for `classes`; with weights, the pre-trained head is replaced by a
+    zero one."""
+    if not isinstance(variant, Variant):  # a BiTVariant: BiT trains without dropout, as its paper
+        from keras_vit.models import BiT
+
+        return BiT(variant, weights=weights, image_size=image_size, classes=classes)
     return ViT(variant, weights=weights, image_size=image_size, classes=classes,
                dropout=dropout)
 
@@ -127,7 +132,8 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     Args:
         dataset: "digits" (built in, offline), a folder of class sub-folders,
             or a TFDS name ("tf_flowers", "cifar10", ...).
-        model: a variant name ("B/16"), a `Variant`, or "demo" (the tiny ViT).
+        model: a variant name ("B/16"), a `Variant`, "demo" (the tiny ViT), or a
+            BiT ResNet ("BiT-R50x1", the paper's CNN baseline).
             Defaults to the preset's ("demo" for digits, else "B/16").
         weights: a catalogue tag or `.npz` path; defaults to the preset's
             fine-tuning weights ("imagenet21k"; none for digits) with the
@@ -169,7 +175,7 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     if isinstance(validation_seed, bool) or not isinstance(validation_seed, numbers.Integral):
         raise ArgumentError(f"validation_seed must be an integer, got {validation_seed!r}.")
     preset = get_preset(dataset)
-    variant = get_variant(model or preset.model)
+    variant = get_architecture(model or preset.model)
     if recipe is None:
         recipe = "finetune" if weights else preset.recipe
     if isinstance(recipe, str):
@@ -220,9 +226,9 @@ def _run_config(dataset, variant, weights, recipe, precision, seed,
 
 
 def _known(variant):
-    """Whether `get_variant` finds `variant` by its name (then run.json records the name)."""
+    """Whether `get_architecture` finds `variant` by its name (then run.json records the name)."""
     try:
-        return get_variant(variant.name) == variant
+        return get_architecture(variant.name) == variant
     except ValueError:  # a Variant of the user's own, under a name of their own
         return False
 

@@ -1,6 +1,7 @@
 """Checkpoint formats, one module each, and the registry that picks one.
 
     npz.py           the official .npz (the layout every other format is translated into)
+    bit.py           BiT's .npz release files (big_transfer's ResNetV2 layout)
     timm.py          timm's VisionTransformer state dict (.safetensors, or a Hub folder)
     transformers.py  Hugging Face transformers ViT (save_pretrained folders)
     transformers_hybrid.py  transformers' ViTHybrid (R50+ViT-B/16; save_pretrained folders)
@@ -19,7 +20,14 @@ Adding a format is one module defining `FORMAT` and one line in `FORMATS`.
 import os
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.formats import keras_hub, npz, timm, transformers, transformers_hybrid
+from keras_vit.checkpoints.formats import (
+    bit,
+    keras_hub,
+    npz,
+    timm,
+    transformers,
+    transformers_hybrid,
+)
 from keras_vit.checkpoints.formats.base import CheckpointInfo, CheckpointReader, Source
 from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX
 
@@ -31,7 +39,7 @@ __all__ = ["FORMATS", "open_checkpoint", "inspect_checkpoint", "read_checkpoint"
 # file no other format took; transformers_hybrid before transformers, whose patch-embedding
 # key a ViTHybrid folder has too.
 FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers_hybrid.FORMAT, transformers.FORMAT,
-           npz.FORMAT]
+           bit.FORMAT, npz.FORMAT]
 
 # Pickled torch files: unpickling runs whatever code the file holds.
 PICKLED_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")

@@ -20,6 +20,7 @@ import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.layout import (
+    BIT_HEAD_KERNEL_KEY,
     HEAD_KERNEL_KEY,
     POS_EMBED_KEY,
     PRE_LOGITS_KERNEL_KEY,
@@ -70,7 +71,7 @@ class CheckpointInfo:
 
     @property
     def classes(self):
-        head = self.shapes.get(HEAD_KERNEL_KEY)
+        head = self.shapes.get(HEAD_KERNEL_KEY) or self.shapes.get(BIT_HEAD_KERNEL_KEY)
         return head[-1] if head else None
 
     @property
@@ -80,7 +81,7 @@ class CheckpointInfo:
 
     def resolution(self, variant):
         pos = self.shapes.get(POS_EMBED_KEY)
-        if not pos or len(pos) != 3:
+        if not pos or len(pos) != 3 or not hasattr(variant, "total_stride"):  # BiT: any size
             return None
         grid = square_grid(pos[1] - (1 if variant.classifier == "token" else 0))
         return grid[0] * variant.total_stride if grid else None
