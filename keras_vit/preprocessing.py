@@ -32,6 +32,8 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 # (a 24-megapixel camera, a 48-megapixel phone's default 12) fit; decompression bombs do not.
 MAX_PIXELS = 40_000_000
 _BUDGET_MESSAGE = "over the pixel budget"
+_PALETTE_BMP = ("the image is a compressed or truncated palette BMP, which keras_vit does not "
+                "decode; save it as PNG")
 _ANIMATED_WEBP = ("the image is an animated WebP, which TensorFlow does not decode safely; "
                  "save one frame as a still image")
 
@@ -77,8 +79,11 @@ def decode_image(data, channels=3, max_pixels=MAX_PIXELS):
         data = tf.identity(data)
     if channels not in (1, 3):
         return tf.io.decode_image(data, channels=channels, expand_animations=False)
-    return tf.cond(is_webp, lambda: _decode_webp(data, channels),
-                   lambda: tf.io.decode_image(data, channels=channels, expand_animations=False))
+    return tf.case([(is_webp, lambda: _decode_webp(data, channels)),
+                    (tf.equal(tf.strings.substr(data, 0, 2), b"BM"),
+                     lambda: _decode_bmp(data, channels))],
+                   default=lambda: tf.io.decode_image(data, channels=channels,
+                                                      expand_animations=False))
 
 
 def _decode_webp(data, channels):
@@ -87,6 +92,71 @@ def _decode_webp(data, channels):
     import tensorflow as tf
 
     image = tf.io.decode_image(data, expand_animations=False)[..., :3]
+    if channels == 1:
+        image = tf.image.rgb_to_grayscale(image)
+    return tf.ensure_shape(image, (None, None, channels))
+
+
+def _decode_bmp(data, channels):
+    """TensorFlow decodes a BMP of 24 or 32 bits only to 3 or 4 channels: grey is made
+    from RGB here, as for a WebP; palette BMPs are decoded here."""
+    import tensorflow as tf
+
+    def direct():
+        image = tf.io.decode_image(data, channels=3, expand_animations=False)
+        return tf.image.rgb_to_grayscale(image) if channels == 1 else image
+
+    return tf.ensure_shape(tf.cond(_is_palette_bmp(data), lambda: _decode_palette_bmp(data, channels),
+                                   direct), (None, None, channels))
+
+
+def _is_palette_bmp(data):
+    """A BMP of 1, 2, 4 or 8 bits a pixel: indices into a colour table."""
+    import tensorflow as tf
+
+    head, byte = _head(data, 30)
+    bits = byte[28] + 256 * byte[29]
+    return (tf.equal(tf.strings.substr(head, 0, 2), b"BM") & (byte[14] >= 40)
+            & tf.reduce_any(tf.equal(bits, [1, 2, 4, 8])))
+
+
+def _decode_palette_bmp(data, channels):
+    """A palette BMP as a viewer shows it: each index looked up in the colour table.
+
+    TensorFlow's BMP decoder returns an 8-bit BMP's indices as grey levels and refuses
+    fewer bits. Rows are padded to 4 bytes and stored bottom-up unless the height is
+    negative; the table's entries are blue, green, red, unused.
+    """
+    import tensorflow as tf
+
+    _, byte = _head(data, 54)
+
+    def little(at, count):
+        return sum(byte[at + i] * 256 ** i for i in range(count))
+
+    bits, compression, offset = byte[28], little(30, 4), little(10, 4)
+    width, height = little(18, 4), little(22, 4)
+    top_down = height >= 2 ** 31
+    height = tf.where(top_down, 2 ** 32 - height, height)
+    stride = (bits * width + 31) // 32 * 4
+    colours = tf.where(tf.equal(little(46, 4), 0), 2 ** bits, little(46, 4))
+    pixels_end = offset + stride * height
+    check = tf.debugging.Assert(
+        tf.equal(compression, 0) & (pixels_end <= tf.cast(tf.strings.length(data), tf.int64))
+        & (colours <= 256), [_PALETTE_BMP])
+    with tf.control_dependencies([check]):
+        rows = tf.io.decode_raw(tf.strings.substr(data, offset, stride * height), tf.uint8)
+    rows = tf.reshape(rows, tf.stack([height, stride]))
+    # Each byte holds 8 // bits pixels, the first in its highest bits.
+    per_byte = 8 // bits
+    shifts = tf.cast(8 - bits * tf.range(1, per_byte + 1), tf.uint8)
+    mask = tf.cast(2 ** bits - 1, tf.uint8)
+    indices = tf.bitwise.bitwise_and(tf.bitwise.right_shift(rows[:, :, None], shifts), mask)
+    indices = tf.reshape(indices, tf.stack([height, stride * per_byte]))[:, :width]
+    table = tf.io.decode_raw(tf.strings.substr(data, 14 + little(14, 4), 4 * colours), tf.uint8)
+    table = tf.reshape(table, (-1, 4))[:, 2::-1]
+    image = tf.gather(table, tf.minimum(tf.cast(indices, tf.int32), tf.shape(table)[0] - 1))
+    image = tf.cond(top_down, lambda: image, lambda: image[::-1])
     if channels == 1:
         image = tf.image.rgb_to_grayscale(image)
     return tf.ensure_shape(image, (None, None, channels))
@@ -307,7 +377,7 @@ def not_an_image(path, error):
     reason = _reason(error.message)
     if _BUDGET_MESSAGE in reason:
         return ImageError(f"{path} is too large to decode: {reason}.")
-    if reason == _ANIMATED_WEBP:
+    if reason in (_ANIMATED_WEBP, _PALETTE_BMP):
         return ImageError(f"{path} cannot be decoded: {reason}.")
     return ImageError(f"{path} is not a {IMAGE_FORMATS} image ({reason}).")
 
@@ -334,8 +404,9 @@ def _reason(message):
                        + r" of \d+ pixels", message)
     if budget:  # from tf.debugging.Assert, whose wording differs eagerly and in a graph
         return budget.group(0)
-    if _ANIMATED_WEBP in message:
-        return _ANIMATED_WEBP
+    for known in (_ANIMATED_WEBP, _PALETTE_BMP):
+        if known in message:
+            return known
     for line in reversed(message.splitlines()):
         line = re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:.*", "", line).strip()
         if line and not line.startswith(("Graph execution", "Detected at", "<stack", "in user code",
