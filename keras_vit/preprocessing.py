@@ -19,11 +19,13 @@ import re
 
 import numpy as np
 
+from keras_vit._files import MAX_IMAGE_BYTES, read_file, refuse_special_file
 from keras_vit.errors import ImageError
 
 __all__ = ["preprocess_input", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "MAX_PIXELS", "decode_image",
            "declared_image_size", "check_pixel_budget",
-           "resize_image", "decode_images", "load_image", "image_paths", "not_an_image"]
+           "resize_image", "decode_images", "load_image", "read_image_file", "image_paths",
+           "not_an_image"]
 
 # What tf.io.decode_image reads; a GIF gives its first frame (an animated WebP is refused).
 IMAGE_FORMATS = "JPEG, PNG, GIF, BMP or WebP"
@@ -356,20 +358,27 @@ def decode_images(image_bytes, image_size, channels=3, max_pixels=MAX_PIXELS):
 def load_image(path, image_size, channels=3, max_pixels=MAX_PIXELS):
     """An image file -> float32 `(H, W, channels)` NumPy pixels in [0, 255] at `image_size`.
 
-    Raises `ImageError` naming the file when it is missing, not an image, or
-    larger than `max_pixels` pixels.
+    Raises `ImageError` naming the file when it is missing, not a regular file (a
+    FIFO, a device), over `MAX_IMAGE_BYTES`, not an image, or larger than
+    `max_pixels` pixels.
     """
     import tensorflow as tf
 
-    if not os.path.isfile(path):
-        raise ImageError(f"No image file at {path}.")
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_image_file(path)
     try:
         image = decode_image(tf.constant(data), channels, max_pixels)
     except tf.errors.InvalidArgumentError as error:
         raise not_an_image(path, error) from error
     return resize_image(image, image_size).numpy()
+
+
+def read_image_file(path):
+    """The bytes of the image file `path`: a regular file of at most `MAX_IMAGE_BYTES`, else
+    `ImageError` naming it (a FIFO or a device is refused before it is opened)."""
+    try:
+        return read_file(path, "an image", ImageError, MAX_IMAGE_BYTES)
+    except OSError as error:
+        raise ImageError(f"No image file at {path} ({error.strerror or error}).") from None
 
 
 def not_an_image(path, error):
@@ -392,6 +401,7 @@ def image_paths(entries):
         elif os.path.isfile(entry):
             paths.append(entry)
         else:
+            refuse_special_file(entry, "an image", ImageError)
             raise ImageError(f"No such image file or folder: {entry}")
     if not paths:
         raise ImageError(f"No {IMAGE_FORMATS} images found in {', '.join(entries)}.")
