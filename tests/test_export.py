@@ -128,7 +128,8 @@ TF_ONLY_CLIENT = textwrap.dedent("""
         raise SystemExit("keras is importable; the test would not prove TF-only serving")
     except ImportError:
         pass
-    signatures = tf.saved_model.load(saved_model).signatures
+    loaded = tf.saved_model.load(saved_model)
+    signatures = loaded.signatures
 
     def rest_instance_to_value(instance):
         # TF Serving's REST row format: with one input, an instance is that input's
@@ -144,6 +145,8 @@ TF_ONLY_CLIENT = textwrap.dedent("""
     results = {}
     for key, value in run(signatures["serving_default"], images=tf.constant(np.load(pixels_file))).items():
         results["pixels/" + key] = value
+    for key, value in loaded(tf.constant(np.load(pixels_file))).items():  # loaded(images)
+        results["call/" + key] = value.numpy().astype(str) if value.dtype == tf.string else value.numpy()
     uint8_pixels = tf.constant(np.load(pixels_file).astype(np.uint8))
     for key, value in run(signatures["serve_uint8"], images=uint8_pixels).items():
         results["uint8/" + key] = value
@@ -179,7 +182,7 @@ def test_tensorflow_alone_serves_both_signatures_like_keras(exported, tmp_path):
 
     pixel_logits = np.asarray(model(keras_vit.preprocess_input(pixels)))
     for prefix, logits in (("pixels", pixel_logits), ("uint8", pixel_logits),
-                           ("bytes", keras_reference(model, encoded))):
+                           ("call", pixel_logits), ("bytes", keras_reference(model, encoded))):
         np.testing.assert_allclose(out[f"{prefix}/logits"], logits, atol=1e-5, rtol=0)
         np.testing.assert_allclose(out[f"{prefix}/probabilities"], softmax(logits), atol=1e-5, rtol=0)
         np.testing.assert_array_equal(out[f"{prefix}/class_ids"], top5(logits))
