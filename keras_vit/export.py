@@ -226,7 +226,7 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
     # `tf.saved_model.load(path)(images)` as well as `.signatures[...]`: TensorFlow makes a
     # loaded object callable when it was saved with a `__call__` function. ExportArchive has
     # no public way to add one, so it goes on the object the archive saves.
-    archive._tf_trackable.__call__ = getattr(archive._tf_trackable, "serving_default")
+    archive._tf_trackable.__call__ = archive._tf_trackable.serving_default
     return archive
 
 

@@ -14,6 +14,7 @@ allocates anything: a 400 KB PNG can declare 12000 x 12000 pixels, and decoding
 it would take 430 MB.
 """
 
+import functools
 import os
 import re
 
@@ -83,7 +84,9 @@ def decode_image(data, channels=3, max_pixels=MAX_PIXELS):
         return tf.io.decode_image(data, channels=channels, expand_animations=False)
     return tf.case([(is_webp, lambda: _decode_webp(data, channels)),
                     (tf.equal(tf.strings.substr(data, 0, 2), b"BM"),
-                     lambda: _decode_bmp(data, channels))],
+                     lambda: _decode_bmp(data, channels)),
+                    (tf.equal(tf.strings.substr(data, 0, 4), b"GIF8"),
+                     lambda: _decode_as_rgb(data, channels))],
                    default=lambda: tf.io.decode_image(data, channels=channels,
                                                       expand_animations=False))
 
@@ -99,17 +102,20 @@ def _decode_webp(data, channels):
     return tf.ensure_shape(image, (None, None, channels))
 
 
-def _decode_bmp(data, channels):
-    """TensorFlow decodes a BMP of 24 or 32 bits only to 3 or 4 channels: grey is made
-    from RGB here, as for a WebP; palette BMPs are decoded here."""
+def _decode_as_rgb(data, channels):
+    """TensorFlow decodes a GIF or a BMP only to RGB (or RGBA): grey is made from RGB here."""
     import tensorflow as tf
 
-    def direct():
-        image = tf.io.decode_image(data, channels=3, expand_animations=False)
-        return tf.image.rgb_to_grayscale(image) if channels == 1 else image
+    image = tf.io.decode_image(data, channels=3, expand_animations=False)
+    return tf.image.rgb_to_grayscale(image) if channels == 1 else image
+
+
+def _decode_bmp(data, channels):
+    """Palette BMPs are decoded here, others by TensorFlow (`_decode_as_rgb`)."""
+    import tensorflow as tf
 
     return tf.ensure_shape(tf.cond(_is_palette_bmp(data), lambda: _decode_palette_bmp(data, channels),
-                                   direct), (None, None, channels))
+                                   lambda: _decode_as_rgb(data, channels)), (None, None, channels))
 
 
 def _is_palette_bmp(data):
@@ -234,81 +240,95 @@ _GIF_REACH = 800  # the furthest one step jumps: an image descriptor, its colour
 
 
 def _gif_frames(data):
+    """(height, width, frames, pixels of all frames) of a GIF: `_walk_gif` as one graph, so
+    that decoding eagerly (`load_image`) runs its loops at graph speed too."""
+    return _gif_walk()(data)
+
+
+@functools.cache
+def _gif_walk():
+    import tensorflow as tf
+
+    return tf.function(_walk_gif, input_signature=[tf.TensorSpec((), tf.string)],
+                       autograph=False)
+
+
+def _walk_gif(data):
     """(height, width, frames, pixels of all frames) of a GIF, from its block structure.
 
     The canvas is the largest of the logical screen and every frame (what TensorFlow's
-    decoder allocates). The blocks (image descriptors, extensions) and their data
-    sub-blocks (at most 255 bytes each) form a chain in which each one names where the
-    next begins. The chain is followed one chunk of the file at a time by pointer
-    doubling: every position of the chunk, read as a sub-block length or as a block
-    introducer, points to its successor, and log2(chunk) gathers over those pointers
-    resolve the whole chain, so a file of a million one-byte sub-blocks costs a few
-    vectorised passes, not a million steps, and only one chunk is ever widened.
+    decoder allocates). After the header, a GIF is a chain: each data sub-block (at most
+    255 bytes) starts with its length, a 0 ends a block's sub-blocks, and the introducer
+    after it (an image descriptor, an extension, the trailer) says where the next
+    sub-blocks start. The chain is followed one chunk of the file at a time by pointer
+    doubling: every position points to where the chain goes next if it is a length
+    byte, and log2(chunk) gathers resolve the chunk, so a million one-byte sub-blocks
+    cost a few vectorised passes, not a million loop steps, and only a chunk of the file
+    is ever widened to integers.
     """
     import tensorflow as tf
 
     size = tf.strings.length(data)
+    length = _GIF_CHUNK + _GIF_REACH
 
-    def chunk_walk(begin, kind):
-        """From `begin` (read as `kind`: 0 a sub-block, 1 a block introducer), follow the chain
-        to where it leaves this chunk: (next position, its kind, ended, frame totals)."""
+    def table(flags):  # the bytes of the colour table a flags byte announces
+        return tf.where(flags >= 128, 3 * 2 ** (flags % 8 + 1), 0)
+
+    def chunk_walk(begin, first):
+        """From the length byte at `begin` (`first`: read it as 0, the chain's start) to where
+        the chain leaves this chunk: (that position, whether the chain ended, frame totals)."""
         own = tf.minimum(size - begin, _GIF_CHUNK)  # positions this chunk resolves
-        length = _GIF_CHUNK + _GIF_REACH
         raw = tf.io.decode_raw(tf.strings.substr(data, begin, length), tf.uint8)
         byte = tf.cast(tf.concat([raw, tf.zeros(length - tf.size(raw), tf.uint8)], 0), tf.int32)
         at = tf.range(length)
+        byte = tf.where(first & tf.equal(at, 0), 0, byte)
 
-        def ahead(offset):
-            return tf.concat([byte[offset:], tf.zeros(offset, tf.int32)], 0)
+        def after(offset):  # per position, the byte `offset` into the introducer after it
+            return tf.concat([byte[offset + 1:], tf.zeros(offset + 1, tf.int32)], 0)
 
-        width, height = ahead(5) + 256 * ahead(6), ahead(7) + 256 * ahead(8)
-        flags = ahead(9)
-        table = tf.where(flags >= 128, 3 * 2 ** (flags % 8 + 1), 0)
-        image, extension = tf.equal(byte, 0x2C), tf.equal(byte, 0x21)
-        inside = at < own  # positions from here on belong to the next chunk: fixed points
-        end = 2 * length  # the node past a trailer or a byte that starts no block
-        sub_next = tf.where(tf.equal(byte, 0), length + at + 1, at + 1 + byte)
-        intro_next = tf.where(image, at + 11 + table, tf.where(extension, at + 2, end))
-        pointer = tf.concat([tf.where(inside, sub_next, at),
-                             tf.where(inside, intro_next, length + at), [end]], 0)
-        framed = inside & image
-        zero = tf.zeros(length + 1, tf.int32)
-        totals = [tf.concat([zero[:-1], tf.where(framed, value, 0), zero[:1]], 0)
-                  for value in (width, height, tf.cast(framed, tf.int32))]
-        pixels = tf.concat([tf.zeros(length, tf.int64), tf.where(
-            framed, tf.cast(width, tf.int64) * tf.cast(height, tf.int64), 0), [0]], 0)
-        start = kind * length
+        ended = length  # the node past a trailer or a byte that starts no block
+        image, extension = tf.equal(after(0), 0x2C), tf.equal(after(0), 0x21)
+        next_block = tf.where(image, at + 12 + table(after(9)),
+                              tf.where(extension, at + 3, ended))
+        step = tf.where(tf.equal(byte, 0), next_block, at + 1 + byte)
+        pointers = tf.concat([tf.where(at < own, step, at), [ended]], 0)  # beyond: fixed
 
-        def unresolved(pointer, *_):
-            target = pointer[start]
-            return tf.not_equal(pointer[target], target)
+        def unresolved(pointers, levels):
+            return tf.not_equal(pointers[pointers[0]], pointers[0])
 
-        def double(pointer, max_w, max_h, frames, pixels):
-            return (tf.gather(pointer, pointer),
-                    tf.maximum(max_w, tf.gather(max_w, pointer)),
-                    tf.maximum(max_h, tf.gather(max_h, pointer)),
-                    frames + tf.gather(frames, pointer), pixels + tf.gather(pixels, pointer))
+        def double(pointers, levels):
+            return tf.gather(pointers, pointers), levels.write(levels.size(), pointers)
 
-        pointer, max_w, max_h, frames, pixels = tf.while_loop(
-            unresolved, double, (pointer, *totals, pixels))
-        target = pointer[start]
-        return (begin + target % length, target // length, tf.equal(target, end),
-                max_w[start], max_h[start], frames[start], pixels[start])
+        pointers, levels = tf.while_loop(unresolved, double, (pointers, tf.TensorArray(
+            tf.int32, size=0, dynamic_size=True, clear_after_read=False)))
+        # The chain's positions: position 0, then, level by level down, where each leads.
+        on_chain = tf.foldl(
+            lambda seen, k: tf.maximum(seen, tf.math.unsorted_segment_max(
+                seen, levels.read(k), length + 1)),
+            tf.range(levels.size() - 1, -1, -1), tf.one_hot(0, length + 1, dtype=tf.int32))
+        framed = (on_chain[:-1] > 0) & tf.equal(byte, 0) & image & (at < own)
+        width = tf.where(framed, after(5) + 256 * after(6), 0)
+        height = tf.where(framed, after(7) + 256 * after(8), 0)
+        return (begin + pointers[0], tf.equal(pointers[0], ended), tf.reduce_max(height),
+                tf.reduce_max(width), tf.reduce_sum(tf.cast(framed, tf.int32)),
+                tf.reduce_sum(tf.cast(width, tf.int64) * tf.cast(height, tf.int64)))
 
-    def step(begin, kind, ended, height, width, frames, pixels):
-        begin, kind, ended, frame_w, frame_h, more, more_pixels = chunk_walk(begin, kind)
-        return (begin, kind, ended, tf.maximum(height, frame_h), tf.maximum(width, frame_w),
-                frames + more, pixels + more_pixels)
+    def step(begin, ended, height, width, frames, pixels):
+        begin, ended, frame_h, frame_w, more, more_pixels = chunk_walk(
+            begin, tf.equal(frames, -1))
+        return (begin, ended, tf.maximum(height, frame_h), tf.maximum(width, frame_w),
+                tf.maximum(frames, 0) + more, pixels + more_pixels)
 
     head = tf.cast(tf.io.decode_raw(tf.strings.substr(data + b"\0" * 13, 0, 13), tf.uint8),
                    tf.int32)
-    table = tf.where(head[10] >= 128, 3 * 2 ** (head[10] % 8 + 1), 0)
-    _, _, _, height, width, frames, pixels = tf.while_loop(
-        lambda begin, kind, ended, *_: ~ended & (begin < size), step,
-        (13 + table, tf.constant(1), tf.constant(False), head[8] + 256 * head[9],
-         head[6] + 256 * head[7], tf.constant(0), tf.constant(0, tf.int64)))
-    return (tf.cast(height, tf.int64), tf.cast(width, tf.int64), tf.cast(frames, tf.int64),
-            pixels)
+    # The chain starts as if a 0 ended the header and the global colour table; frames -1
+    # until the first chunk has read that.
+    _, _, height, width, frames, pixels = tf.while_loop(
+        lambda begin, ended, *_: ~ended & (begin < size), step,
+        (12 + table(head[10]), tf.constant(False), head[8] + 256 * head[9],
+         head[6] + 256 * head[7], tf.constant(-1), tf.constant(0, tf.int64)))
+    return (tf.cast(height, tf.int64), tf.cast(width, tf.int64),
+            tf.cast(tf.maximum(frames, 0), tf.int64), pixels)
 
 
 def check_pixel_budget(data, max_pixels=MAX_PIXELS):
