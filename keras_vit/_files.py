@@ -35,11 +35,15 @@ def read_file(path, what, error, max_bytes=MAX_TEXT_BYTES):
     more than `max_bytes`. OSError (a missing file) is the caller's to word."""
     refuse_special_file(path, what, error)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as f:
+    try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
-            raise error(f"{path} is a folder, not {what}.")
+            raise error(f"{path}: is a folder, not {what}.")
         refuse_special_file(path, what, error, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
         data = f.read(max_bytes + 1)  # a file that grew after any size check is caught too
     if len(data) > max_bytes:
         raise error(f"{path} is larger than {max_bytes // 2 ** 20} MB, too large for {what}.")

@@ -190,8 +190,8 @@ def library(function):
 PATH_CASES = [  # (name, how, expected exit status, what the one line says)
     ("--labels a FIFO", command("predict", "{folder}/good.png", "--model", "demo", "--labels",
                                 "{folder}/labels.fifo"), 2, "labels.fifo is a FIFO, not a labels file"),
-    ("--labels /dev/zero", command("predict", "{folder}/good.png", "--model", "demo", "--labels",
-                                   "/dev/zero"), 2, "/dev/zero is a character device"),
+    ("--labels /dev/null", command("predict", "{folder}/good.png", "--model", "demo", "--labels",
+                                   "/dev/null"), 2, "/dev/null is a character device"),
     ("--labels a 17 MB file", command("predict", "{folder}/good.png", "--model", "demo", "--labels",
                                       "{folder}/huge.txt"), 2, "larger than 16 MB"),
     ("--weights a FIFO", command("predict", "{folder}/good.png", "--model", "demo", "--weights",
@@ -201,8 +201,8 @@ PATH_CASES = [  # (name, how, expected exit status, what the one line says)
     ("analyze a FIFO image", command("analyze", "{folder}/fifo.png", "--model", "demo",
                                      "--output-dir", "{folder}/out"), 2,
      "fifo.png is a FIFO, not an image"),
-    ("load_image /dev/zero", library(lambda folder: preprocessing.load_image("/dev/zero", (8, 8))),
-     2, "/dev/zero is a character device, not an image"),
+    ("load_image /dev/null", library(lambda folder: preprocessing.load_image("/dev/null", (8, 8))),
+     2, "/dev/null is a character device, not an image"),
     ("a FIFO among a folder's images", library(
         lambda folder: len(load_image_folder(str(folder / "folder")).unsupported_files)), 1, ""),
 ]
