@@ -276,13 +276,15 @@ def test_serve_bytes_walks_a_gif_of_many_sub_blocks_fast_in_bounded_memory(serve
 @pytest.mark.slow
 def test_serve_bytes_walks_a_16_mb_gif_in_bounded_memory(exported, tmp_path, python):
     """A large GIF's walk widens one 64 KB chunk at a time, never the file (as int64, 16 MB
-    became 130 MB). The default test above covers the walk; this one its memory at scale."""
+    became 130 MB). The default test above covers the walk; this one its memory at scale:
+    under four times the file (the request's copy into the graph, giflib's reading of it, a
+    chunk), where widening alone would be eight."""
     results = serve_in_fresh_process(python, exported[1], *write_requests(
         tmp_path, [gif_with_comment(64_000, 255)]))
     request = results["requests"][0]
     print("\n", {k: v for k, v in request.items() if k != "logits"})
     assert request["outcome"] == "served" and request["next_served"], request
-    assert request["peak_growth_mb"] < 50, request
+    assert request["peak_growth_mb"] < 4 * 16, request
     assert request["seconds"] < 30, request
 
 
