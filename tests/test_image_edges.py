@@ -308,3 +308,59 @@ def test_exif_orientation_is_ignored_alike_by_every_path(exported, served, tmp_p
                                atol=1e-6)
     np.testing.assert_allclose(served["requests"][1]["logits"],
                                model(preprocessing.preprocess_input(pixels[None])), atol=1e-5)
+
+
+def walk_gif_in_python(data):
+    """The GIF block walk one step at a time, as giflib does it: the reference for the
+    vectorised walk. (height, width, frames, pixels of all frames)."""
+    def table(flags):
+        return 3 * 2 ** (flags % 8 + 1) if flags >= 128 else 0
+
+    padded = data + bytes(1024)
+    height, width = struct.unpack_from("<H", padded, 8)[0], struct.unpack_from("<H", padded, 6)[0]
+    frames = pixels = 0
+    at = 13 + table(padded[10])
+    while at < len(data):
+        if padded[at] == 0x2C:
+            frame_w, frame_h = struct.unpack_from("<HH", padded, at + 5)
+            height, width = max(height, frame_h), max(width, frame_w)
+            frames, pixels = frames + 1, pixels + frame_w * frame_h
+            at += 11 + table(padded[at + 9])
+        elif padded[at] == 0x21:
+            at += 2
+        else:
+            break
+        while at < len(data) and padded[at]:
+            at += 1 + padded[at]
+        at += 1
+    return [height, width, frames, pixels]
+
+
+def random_gif_structure(rng, blocks):
+    """Header, screen, a colour table, then `blocks` random extensions and image descriptors
+    (random sizes and local tables) with random sub-blocks, and the trailer."""
+    flags = int(rng.choice([0, 0x80 | int(rng.integers(0, 8))]))
+    out = [b"GIF89a", struct.pack("<HHBBB", *rng.integers(1, 300, 2), flags, 0, 0)]
+    out.append(bytes(3 * 2 ** (flags % 8 + 1)) if flags & 0x80 else b"")
+    for _ in range(blocks):
+        if rng.random() < 0.5:
+            local = int(rng.choice([0, 0x80 | int(rng.integers(0, 8))]))
+            out.append(b"\x2c" + struct.pack("<HHHHB", 0, 0, *rng.integers(1, 2000, 2), local))
+            out.append((bytes(3 * 2 ** (local % 8 + 1)) if local & 0x80 else b"") + b"\x08")
+        else:
+            out.append(b"\x21" + bytes([int(rng.integers(0, 256))]))
+        for size in rng.choice([1, 2, 255, int(rng.integers(1, 256))], int(rng.integers(0, 600))):
+            out.append(bytes([size]) + rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+        out.append(b"\x00")
+    return b"".join(out) + b"\x3b"
+
+
+def test_the_gif_walk_agrees_with_a_step_by_step_walk():
+    """Random block structures (many crossing the walk's 64 KB chunks), and the same files cut
+    short at random points: the vectorised walk counts what the one-step walk counts."""
+    rng = np.random.default_rng(7)
+    for _ in range(12):
+        data = random_gif_structure(rng, int(rng.integers(1, 12)))
+        for cut in (data, data[:int(rng.integers(14, len(data)))]):
+            assert [int(v) for v in preprocessing._gif_frames(tf.constant(cut))] == \
+                walk_gif_in_python(cut), len(cut)
