@@ -11,6 +11,7 @@ import base64
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -364,6 +365,13 @@ def test_predict_command_names_a_file_that_is_not_an_image(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def signatures(exported):
     return tf.saved_model.load(exported[1]).signatures
+
+
+def test_the_serving_page_lists_the_signatures_the_export_has(signatures):
+    page = open(os.path.join(os.path.dirname(__file__), "..", "docs", "serving.md")).read()
+    table = page.split("### Signatures", 1)[1].split("\n\n| Output |", 1)[0]
+    assert set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE)) == set(signatures)
+    assert "both signatures" not in page.lower()  # there are three
 
 
 def _pixels(n=2, size=SIZE):
