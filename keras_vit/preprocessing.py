@@ -21,6 +21,7 @@ import re
 import numpy as np
 
 from keras_vit._files import MAX_IMAGE_BYTES, read_file, refuse_special_file
+from keras_vit._tf_log import without_libjpeg_lines
 from keras_vit.errors import ImageError
 
 __all__ = ["preprocess_input", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "MAX_PIXELS", "decode_image",
@@ -386,7 +387,8 @@ def load_image(path, image_size, channels=3, max_pixels=MAX_PIXELS):
 
     data = read_image_file(path)
     try:
-        image = decode_image(tf.constant(data), channels, max_pixels)
+        with without_libjpeg_lines():
+            image = decode_image(tf.constant(data), channels, max_pixels)
     except tf.errors.InvalidArgumentError as error:
         raise not_an_image(path, error) from error
     return resize_image(image, image_size).numpy()

@@ -364,3 +364,23 @@ def test_the_gif_walk_agrees_with_a_step_by_step_walk():
         for cut in (data, data[:int(rng.integers(14, len(data)))]):
             assert [int(v) for v in preprocessing._gif_frames(tf.constant(cut))] == \
                 walk_gif_in_python(cut), len(cut)
+
+
+def test_a_torn_jpeg_is_one_line_without_libjpegs_own(tmp_path, monkeypatch, capfd):
+    """libjpeg prints "Improper call to JPEG library in state 201" to the process's stderr
+    itself (file descriptor 2, so capfd) when TensorFlow's decoder fails on a torn JPEG; the
+    command says the file is not an image, once. As the command: running_the_command."""
+    from keras_vit import _tf_log
+
+    whole = encode(noise(16, 16), "JPEG")
+    path = tmp_path / "torn.jpg"
+    path.write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(ImageError):  # a library user's process is left alone: libjpeg's line
+        preprocessing.load_image(str(path), (8, 8))
+    assert "Improper call to JPEG library" in capfd.readouterr().err
+    monkeypatch.setattr(_tf_log, "running_the_command", lambda: True)
+    assert cli.main(["analyze", str(path), "--model", "demo", "--output-dir",
+                     str(tmp_path / "out")]) == 2
+    assert capfd.readouterr().err.splitlines() == [
+        f"keras-vit analyze: error: {path} is not a JPEG, PNG, GIF, BMP or WebP image (Invalid "
+        f"JPEG data, size {len(whole) // 2})."]
