@@ -17,11 +17,14 @@ TensorFlow), as does the one sub-command parser whose help imports TensorFlow
 (`train`).
 """
 
+import contextlib
 import importlib.util
 import os
+import re
 import sys
+import tempfile
 
-__all__ = ["running_the_command", "quiet_for_command_line"]
+__all__ = ["running_the_command", "quiet_for_command_line", "without_libjpeg_lines"]
 
 LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 NVIDIA_DRIVER = "/proc/driver/nvidia"  # present where the NVIDIA kernel driver is loaded (Linux)
@@ -66,3 +69,33 @@ def quiet_for_command_line():
     if not gpus and os.path.exists(NVIDIA_DRIVER):  # then the hidden lines would say why
         print(f"keras-vit: TensorFlow found no usable GPU, though an NVIDIA driver is loaded; "
               f"set {LEVEL_VARIABLE}=0 to see TensorFlow's reasons.", file=sys.stderr)
+
+
+# What libjpeg prints to stderr itself (TensorFlow passes it no quiet error handler) when it
+# fails on a damaged JPEG: the error the user gets already says the file is not an image.
+_LIBJPEG_LINE = re.compile(r"(Improper call to JPEG library in state \d+|Premature end of JPEG "
+                           r"file|Unsupported marker type 0x[0-9a-f]+|Invalid JPEG file "
+                           r"structure: .*|Corrupt JPEG data: .*|Not a JPEG file: .*)\n?$")
+
+
+@contextlib.contextmanager
+def without_libjpeg_lines():
+    """Under the command, drops libjpeg's own stderr lines written while the block runs; what
+    else reaches stderr meanwhile is written after it. A library user's process is left alone."""
+    if not running_the_command():
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not _LIBJPEG_LINE.match(line):
+                    sys.stderr.write(line)

@@ -1,7 +1,7 @@
 """Export a classifier for TF Serving (SavedModel) and for phones (TFLite).
 
 `export_saved_model` writes TF Serving's layout, `export_dir/<version>/`, with
-two signatures that take raw pixels or encoded image files and do all the
+three signatures that take raw pixels or encoded image files and do all the
 preprocessing inside the graph, so a client needs no keras_vit code:
 
 - `serving_default(images)`: float32 `(batch, height, width, 3)`, pixel values
@@ -19,9 +19,13 @@ preprocessing inside the graph, so a client needs no keras_vit code:
   with InvalidArgument naming the items by index.
 - `serve_uint8(images)`: as `serving_default`, uint8 pixels.
 
-Both return `logits` `(batch, classes)`, `probabilities` `(batch, classes)`,
+All three return `logits` `(batch, classes)`, `probabilities` `(batch, classes)`,
 `class_ids` `(batch, k)` (int32, best first) and, when labels are given,
-`labels` `(batch, k)` (strings of those classes).
+`labels` `(batch, k)` (strings of those classes). The loaded SavedModel is also
+callable: `tf.saved_model.load(path)(images)` runs `serving_default`.
+
+A SavedModel is a program: loading and calling one runs whatever its graph does.
+Load only SavedModels from a source you trust.
 """
 
 import numbers
@@ -223,6 +227,10 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
             traced = tf.function(function, input_signature=[spec])
             traced.get_concrete_function()
             archive.add_endpoint(name, traced)
+    # `tf.saved_model.load(path)(images)` as well as `.signatures[...]`: TensorFlow makes a
+    # loaded object callable when it was saved with a `__call__` function. ExportArchive has
+    # no public way to add one, so it goes on the object the archive saves.
+    archive._tf_trackable.__call__ = archive._tf_trackable.serving_default
     return archive
 
 

@@ -14,16 +14,20 @@ allocates anything: a 400 KB PNG can declare 12000 x 12000 pixels, and decoding
 it would take 430 MB.
 """
 
+import functools
 import os
 import re
 
 import numpy as np
 
+from keras_vit._files import MAX_IMAGE_BYTES, read_file, refuse_special_file
+from keras_vit._tf_log import without_libjpeg_lines
 from keras_vit.errors import ImageError
 
 __all__ = ["preprocess_input", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "MAX_PIXELS", "decode_image",
            "declared_image_size", "check_pixel_budget",
-           "resize_image", "decode_images", "load_image", "image_paths", "not_an_image"]
+           "resize_image", "decode_images", "load_image", "read_image_file", "image_paths",
+           "not_an_image"]
 
 # What tf.io.decode_image reads; a GIF gives its first frame (an animated WebP is refused).
 IMAGE_FORMATS = "JPEG, PNG, GIF, BMP or WebP"
@@ -32,6 +36,8 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 # (a 24-megapixel camera, a 48-megapixel phone's default 12) fit; decompression bombs do not.
 MAX_PIXELS = 40_000_000
 _BUDGET_MESSAGE = "over the pixel budget"
+_PALETTE_BMP = ("the image is a compressed or truncated palette BMP, which keras_vit does not "
+                "decode; save it as PNG")
 _ANIMATED_WEBP = ("the image is an animated WebP, which TensorFlow does not decode safely; "
                  "save one frame as a still image")
 
@@ -77,8 +83,13 @@ def decode_image(data, channels=3, max_pixels=MAX_PIXELS):
         data = tf.identity(data)
     if channels not in (1, 3):
         return tf.io.decode_image(data, channels=channels, expand_animations=False)
-    return tf.cond(is_webp, lambda: _decode_webp(data, channels),
-                   lambda: tf.io.decode_image(data, channels=channels, expand_animations=False))
+    return tf.case([(is_webp, lambda: _decode_webp(data, channels)),
+                    (tf.equal(tf.strings.substr(data, 0, 2), b"BM"),
+                     lambda: _decode_bmp(data, channels)),
+                    (tf.equal(tf.strings.substr(data, 0, 4), b"GIF8"),
+                     lambda: _decode_as_rgb(data, channels))],
+                   default=lambda: tf.io.decode_image(data, channels=channels,
+                                                      expand_animations=False))
 
 
 def _decode_webp(data, channels):
@@ -87,6 +98,74 @@ def _decode_webp(data, channels):
     import tensorflow as tf
 
     image = tf.io.decode_image(data, expand_animations=False)[..., :3]
+    if channels == 1:
+        image = tf.image.rgb_to_grayscale(image)
+    return tf.ensure_shape(image, (None, None, channels))
+
+
+def _decode_as_rgb(data, channels):
+    """TensorFlow decodes a GIF or a BMP only to RGB (or RGBA): grey is made from RGB here."""
+    import tensorflow as tf
+
+    image = tf.io.decode_image(data, channels=3, expand_animations=False)
+    return tf.image.rgb_to_grayscale(image) if channels == 1 else image
+
+
+def _decode_bmp(data, channels):
+    """Palette BMPs are decoded here, others by TensorFlow (`_decode_as_rgb`)."""
+    import tensorflow as tf
+
+    return tf.ensure_shape(tf.cond(_is_palette_bmp(data), lambda: _decode_palette_bmp(data, channels),
+                                   lambda: _decode_as_rgb(data, channels)), (None, None, channels))
+
+
+def _is_palette_bmp(data):
+    """A BMP of 1, 2, 4 or 8 bits a pixel: indices into a colour table."""
+    import tensorflow as tf
+
+    head, byte = _head(data, 30)
+    bits = byte[28] + 256 * byte[29]
+    return (tf.equal(tf.strings.substr(head, 0, 2), b"BM") & (byte[14] >= 40)
+            & tf.reduce_any(tf.equal(bits, [1, 2, 4, 8])))
+
+
+def _decode_palette_bmp(data, channels):
+    """A palette BMP as a viewer shows it: each index looked up in the colour table.
+
+    TensorFlow's BMP decoder returns an 8-bit BMP's indices as grey levels and refuses
+    fewer bits. Rows are padded to 4 bytes and stored bottom-up unless the height is
+    negative; the table's entries are blue, green, red, unused.
+    """
+    import tensorflow as tf
+
+    _, byte = _head(data, 54)
+
+    def little(at, count):
+        return sum(byte[at + i] * 256 ** i for i in range(count))
+
+    bits, compression, offset = byte[28], little(30, 4), little(10, 4)
+    width, height = little(18, 4), little(22, 4)
+    top_down = height >= 2 ** 31
+    height = tf.where(top_down, 2 ** 32 - height, height)
+    stride = (bits * width + 31) // 32 * 4
+    colours = tf.where(tf.equal(little(46, 4), 0), 2 ** bits, little(46, 4))
+    pixels_end = offset + stride * height
+    check = tf.debugging.Assert(
+        tf.equal(compression, 0) & (pixels_end <= tf.cast(tf.strings.length(data), tf.int64))
+        & (colours <= 256), [_PALETTE_BMP])
+    with tf.control_dependencies([check]):
+        rows = tf.io.decode_raw(tf.strings.substr(data, offset, stride * height), tf.uint8)
+    rows = tf.reshape(rows, tf.stack([height, stride]))
+    # Each byte holds 8 // bits pixels, the first in its highest bits.
+    per_byte = 8 // bits
+    shifts = tf.cast(8 - bits * tf.range(1, per_byte + 1), tf.uint8)
+    mask = tf.cast(2 ** bits - 1, tf.uint8)
+    indices = tf.bitwise.bitwise_and(tf.bitwise.right_shift(rows[:, :, None], shifts), mask)
+    indices = tf.reshape(indices, tf.stack([height, stride * per_byte]))[:, :width]
+    table = tf.io.decode_raw(tf.strings.substr(data, 14 + little(14, 4), 4 * colours), tf.uint8)
+    table = tf.reshape(table, (-1, 4))[:, 2::-1]
+    image = tf.gather(table, tf.minimum(tf.cast(indices, tf.int32), tf.shape(table)[0] - 1))
+    image = tf.cond(top_down, lambda: image, lambda: image[::-1])
     if channels == 1:
         image = tf.image.rgb_to_grayscale(image)
     return tf.ensure_shape(image, (None, None, channels))
@@ -157,46 +236,100 @@ def declared_image_size(data):
     ], default=lambda: (tf.constant(0, tf.int64), tf.constant(0, tf.int64)), exclusive=False)
 
 
+_GIF_CHUNK = 1 << 16  # bytes walked at once: bounds the walk's memory whatever the file's size
+_GIF_REACH = 800  # the furthest one step jumps: an image descriptor, its colour table, LZW byte
+
+
 def _gif_frames(data):
+    """(height, width, frames, pixels of all frames) of a GIF: `_walk_gif` as one graph, so
+    that decoding eagerly (`load_image`) runs its loops at graph speed too."""
+    return _gif_walk()(data)
+
+
+@functools.cache
+def _gif_walk():
+    import tensorflow as tf
+
+    return tf.function(_walk_gif, input_signature=[tf.TensorSpec((), tf.string)],
+                       autograph=False)
+
+
+def _walk_gif(data):
     """(height, width, frames, pixels of all frames) of a GIF, from its block structure.
 
-    The canvas is the largest of the logical screen and every frame (what
-    TensorFlow's decoder allocates); a walk over the blocks (image descriptors,
-    extensions, and their data sub-blocks, at most 255 bytes each) finds them.
+    The canvas is the largest of the logical screen and every frame (what TensorFlow's
+    decoder allocates). After the header, a GIF is a chain: each data sub-block (at most
+    255 bytes) starts with its length, a 0 ends a block's sub-blocks, and the introducer
+    after it (an image descriptor, an extension, the trailer) says where the next
+    sub-blocks start. The chain is followed one chunk of the file at a time by pointer
+    doubling: every position points to where the chain goes next if it is a length
+    byte, and log2(chunk) gathers resolve the chunk, so a million one-byte sub-blocks
+    cost a few vectorised passes, not a million loop steps, and only a chunk of the file
+    is ever widened to integers.
     """
     import tensorflow as tf
 
-    raw = tf.concat([tf.cast(tf.io.decode_raw(data, tf.uint8), tf.int64),
-                     tf.zeros(16, tf.int64)], 0)  # zero-padded: reads past the end give 0
-    size = tf.cast(tf.strings.length(data), tf.int64)
-
-    def u16(at):
-        return raw[at] + 256 * raw[at + 1]
+    size = tf.strings.length(data)
+    length = _GIF_CHUNK + _GIF_REACH
 
     def table(flags):  # the bytes of the colour table a flags byte announces
         return tf.where(flags >= 128, 3 * 2 ** (flags % 8 + 1), 0)
 
-    def step(pos, in_blocks, height, width, frames, pixels):
-        byte = raw[pos]
-        if_image = tf.equal(byte, 0x2C) & ~in_blocks
-        if_extension = tf.equal(byte, 0x21) & ~in_blocks
-        frame_w, frame_h = u16(pos + 5), u16(pos + 7)
-        next_pos = tf.where(in_blocks, pos + 1 + byte,  # a sub-block, or the 0 ending them
-                            tf.where(if_image, pos + 11 + table(raw[pos + 9]),
-                                     tf.where(if_extension, pos + 2, size)))  # else: the end
-        next_in_blocks = tf.where(in_blocks, byte > 0, if_image | if_extension)
-        return (next_pos, next_in_blocks,
-                tf.where(if_image, tf.maximum(height, frame_h), height),
-                tf.where(if_image, tf.maximum(width, frame_w), width),
-                frames + tf.cast(if_image, tf.int64),
-                pixels + tf.where(if_image, frame_w * frame_h, 0))
+    def chunk_walk(begin, first):
+        """From the length byte at `begin` (`first`: read it as 0, the chain's start) to where
+        the chain leaves this chunk: (that position, whether the chain ended, frame totals)."""
+        own = tf.minimum(size - begin, _GIF_CHUNK)  # positions this chunk resolves
+        raw = tf.io.decode_raw(tf.strings.substr(data, begin, length), tf.uint8)
+        byte = tf.cast(tf.concat([raw, tf.zeros(length - tf.size(raw), tf.uint8)], 0), tf.int32)
+        at = tf.range(length)
+        byte = tf.where(first & tf.equal(at, 0), 0, byte)
 
-    start = 13 + table(raw[10])
+        def after(offset):  # per position, the byte `offset` into the introducer after it
+            return tf.concat([byte[offset + 1:], tf.zeros(offset + 1, tf.int32)], 0)
+
+        ended = length  # the node past a trailer or a byte that starts no block
+        image, extension = tf.equal(after(0), 0x2C), tf.equal(after(0), 0x21)
+        next_block = tf.where(image, at + 12 + table(after(9)),
+                              tf.where(extension, at + 3, ended))
+        step = tf.where(tf.equal(byte, 0), next_block, at + 1 + byte)
+        pointers = tf.concat([tf.where(at < own, step, at), [ended]], 0)  # beyond: fixed
+
+        def unresolved(pointers, levels):
+            return tf.not_equal(pointers[pointers[0]], pointers[0])
+
+        def double(pointers, levels):
+            return tf.gather(pointers, pointers), levels.write(levels.size(), pointers)
+
+        pointers, levels = tf.while_loop(unresolved, double, (pointers, tf.TensorArray(
+            tf.int32, size=0, dynamic_size=True, clear_after_read=False)))
+        # The chain's positions: position 0, then, level by level down, where each leads.
+        on_chain = tf.foldl(
+            lambda seen, k: tf.maximum(seen, tf.math.unsorted_segment_max(
+                seen, levels.read(k), length + 1)),
+            tf.range(levels.size() - 1, -1, -1), tf.one_hot(0, length + 1, dtype=tf.int32))
+        framed = (on_chain[:-1] > 0) & tf.equal(byte, 0) & image & (at < own)
+        width = tf.where(framed, after(5) + 256 * after(6), 0)
+        height = tf.where(framed, after(7) + 256 * after(8), 0)
+        return (begin + pointers[0], tf.equal(pointers[0], ended), tf.reduce_max(height),
+                tf.reduce_max(width), tf.reduce_sum(tf.cast(framed, tf.int32)),
+                tf.reduce_sum(tf.cast(width, tf.int64) * tf.cast(height, tf.int64)))
+
+    def step(begin, ended, height, width, frames, pixels):
+        begin, ended, frame_h, frame_w, more, more_pixels = chunk_walk(
+            begin, tf.equal(frames, -1))
+        return (begin, ended, tf.maximum(height, frame_h), tf.maximum(width, frame_w),
+                tf.maximum(frames, 0) + more, pixels + more_pixels)
+
+    head = tf.cast(tf.io.decode_raw(tf.strings.substr(data + b"\0" * 13, 0, 13), tf.uint8),
+                   tf.int32)
+    # The chain starts as if a 0 ended the header and the global colour table; frames -1
+    # until the first chunk has read that.
     _, _, height, width, frames, pixels = tf.while_loop(
-        lambda pos, *_: pos < size, step,
-        (start, tf.constant(False), u16(8), u16(6), tf.constant(0, tf.int64),
-         tf.constant(0, tf.int64)))
-    return height, width, frames, pixels
+        lambda begin, ended, *_: ~ended & (begin < size), step,
+        (12 + table(head[10]), tf.constant(False), head[8] + 256 * head[9],
+         head[6] + 256 * head[7], tf.constant(-1), tf.constant(0, tf.int64)))
+    return (tf.cast(height, tf.int64), tf.cast(width, tf.int64),
+            tf.cast(tf.maximum(frames, 0), tf.int64), pixels)
 
 
 def check_pixel_budget(data, max_pixels=MAX_PIXELS):
@@ -207,12 +340,11 @@ def check_pixel_budget(data, max_pixels=MAX_PIXELS):
     """
     import tensorflow as tf
 
-    height, width = declared_image_size(data)
     # giflib reads every frame of a GIF into memory (one byte per pixel) before TensorFlow
     # keeps the first: count all of them, so a long animation of small frames is no way round.
-    frames, frame_pixels = tf.cond(
-        tf.equal(tf.strings.substr(data, 0, 4), b"GIF8"), lambda: _gif_frames(data)[2:],
-        lambda: (tf.constant(1, tf.int64), tf.constant(0, tf.int64)))
+    height, width, frames, frame_pixels = tf.cond(
+        tf.equal(tf.strings.substr(data, 0, 4), b"GIF8"), lambda: _gif_frames(data),
+        lambda: (*declared_image_size(data), tf.constant(1, tf.int64), tf.constant(0, tf.int64)))
     fits = tf.maximum(height * width, frame_pixels) <= int(max_pixels)
     frames_text = tf.where(frames > 1, " in " + tf.strings.as_string(frames) + " frames", "")
     check = tf.debugging.Assert(fits, [tf.strings.join([
@@ -247,20 +379,28 @@ def decode_images(image_bytes, image_size, channels=3, max_pixels=MAX_PIXELS):
 def load_image(path, image_size, channels=3, max_pixels=MAX_PIXELS):
     """An image file -> float32 `(H, W, channels)` NumPy pixels in [0, 255] at `image_size`.
 
-    Raises `ImageError` naming the file when it is missing, not an image, or
-    larger than `max_pixels` pixels.
+    Raises `ImageError` naming the file when it is missing, not a regular file (a
+    FIFO, a device), over `MAX_IMAGE_BYTES`, not an image, or larger than
+    `max_pixels` pixels.
     """
     import tensorflow as tf
 
-    if not os.path.isfile(path):
-        raise ImageError(f"No image file at {path}.")
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_image_file(path)
     try:
-        image = decode_image(tf.constant(data), channels, max_pixels)
+        with without_libjpeg_lines():
+            image = decode_image(tf.constant(data), channels, max_pixels)
     except tf.errors.InvalidArgumentError as error:
         raise not_an_image(path, error) from error
     return resize_image(image, image_size).numpy()
+
+
+def read_image_file(path):
+    """The bytes of the image file `path`: a regular file of at most `MAX_IMAGE_BYTES`, else
+    `ImageError` naming it (a FIFO or a device is refused before it is opened)."""
+    try:
+        return read_file(path, "an image", ImageError, MAX_IMAGE_BYTES)
+    except OSError as error:
+        raise ImageError(f"No image file at {path} ({error.strerror or error}).") from None
 
 
 def not_an_image(path, error):
@@ -268,7 +408,7 @@ def not_an_image(path, error):
     reason = _reason(error.message)
     if _BUDGET_MESSAGE in reason:
         return ImageError(f"{path} is too large to decode: {reason}.")
-    if reason == _ANIMATED_WEBP:
+    if reason in (_ANIMATED_WEBP, _PALETTE_BMP):
         return ImageError(f"{path} cannot be decoded: {reason}.")
     return ImageError(f"{path} is not a {IMAGE_FORMATS} image ({reason}).")
 
@@ -283,6 +423,7 @@ def image_paths(entries):
         elif os.path.isfile(entry):
             paths.append(entry)
         else:
+            refuse_special_file(entry, "an image", ImageError)
             raise ImageError(f"No such image file or folder: {entry}")
     if not paths:
         raise ImageError(f"No {IMAGE_FORMATS} images found in {', '.join(entries)}.")
@@ -295,8 +436,9 @@ def _reason(message):
                        + r" of \d+ pixels", message)
     if budget:  # from tf.debugging.Assert, whose wording differs eagerly and in a graph
         return budget.group(0)
-    if _ANIMATED_WEBP in message:
-        return _ANIMATED_WEBP
+    for known in (_ANIMATED_WEBP, _PALETTE_BMP):
+        if known in message:
+            return known
     for line in reversed(message.splitlines()):
         line = re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:.*", "", line).strip()
         if line and not line.startswith(("Graph execution", "Detected at", "<stack", "in user code",

@@ -11,6 +11,7 @@ import base64
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -128,7 +129,8 @@ TF_ONLY_CLIENT = textwrap.dedent("""
         raise SystemExit("keras is importable; the test would not prove TF-only serving")
     except ImportError:
         pass
-    signatures = tf.saved_model.load(saved_model).signatures
+    loaded = tf.saved_model.load(saved_model)
+    signatures = loaded.signatures
 
     def rest_instance_to_value(instance):
         # TF Serving's REST row format: with one input, an instance is that input's
@@ -144,6 +146,8 @@ TF_ONLY_CLIENT = textwrap.dedent("""
     results = {}
     for key, value in run(signatures["serving_default"], images=tf.constant(np.load(pixels_file))).items():
         results["pixels/" + key] = value
+    for key, value in loaded(tf.constant(np.load(pixels_file))).items():  # loaded(images)
+        results["call/" + key] = value.numpy().astype(str) if value.dtype == tf.string else value.numpy()
     uint8_pixels = tf.constant(np.load(pixels_file).astype(np.uint8))
     for key, value in run(signatures["serve_uint8"], images=uint8_pixels).items():
         results["uint8/" + key] = value
@@ -179,7 +183,7 @@ def test_tensorflow_alone_serves_both_signatures_like_keras(exported, tmp_path):
 
     pixel_logits = np.asarray(model(keras_vit.preprocess_input(pixels)))
     for prefix, logits in (("pixels", pixel_logits), ("uint8", pixel_logits),
-                           ("bytes", keras_reference(model, encoded))):
+                           ("call", pixel_logits), ("bytes", keras_reference(model, encoded))):
         np.testing.assert_allclose(out[f"{prefix}/logits"], logits, atol=1e-5, rtol=0)
         np.testing.assert_allclose(out[f"{prefix}/probabilities"], softmax(logits), atol=1e-5, rtol=0)
         np.testing.assert_array_equal(out[f"{prefix}/class_ids"], top5(logits))
@@ -361,6 +365,13 @@ def test_predict_command_names_a_file_that_is_not_an_image(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def signatures(exported):
     return tf.saved_model.load(exported[1]).signatures
+
+
+def test_the_serving_page_lists_the_signatures_the_export_has(signatures):
+    page = open(os.path.join(os.path.dirname(__file__), "..", "docs", "serving.md")).read()
+    table = page.split("### Signatures", 1)[1].split("\n\n| Output |", 1)[0]
+    assert set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE)) == set(signatures)
+    assert "both signatures" not in page.lower()  # there are three
 
 
 def _pixels(n=2, size=SIZE):

@@ -190,15 +190,17 @@ SERVE_SCRIPT = textwrap.dedent("""
         reset_peak()
         rss_before = status_mb("VmRSS")
         start = time.perf_counter()
+        logits = None
         try:
-            serve(image_bytes=data)
+            logits = serve(image_bytes=data)["logits"].numpy().tolist()
             outcome = "served"
         except tf.errors.InvalidArgumentError as error:
             outcome = "refused: " + error.message
         seconds = time.perf_counter() - start
         peak_growth_mb = peak_rss_mb() - rss_before
         after = serve(image_bytes=good)["probabilities"].numpy()
-        results["requests"].append({"path": path, "outcome": outcome, "seconds": seconds,
+        results["requests"].append({"path": path, "outcome": outcome, "logits": logits,
+                                    "seconds": seconds,
                                     "peak_growth_mb": peak_growth_mb,
                                     "next_served": bool((abs(after - answer) < 1e-6).all())})
     print(json.dumps(results))

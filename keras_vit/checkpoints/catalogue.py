@@ -20,6 +20,7 @@ import json
 import os
 from importlib import resources
 
+from keras_vit._files import read_text
 from keras_vit.atomic import atomic_open, atomic_path
 from keras_vit.checkpoints import download
 from keras_vit.checkpoints.download import redact
@@ -249,8 +250,7 @@ def _pins_path():
 
 def _pins():
     try:
-        with open(_pins_path()) as f:
-            return json.load(f)
+        return json.loads(read_text(_pins_path(), "a checksum record", CheckpointError))
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
 

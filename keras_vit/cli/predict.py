@@ -46,7 +46,8 @@ def _add_arguments(parser):
     source.add_argument("--model", help='an architecture ("B/16", ...) or a saved .keras file')
     source.add_argument("--saved-model", metavar="DIR",
                         help="an exported SavedModel: a version folder, or the base folder "
-                             "(its highest version is used)")
+                             "(its highest version is used). A SavedModel is a program: it "
+                             "runs whatever its graph does, so load only one you trust")
     add_model_options(parser, model_help=False)
     parser.add_argument("--labels", metavar="FILE",
                         help="class names, one per line (default: the labels.txt beside a "

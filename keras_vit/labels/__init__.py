@@ -6,6 +6,7 @@ from importlib import resources
 import numpy as np
 from keras import ops
 
+from keras_vit._files import read_text
 from keras_vit.errors import ArgumentError
 
 __all__ = ["imagenet_labels", "imagenet_label_names", "decode_predictions", "read_labels"]
@@ -36,8 +37,9 @@ def imagenet_label_names(classes):
 
 def read_labels(path):
     """Class names from a text file, one per line (blank lines at the end ignored)."""
-    with open(path, encoding="utf-8") as f:
-        names = f.read().rstrip("\n").split("\n")
+    text = read_text(path, "a labels file", ArgumentError)
+    # Lines end as in a file opened as text (universal newlines): \n, \r\n or \r.
+    names = text.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n").split("\n")
     if not names or names == [""]:
         raise ArgumentError(f"{path} holds no labels; write one class name per line.")
     return [name.rstrip("\r") for name in names]

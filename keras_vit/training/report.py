@@ -1,12 +1,15 @@
 """The evaluation report of a training run: report.json, curves.png and confusion.png."""
 
 import csv
+import io
 import json
 import os
 
 import numpy as np
 
+from keras_vit._files import read_text
 from keras_vit.atomic import atomic_open, atomic_path
+from keras_vit.errors import RunConflictError
 
 __all__ = ["classification_summary", "write_report", "read_log", "plot_curves", "plot_confusion"]
 
@@ -63,8 +66,8 @@ def read_log(path):
     """The rows of a run's log.csv as dicts (none when there is no log yet)."""
     if not os.path.exists(path):
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    text = read_text(path, "a run's log", RunConflictError)
+    return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
 def _figure(**kwargs):

@@ -34,7 +34,9 @@ import zipfile
 import keras
 import numpy as np
 
+from keras_vit._files import read_text
 from keras_vit.atomic import atomic_open, atomic_path, remove_temporaries
+from keras_vit.errors import RunConflictError
 
 __all__ = ["resume", "Backup", "BestCheckpoint", "check_outputs"]
 
@@ -99,8 +101,7 @@ def _check_keras(path):
 
 def _check_json(path):
     try:
-        with open(path, encoding="utf-8") as f:
-            json.load(f)
+        json.loads(read_text(path, "a JSON file", RunConflictError))
     except (OSError, ValueError) as error:
         return f"not valid JSON: {error}"
     return None
@@ -156,8 +157,7 @@ def repair_log(path, epoch, say=print):
     """
     if not os.path.exists(path):
         return []
-    with open(path, newline="") as f:
-        text = f.read()
+    text = read_text(path, "a run's log", RunConflictError)
     complete = text[:text.rfind("\n") + 1]
     if complete != text:
         say(f"keras_vit: the last line of {path} was torn by a kill while it was written; "

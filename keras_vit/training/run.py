@@ -38,6 +38,7 @@ left before resuming (keras_vit/training/resume.py).
 import contextlib
 import csv
 import dataclasses
+import io
 import json
 import math
 import numbers
@@ -50,6 +51,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit._files import read_text
 from keras_vit._sizes import check_fits
 from keras_vit.atomic import atomic_open
 from keras_vit.data import VALIDATION_FRACTION, get_preset, load_dataset, make_pipeline
@@ -248,8 +250,7 @@ def _read_run_file(output):
     if not os.path.exists(path):
         return None
     try:
-        with open(path) as f:
-            state = json.load(f)
+        state = json.loads(read_text(path, "a run record", RunConflictError))
         return state if isinstance(state.get("config"), dict) else None
     except (OSError, ValueError, AttributeError):
         return None
@@ -279,8 +280,7 @@ def _check_previous_run(output, config):
     report_path = os.path.join(output, "report.json")
     # A finished run whose outputs a kill or a disk tore goes on instead: resuming rebuilds them.
     if previous.get("finished") and os.path.exists(report_path) and not check_outputs(output):
-        with open(report_path) as f:
-            report_ = json.load(f)
+        report_ = json.loads(read_text(report_path, "a run report", RunConflictError))
         print(f"keras_vit: the run in {output} already finished; nothing was trained or "
               "rewritten (start a new run with --overwrite or another --output).")
         return report_
@@ -397,8 +397,10 @@ def _check_output(output):
     log_path = os.path.join(output, "log.csv")
     if os.path.exists(log_path):
         try:
-            with open(log_path, newline="") as f:
-                header = next(csv.reader(f), None)
+            text = read_text(log_path, "a run's log", RunConflictError)
+            header = next(csv.reader(io.StringIO(text, newline="")), None)
+        except RunConflictError:
+            raise
         except (OSError, UnicodeDecodeError, csv.Error) as error:
             raise RunConflictError(f"{log_path} cannot be read as a run's log ({error}).") from error
         if header is not None and "epoch" not in header:

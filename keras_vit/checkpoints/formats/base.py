@@ -13,11 +13,11 @@ import dataclasses
 import json
 import math
 import os
-import stat
 from collections.abc import Callable
 
 import numpy as np
 
+from keras_vit._files import read_text, refuse_special_file
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.layout import (
     BIT_HEAD_KERNEL_KEY,
@@ -130,8 +130,9 @@ class Source:
             if not os.path.exists(path):
                 return None
             try:
-                with open(path, encoding="utf-8") as f:
-                    return json.load(f)
+                return json.loads(read_text(path, "a JSON file", CheckpointError))
+            except CheckpointError:
+                raise
             except (OSError, ValueError) as error:
                 raise CheckpointError(f"{path} is not a readable JSON file ({error}).") from error
         return self.once(("json", name), read)
@@ -247,10 +248,6 @@ class ShapeOnly:
         return {k: ShapeOnly(s) for k, s in shapes.items()}
 
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"))
-
-
 def refuse_special_files(path):
     """Refuses, before anything opens it, a path (or a file of a folder) that is a FIFO, a
     socket or a device: opening a FIFO with no writer blocks for ever, a device never ends."""
@@ -258,11 +255,4 @@ def refuse_special_files(path):
     if os.path.isdir(path):
         paths = [os.path.join(path, name) for name in os.listdir(path)]
     for candidate in paths:
-        try:
-            mode = os.stat(candidate).st_mode
-        except OSError:
-            continue  # a missing file is named by whoever needs it
-        for is_kind, kind in _KINDS:
-            if is_kind(mode):
-                raise CheckpointError(f"{candidate} is {kind}, not a checkpoint file; keras_vit "
-                                      "reads regular files only.")
+        refuse_special_file(candidate, "a checkpoint file", CheckpointError)

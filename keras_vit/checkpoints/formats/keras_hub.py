@@ -16,6 +16,7 @@ import re
 
 import numpy as np
 
+from keras_vit._files import read_text
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import (
     ArraysReader,
@@ -117,8 +118,9 @@ def task_config(directory):
 
 def _read_json(path):
     try:
-        with open(path) as f:
-            return json.load(f)
+        return json.loads(read_text(path, "a JSON file", CheckpointError))
+    except CheckpointError:
+        raise
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{path} is not a readable JSON file ({error}).") from error
 

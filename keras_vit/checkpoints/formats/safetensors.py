@@ -18,6 +18,7 @@ import struct
 
 import numpy as np
 
+from keras_vit._files import read_text
 from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.errors import CheckpointError
 
@@ -125,8 +126,9 @@ def _check_ranges(path, entries, data_size):
 def _shards(index_path):
     """{shard path: [tensor names]} from a sharded checkpoint's index, checked."""
     try:
-        with open(index_path, encoding="utf-8") as f:
-            index = json.load(f)
+        index = json.loads(read_text(index_path, "a safetensors index", CheckpointError))
+    except CheckpointError:
+        raise
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{index_path} is not a readable safetensors index ({error}).") from error
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
