@@ -9,12 +9,14 @@ into batches.
 import dataclasses
 import os
 import socket
+import sys
 
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.data.files import load_files, skip_failed
 from keras_vit.errors import DatasetError, DatasetUnavailableError, PathNotFoundError
-from keras_vit.preprocessing import IMAGE_EXTENSIONS, decode_image
+from keras_vit.preprocessing import IMAGE_EXTENSIONS, check_pixel_budget, declared_image_size
 
 __all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
            "load_image_folder", "load_tfds", "to_rgb", "HELD_OUT_FRACTION", "SPLIT_SEED"]
@@ -22,15 +24,18 @@ __all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_dig
 HELD_OUT_FRACTION = 0.2  # for sources without a test split (digits, folders, tf_flowers)
 SPLIT_SEED = 0  # fixed, so every run holds out the same examples
 CONNECT_TIMEOUT_S = 5.0
+SCAN_PROGRESS_FILES = 5_000  # a folder with more files shows its scan's progress on stderr
 
 
 @dataclasses.dataclass
 class DatasetSplits:
     """A train and a held-out split of `(image uint8 (H, W, C), label int32)` examples.
 
-    A folder's examples hold the image file's bytes instead of its pixels
-    (`make_pipeline` decodes them): a shuffle buffer or cache of photos then
-    holds files, not full-resolution pixels, many times larger.
+    A folder's examples hold the image file's path instead of its pixels
+    (`make_pipeline` reads and decodes them): a shuffle buffer or cache of photos
+    then holds names, not full-resolution pixels, many times larger. A file that
+    fails to read or decode while the pipeline runs is skipped and its path added
+    to `skipped_files`.
     """
 
     train: tf.data.Dataset
@@ -102,13 +107,14 @@ def load_image_folder(root):
 
     Images are the files with one of `keras_vit.preprocessing.IMAGE_EXTENSIONS`.
 
-    Examples are `(file bytes, label)`: `make_pipeline` decodes them after
-    its shuffle and cache. Every file is decoded once up front; files
-    TensorFlow cannot decode, and
-    files whose names are not valid UTF-8 (TensorFlow's file names are
-    strings), are left out and listed in `skipped_files` instead of stopping
-    training. Every other file (no image extension) is left out and listed in
-    `unsupported_files`.
+    Examples are `(file path, label)`: `make_pipeline` reads and decodes them
+    after its shuffle. The scan reads each file's header only (its declared size,
+    checked against the pixel budget), in parallel, so training starts at about
+    the speed of listing the folder. Files whose header is not an image's or is
+    over the budget, and files whose names are not valid UTF-8 (TensorFlow's file
+    names are strings), are left out and listed in `skipped_files`; so is, while
+    training, a file that fails to decode or was deleted after the scan. Every
+    other file (no image extension) is left out and listed in `unsupported_files`.
     """
     class_names = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
     if not class_names:
@@ -120,7 +126,7 @@ def load_image_folder(root):
         raise DatasetError(f"Class folder {os.path.join(root, unprintable[0])!r} has a newline, "
                            "a control character or undecodable bytes in its name; rename it (a "
                            "class name becomes one line of labels.txt).")
-    paths, labels, sizes, skipped, unsupported = [], [], [], [], []
+    listed, listed_labels, skipped, unsupported = [], [], [], []
     for label, name in enumerate(class_names):
         folder = os.path.join(root, name)
         for file in sorted(os.listdir(folder)):
@@ -129,13 +135,15 @@ def load_image_folder(root):
                 skipped.append(_printable(path))
             elif not file.lower().endswith(IMAGE_EXTENSIONS) or not os.path.isfile(path):
                 unsupported.append(path)
-            elif not _decodes(path):
-                skipped.append(path)
             else:
-                paths.append(path)
-                labels.append(label)
-                sizes.append(os.path.getsize(path))
-    labels = np.asarray(labels, np.int32)
+                listed.append(path)
+                listed_labels.append(label)
+    sizes = _scan_headers(listed, root)
+    good = sizes >= 0
+    skipped += [path for path, ok in zip(listed, good) if not ok]
+    paths = np.asarray(listed, dtype=object)[good].astype(str) if listed else np.asarray([], str)
+    labels = np.asarray(listed_labels, np.int32)[good]
+    sizes = sizes[good]
     missing = [c for i, c in enumerate(class_names) if not np.any(labels == i)]
     if missing:
         raise DatasetError(f"No readable images for classes {missing} under {root!r} "
@@ -143,17 +151,42 @@ def load_image_folder(root):
                            "skipped).")
     _check_split_sizes(labels, class_names, root)
     train, test = _held_out_split(labels)
-    paths, sizes = np.asarray(paths), np.asarray(sizes, np.int64)
 
     def split(indices):
         files = tf.data.Dataset.from_tensor_slices((paths[indices], labels[indices]))
-        return files.map(lambda p, y: (tf.io.read_file(p), y),
-                         num_parallel_calls=tf.data.AUTOTUNE)
+        # A held-out file that fails is left out of the labels as well as the predictions.
+        return skip_failed(files, skipped)
 
     return DatasetSplits(split(train), split(test), class_names, len(train), len(test),
                          skipped_files=skipped, name=os.path.basename(os.path.normpath(root)),
                          unsupported_files=unsupported, train_bytes=int(sizes[train].sum()),
                          test_bytes=int(sizes[test].sum()))
+
+
+def _scan_headers(paths, root):
+    """Each file's size in bytes, or -1 when its header is not an image's or declares more
+    pixels than the budget: headers only, read in parallel by tf.data."""
+    def header(path):
+        data = check_pixel_budget(tf.io.read_file(path))
+        height, width = declared_image_size(data)
+        check = tf.debugging.assert_positive(height * width, "not an image header")
+        with tf.control_dependencies([check]):
+            return tf.strings.length(data, unit="BYTE")
+
+    sizes = np.full(len(paths), -1, np.int64)
+    if not paths:
+        return sizes
+    scanned = load_files(tf.data.Dataset.from_tensor_slices(paths), header).batch(512)
+    done = 0
+    for size, ok, _ in scanned.as_numpy_iterator():
+        sizes[done:done + len(size)] = np.where(ok, size, -1)
+        done += len(size)
+        if len(paths) > SCAN_PROGRESS_FILES:
+            print(f"\rscanning {root}: {done}/{len(paths)} files", end="", file=sys.stderr,
+                  flush=True)
+    if len(paths) > SCAN_PROGRESS_FILES:
+        print(file=sys.stderr)
+    return sizes
 
 
 def _check_split_sizes(labels, class_names, root):
@@ -183,14 +216,6 @@ def _is_utf8(path):
 def _printable(path):
     """A non-UTF-8 file name with its undecodable bytes escaped, fit for report.json."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
-
-
-def _decodes(path):
-    try:
-        decode_image(tf.io.read_file(path))
-        return True
-    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError):
-        return False
 
 
 def load_tfds(name, data_dir=None):
