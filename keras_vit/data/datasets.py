@@ -9,11 +9,11 @@ into batches.
 import dataclasses
 import os
 import socket
-import sys
 
 import numpy as np
 import tensorflow as tf
 
+from keras_vit._progress import Progress
 from keras_vit.data.files import load_files, skip_failed
 from keras_vit.errors import DatasetError, DatasetUnavailableError, PathNotFoundError
 from keras_vit.preprocessing import IMAGE_EXTENSIONS, check_pixel_budget, declared_image_size
@@ -177,15 +177,16 @@ def _scan_headers(paths, root):
     if not paths:
         return sizes
     scanned = load_files(tf.data.Dataset.from_tensor_slices(paths), header).batch(512)
+    progress = Progress(f"scanning {root}", len(paths), every=SCAN_PROGRESS_FILES) \
+        if len(paths) > SCAN_PROGRESS_FILES else None
     done = 0
     for size, ok, _ in scanned.as_numpy_iterator():
         sizes[done:done + len(size)] = np.where(ok, size, -1)
         done += len(size)
-        if len(paths) > SCAN_PROGRESS_FILES:
-            print(f"\rscanning {root}: {done}/{len(paths)} files", end="", file=sys.stderr,
-                  flush=True)
-    if len(paths) > SCAN_PROGRESS_FILES:
-        print(file=sys.stderr)
+        if progress:
+            progress.update(done)
+    if progress:
+        progress.close()
     return sizes
 
 
