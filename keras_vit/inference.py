@@ -214,6 +214,18 @@ def _failure_message(path, read):
     return f"{path} could not be read (it changed while it was being read)."
 
 
+def _chunks(items, size):
+    """Lists of `size` consecutive items (the last may be shorter)."""
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def _names_dict(names):
     return dict(enumerate(names)) if isinstance(names, (list, tuple)) else (names or {})
 
@@ -250,25 +262,23 @@ class _KerasRunner:
     def run_files(self, paths):
         import tensorflow as tf
 
-        from keras_vit.data.files import load_files
+        from keras_vit.data.files import load_batches
         from keras_vit.preprocessing import decode_image, load_image, resize_image
 
         def load(path):
             return resize_image(decode_image(tf.io.read_file(path), self.channels,
                                              self.max_pixels), self.size)
 
-        files = tf.data.Dataset.from_tensor_slices([os.fsencode(p) for p in paths])
-        batches = load_files(files, load).batch(self.batch_size).prefetch(tf.data.AUTOTUNE)
-        done = 0
-        for pixels, ok, _ in batches.as_numpy_iterator():
-            probabilities = iter(self._probabilities(pixels[ok]) if ok.any() else ())
-            for i, good in enumerate(ok):
-                if good:
-                    yield next(probabilities), None
-                else:
-                    yield None, _failure_message(paths[done + i], lambda p: load_image(
-                        p, self.size, self.channels, self.max_pixels))
-            done += len(ok)
+        def reason(path):
+            return _failure_message(path, lambda p: load_image(p, self.size, self.channels,
+                                                              self.max_pixels))
+
+        for chunk in _chunks(load_batches(paths, load, self.batch_size), self.batch_size):
+            good = [pixels for _, pixels in chunk if pixels is not None]
+            probabilities = iter(self._probabilities(np.stack(good)) if good else ())
+            for index, pixels in chunk:
+                yield (next(probabilities), None) if pixels is not None else (
+                    None, reason(paths[index]))
 
     def run_examples(self, examples):
         """In-memory `(image uint8 (H, W, C), label)` examples (digits, TFDS), resized as
@@ -322,16 +332,13 @@ class _SavedModelRunner:
     def run_files(self, paths):
         import tensorflow as tf
 
-        from keras_vit.data.files import load_files
+        from keras_vit.data.files import load_batches
 
-        files = tf.data.Dataset.from_tensor_slices([os.fsencode(p) for p in paths])
-        batches = load_files(files, tf.io.read_file).batch(self.batch_size) \
-            .prefetch(tf.data.AUTOTUNE)
-        done = 0
-        for data, ok, _ in batches.as_numpy_iterator():
-            batch_paths = paths[done:done + len(ok)]
-            done += len(ok)
-            yield from self._run(data, ok, batch_paths)
+        for chunk in _chunks(load_batches(paths, tf.io.read_file, self.batch_size),
+                             self.batch_size):
+            data = np.asarray([b"" if d is None else d for _, d in chunk], dtype=object)
+            ok = np.asarray([d is not None for _, d in chunk])
+            yield from self._run(data, ok, [paths[index] for index, _ in chunk])
 
     def run_examples(self, examples):
         import tensorflow as tf

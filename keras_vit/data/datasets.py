@@ -14,9 +14,15 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit._progress import Progress
-from keras_vit.data.files import load_files, skip_failed
+from keras_vit.data.files import load_batches, skip_failed
 from keras_vit.errors import DatasetError, DatasetUnavailableError, PathNotFoundError
-from keras_vit.preprocessing import IMAGE_EXTENSIONS, check_pixel_budget, declared_image_size
+from keras_vit.preprocessing import (
+    IMAGE_EXTENSIONS,
+    JPEG_EXTENSIONS,
+    check_pixel_budget,
+    checked_jpeg_shape,
+    declared_image_size,
+)
 
 __all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
            "load_image_folder", "load_tfds", "to_rgb", "HELD_OUT_FRACTION", "SPLIT_SEED"]
@@ -152,12 +158,17 @@ def load_image_folder(root):
     _check_split_sizes(labels, class_names, root)
     train, test = _held_out_split(labels)
 
-    def split(indices):
+    # Every file a JPEG by name and by header: the pipeline reads them the JPEG way.
+    all_jpeg = all(path.lower().endswith(JPEG_EXTENSIONS) for path in paths)
+
+    def split(indices, held_out):
         files = tf.data.Dataset.from_tensor_slices((paths[indices], labels[indices]))
         # A held-out file that fails is left out of the labels as well as the predictions.
-        return skip_failed(files, skipped)
+        files = skip_failed(files, skipped) if held_out else files
+        files.failed_files, files.jpeg_files = skipped, all_jpeg
+        return files
 
-    return DatasetSplits(split(train), split(test), class_names, len(train), len(test),
+    return DatasetSplits(split(train, False), split(test, True), class_names, len(train), len(test),
                          skipped_files=skipped, name=os.path.basename(os.path.normpath(root)),
                          unsupported_files=unsupported, train_bytes=int(sizes[train].sum()),
                          test_bytes=int(sizes[test].sum()))
@@ -165,27 +176,35 @@ def load_image_folder(root):
 
 def _scan_headers(paths, root):
     """Each file's size in bytes, or -1 when its header is not an image's or declares more
-    pixels than the budget: headers only, read in parallel by tf.data."""
-    def header(path):
-        data = check_pixel_budget(tf.io.read_file(path))
+    pixels than the budget: headers only, read in parallel by tf.data (a .jpg or .jpeg file
+    through the JPEG-only check, which must then find a JPEG)."""
+    def header(path, jpeg):
+        data = tf.io.read_file(path)
+        if jpeg:
+            with tf.control_dependencies([checked_jpeg_shape(data)]):
+                return tf.cast(tf.strings.length(data), tf.int64)
+        data = check_pixel_budget(data)
         height, width = declared_image_size(data)
         check = tf.debugging.assert_positive(height * width, "not an image header")
         with tf.control_dependencies([check]):
-            return tf.strings.length(data, unit="BYTE")
+            return tf.cast(tf.strings.length(data), tf.int64)
 
     sizes = np.full(len(paths), -1, np.int64)
-    if not paths:
-        return sizes
-    scanned = load_files(tf.data.Dataset.from_tensor_slices(paths), header).batch(512)
     progress = Progress(f"scanning {root}", len(paths), every=SCAN_PROGRESS_FILES) \
         if len(paths) > SCAN_PROGRESS_FILES else None
     done = 0
-    for size, ok, _ in scanned.as_numpy_iterator():
-        sizes[done:done + len(size)] = np.where(ok, size, -1)
-        done += len(size)
-        if progress:
-            progress.update(done)
+    for jpeg in (True, False):
+        chosen = [i for i, p in enumerate(paths) if p.lower().endswith(JPEG_EXTENSIONS) == jpeg]
+        if not chosen:
+            continue
+        for index, size in load_batches([paths[i] for i in chosen],
+                                        lambda path, jpeg=jpeg: header(path, jpeg), 512):
+            sizes[chosen[index]] = -1 if size is None else size
+            done += 1
+            if progress and done % 512 == 0:
+                progress.update(done)
     if progress:
+        progress.update(done)
         progress.close()
     return sizes
 

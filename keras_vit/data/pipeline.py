@@ -8,11 +8,12 @@ with the official preprocessing (`keras_vit.preprocessing`).
 import tensorflow as tf
 
 from keras_vit.data.datasets import to_rgb
-from keras_vit.data.files import load_files, record_failures
+from keras_vit.data.files import load_files, record_failures, skip_missing
 from keras_vit.normalization import normalize_pixels
 from keras_vit.preprocessing import (
     check_pixel_budget,
     decode_image,
+    decode_jpeg,
     preprocess_input,
     resize_image,
 )
@@ -74,7 +75,11 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
     across replicas.
     """
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    failed = getattr(dataset, "failed_files", None)  # before the transformations below
+    # What a folder's split carries (keras_vit/data/datasets.py), read before the
+    # transformations below: the list its failed files go to, and whether all are JPEGs.
+    failed = getattr(dataset, "failed_files", None)
+    failed = [] if failed is None else failed
+    jpeg_files = getattr(dataset, "jpeg_files", False)
     if cache:
         dataset = dataset.cache()
     repeat = training if repeat is None else repeat
@@ -88,6 +93,9 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
 
     def load(path):  # a folder's file, decoded (and cropped) where it is read
         data = tf.io.read_file(path)
+        if jpeg_files:
+            window = (lambda shape: _crop_window(shape, crop_area)) if crop else None
+            return decode_jpeg(data, crop_window=window)
         return decode_and_crop(data, crop_area) if crop else decode_image(data)
 
     def preprocess(image, label):
@@ -103,8 +111,14 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
         image = tf.ensure_shape(image, (*size, 3))
         return image, label
 
-    if files:
-        dataset = record_failures(load_files(dataset, load), [] if failed is None else failed)
+    if files and training:
+        # A file gone since the scan is skipped and named; one that no longer decodes is
+        # skipped (ignore_errors): neither stops the run.
+        dataset = skip_missing(dataset, failed).map(
+            lambda path, label: (load(path), label), num_parallel_calls=tf.data.AUTOTUNE) \
+            .ignore_errors()
+    elif files:  # held out: every failure named, the order kept
+        dataset = record_failures(load_files(dataset, load), failed)
     dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size, drop_remainder=training)
     options = tf.data.Options()
