@@ -1,0 +1,163 @@
+"""keras_vit.predict_images and keras-vit predict: streaming, batched, one row per image."""
+
+import csv
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+import keras_vit
+from keras_vit import inference
+from tests.test_export import softmax, tiny_classifier
+
+SIZE = 32  # tiny_classifier's input size
+
+
+def write_images(folder, names, seed=0, size=SIZE):
+    """PNGs at the model's size (no resize: the pixels seen are the ones written)."""
+    rng = np.random.default_rng(seed)
+    pixels = {}
+    for name in names:
+        path = os.path.join(folder, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        pixels[path] = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        Image.fromarray(pixels[path]).save(path)
+    return pixels
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("model")
+    model = tiny_classifier(seed=3)
+    model.save(folder / "tiny.keras")
+    return str(folder / "tiny.keras"), model
+
+
+def expected_probabilities(model, pixels):
+    """NumPy softmax of the model's logits on Pillow's pixels, scaled to [-1, 1] here."""
+    logits = keras.ops.convert_to_numpy(model(pixels.astype(np.float32) / 127.5 - 1.0))
+    return softmax(logits.astype(np.float64))
+
+
+def test_image_files_reads_folders_globs_and_lists(tmp_path):
+    write_images(str(tmp_path), ["a/2.png", "a/b/1.png", "a/0.png", "c/x.png"])
+    (tmp_path / "a" / "notes.md").write_text("not an image: left out of a folder")
+    listed = tmp_path / "list.txt"
+    listed.write_text(f"{tmp_path}/c/x.png\n\n{tmp_path}/gone.png\n")
+    found = inference.image_files([str(tmp_path / "a"), str(tmp_path / "c" / "*.png"),
+                                   str(listed)])
+    relative = [os.path.relpath(p, tmp_path) for p in found]
+    assert relative == ["a/0.png", "a/2.png", "a/b/1.png", "c/x.png", "c/x.png", "gone.png"]
+    with pytest.raises(keras_vit.ImageError, match="No such image file, folder or pattern"):
+        inference.image_files([str(tmp_path / "missing*.png")])
+
+
+def test_predict_folder_writes_a_row_per_image(model_file, tmp_path, cli):
+    path, model = model_file
+    pixels = write_images(str(tmp_path / "photos"), [f"{c}/{i}.png" for c in "ab" for i in range(5)])
+    out = tmp_path / "preds.csv"
+    result = cli(["predict", str(tmp_path / "photos"), "--model", path, "--output", str(out),
+                  "--top", "3", "--batch-size", "4"])
+    assert result.returncode == 0, result.stderr
+    with open(out, newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["path", "error", "top1_label", "top1_probability", "top2_label",
+                       "top2_probability", "top3_label", "top3_probability"]
+    assert [r[0] for r in rows[1:]] == sorted(pixels)
+    expected = expected_probabilities(model, np.stack([pixels[r[0]] for r in rows[1:]]))
+    for row, probabilities in zip(rows[1:], expected):
+        best = np.argsort(-probabilities, kind="stable")[:3]
+        assert row[1] == "" and row[2::2] == [f"class {i}" for i in best]
+        # Written with 6 significant digits.
+        np.testing.assert_allclose([float(x) for x in row[3::2]], probabilities[best], rtol=1e-5)
+    # .jsonl: the same, a JSON object per line.
+    out = tmp_path / "preds.jsonl"
+    assert cli(["predict", str(tmp_path / "photos"), "--model", path, "--output",
+                str(out)]).returncode == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["path"] for line in lines] == sorted(pixels) and len(lines[0]["labels"]) == 5
+
+
+def test_a_bad_image_is_a_row_with_its_error_and_exit_1(model_file, tmp_path, cli):
+    path, model = model_file
+    pixels = write_images(str(tmp_path / "photos"), ["a.png", "c.png", "d.png"])
+    (tmp_path / "photos" / "b.png").write_bytes(b"not an image at all")
+    out = tmp_path / "preds.csv"
+    result = cli(["predict", str(tmp_path / "photos"), "--model", path, "--output", str(out),
+                  "--batch-size", "2"])
+    assert result.returncode == 1
+    bad = str(tmp_path / "photos" / "b.png")
+    assert result.stderr.splitlines()[-1] == "keras-vit predict: 1 of 4 images could not be read."
+    assert f"keras-vit predict: error: {bad} is not a JPEG, PNG, GIF, BMP or WebP image" \
+        in result.stderr
+    with open(out, newline="") as f:
+        rows = {r["path"]: r for r in csv.DictReader(f)}
+    assert list(rows) == sorted([*pixels, bad])
+    assert "is not a JPEG, PNG" in rows[bad]["error"] and rows[bad]["top1_label"] == ""
+    good = sorted(pixels)
+    expected = expected_probabilities(model, np.stack([pixels[p] for p in good]))
+    np.testing.assert_allclose([float(rows[p]["top1_probability"]) for p in good],
+                               expected.max(-1), rtol=1e-5)
+
+
+def test_saved_model_predicts_a_batch_per_call(model_file, tmp_path, monkeypatch):
+    from keras_vit.export import export_saved_model
+
+    _, model = model_file
+    export = export_saved_model(model, str(tmp_path / "served"))
+    pixels = write_images(str(tmp_path / "photos"), [f"{i}.png" for i in range(7)])
+    calls = []
+    load = inference.load_serve_bytes
+
+    def counting(folder):
+        serve = load(folder)
+
+        def call(image_bytes):
+            calls.append(int(image_bytes.shape[0]))
+            return serve(image_bytes=image_bytes)
+        call.structured_outputs = serve.structured_outputs
+        return call
+    monkeypatch.setattr(inference, "load_serve_bytes", counting)
+
+    results = list(keras_vit.predict_images(export, str(tmp_path / "photos"), batch_size=3))
+    assert calls == [3, 3, 1]
+    expected = expected_probabilities(model, np.stack([pixels[r.path] for r in results]))
+    np.testing.assert_allclose([r.probabilities for r in results], expected, atol=1e-5)
+    # A batch the signature refuses is retried image by image, naming the bad one.
+    (tmp_path / "photos" / "7.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    calls.clear()
+    results = list(keras_vit.predict_images(export, str(tmp_path / "photos"), batch_size=4))
+    assert calls == [4, 4, 1, 1, 1, 1]
+    assert [r.error is None for r in results] == [True] * 7 + [False]
+    assert "7.png" in results[-1].error
+
+
+def _peak_mb(python, tmp_path, model, count):
+    folder = tmp_path / f"n{count}"
+    write_images(str(folder), [f"{i // 500}/{i}.png" for i in range(count)], size=16)
+    result = python(["tests/scripts/predict_memory.py", str(tmp_path / "warm"), str(folder),
+                     model, str(tmp_path / f"preds{count}.csv")], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / f"preds{count}.csv") as f:
+        assert sum(1 for _ in f) == count + 1  # a row per image, and the header
+    return json.loads(result.stdout.splitlines()[-1])["peak_mb"]
+
+
+def _memory_bound(python, tmp_path, model_file, small, large):
+    write_images(str(tmp_path / "warm"), [f"{i}.png" for i in range(40)], size=16)
+    peaks = [_peak_mb(python, tmp_path, model_file[0], n) for n in (small, large)]
+    print("peak MB", peaks)
+    assert peaks[1] <= 1.15 * peaks[0] + 64, peaks
+
+
+def test_predict_memory_does_not_grow_with_the_images(python, tmp_path, model_file):
+    """100 against 600 images, each in a fresh process (the slow test: 1,000 and 20,000)."""
+    _memory_bound(python, tmp_path, model_file, 100, 600)
+
+
+@pytest.mark.slow  # 21,000 images through two fresh processes: minutes on 2 cores
+def test_predict_memory_at_20000_images(python, tmp_path, model_file):
+    _memory_bound(python, tmp_path, model_file, 1000, 20000)
