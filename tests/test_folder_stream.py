@@ -58,12 +58,14 @@ def _ready_ratio(tmp_path, count):
 def test_a_folder_of_photos_is_ready_in_under_30_percent_of_a_decode_pass(tmp_path):
     """150 800 x 600 JPEGs: the scan reads headers only (the slow test: 1,500 files)."""
     ratio = _ready_ratio(tmp_path, 150)
+    print(f"ready / decode pass: {ratio:.3f}")
     assert ratio < 0.3, ratio
 
 
 @pytest.mark.slow  # 1,500 photos written and decoded: about a minute on 2 cores
 def test_1500_photos_are_ready_in_under_30_percent_of_a_decode_pass(tmp_path):
     ratio = _ready_ratio(tmp_path, 1500)
+    print(f"ready / decode pass: {ratio:.3f}")
     assert ratio < 0.3, ratio
 
 
@@ -106,3 +108,24 @@ def test_a_jpeg_decodes_the_same_through_the_jpeg_path(tmp_path):
     assert np.abs(full.astype(int) - np.asarray(Image.open(path).convert("RGB"))).mean() < 2
     with pytest.raises(tf.errors.InvalidArgumentError, match="over the pixel budget of 100"):
         decode_jpeg(raw, max_pixels=100)
+
+
+@pytest.mark.slow  # a training run; the pipeline itself is tested above by default
+def test_a_training_run_reports_files_deleted_after_the_scan(tmp_path, monkeypatch):
+    from keras_vit.training import run
+
+    root = str(tmp_path / "photos")
+    write_jpegs(root, 24, size=(24, 32))
+    gone = []
+
+    def scan_then_delete(source, data_dir=None):
+        splits = data.load_dataset(source, data_dir=data_dir)
+        for split in (splits.train, splits.test):
+            gone.append(next(split.as_numpy_iterator())[0].decode())
+            os.remove(gone[-1])
+        return splits
+    monkeypatch.setattr(run, "load_dataset", scan_then_delete)
+    report = run.train(root, model="demo", recipe="scratch", image_size=16, batch_size=4,
+                       epochs=1, output=str(tmp_path / "run"), verbose=0)
+    assert sorted(report["skipped_files"]["files"]) == sorted(gone)
+    assert report["num_test"] == sum(report["per_class"][c]["support"] for c in report["class_names"]) + 1
