@@ -1,21 +1,25 @@
 """Peak memory of `keras-vit predict FOLDER --model M --output FILE` in a fresh process.
 
-    python tests/scripts/predict_memory.py WARM_FOLDER FOLDER MODEL OUTPUT
+    python tests/scripts/predict_memory.py WARM_FOLDER MODEL OUTPUT FOLDER [FOLDER ...]
 
-The same command first runs on WARM_FOLDER (a few images), so TensorFlow's and the
-model's one-time allocations are made; the peak (VmHWM, tests/memory.py) is then
-reset, and what is printed is the peak of the run on FOLDER alone, in MB, as JSON.
+The command first runs on WARM_FOLDER (a few images), so TensorFlow's and the
+model's one-time allocations are made. Then, for each FOLDER in turn, the peak
+(VmHWM, tests/memory.py) is reset to the current RSS and the command runs; what
+is printed, as JSON, is each run's peak in MB. A later run starts from whatever
+the earlier ones left resident, so growth with the number of images shows.
 """
 
 import json
 import sys
 
 from keras_vit.cli.main import main
-from tests.memory import peak_rss_mb, reset_peak, status_mb
+from tests.memory import peak_rss_mb, reset_peak
 
-warm, folder, model, output = sys.argv[1:5]
+warm, model, output, *folders = sys.argv[1:]
 assert main(["predict", warm, "--model", model, "--output", output]) == 0
-reset_peak()
-before = status_mb("VmRSS")
-code = main(["predict", folder, "--model", model, "--output", output])
-print(json.dumps({"code": code, "peak_mb": peak_rss_mb(), "before_mb": before}))
+peaks = []
+for folder in folders:
+    reset_peak()
+    assert main(["predict", folder, "--model", model, "--output", output]) == 0
+    peaks.append(peak_rss_mb())
+print(json.dumps({"peak_mb": peaks}))
