@@ -263,22 +263,36 @@ class _KerasRunner:
         import tensorflow as tf
 
         from keras_vit.data.files import load_batches
-        from keras_vit.preprocessing import decode_image, load_image, resize_image
+        from keras_vit.preprocessing import (
+            JPEG_EXTENSIONS,
+            decode_image,
+            decode_jpeg,
+            load_image,
+            resize_image,
+        )
+
+        # All named .jpg/.jpeg: the JPEG-only decode, without the other formats' header walks
+        # (about a millisecond an image in tf.data); a file it fails on is read again below.
+        decode = decode_jpeg if all(str(p).lower().endswith(JPEG_EXTENSIONS) for p in paths) \
+            else decode_image
 
         def load(path):
-            return resize_image(decode_image(tf.io.read_file(path), self.channels,
-                                             self.max_pixels), self.size)
-
-        def reason(path):
-            return _failure_message(path, lambda p: load_image(p, self.size, self.channels,
-                                                              self.max_pixels))
+            return resize_image(decode(tf.io.read_file(path), self.channels, self.max_pixels),
+                                self.size)
 
         for chunk in _chunks(load_batches(paths, load, self.batch_size), self.batch_size):
-            good = [pixels for _, pixels in chunk if pixels is not None]
+            errors = {}
+            for row, (index, pixels) in enumerate(chunk):
+                if pixels is None:  # the general path: the reason, or a misnamed image's pixels
+                    try:
+                        chunk[row] = (index, load_image(paths[index], self.size, self.channels,
+                                                        self.max_pixels))
+                    except (ImageError, OSError) as error:
+                        errors[index] = str(error)
+            good = [pixels for index, pixels in chunk if index not in errors]
             probabilities = iter(self._probabilities(np.stack(good)) if good else ())
-            for index, pixels in chunk:
-                yield (next(probabilities), None) if pixels is not None else (
-                    None, reason(paths[index]))
+            for index, _ in chunk:
+                yield (None, errors[index]) if index in errors else (next(probabilities), None)
 
     def run_examples(self, examples):
         """In-memory `(image uint8 (H, W, C), label)` examples (digits, TFDS), resized as

@@ -166,3 +166,22 @@ def test_predict_memory_does_not_grow_with_the_images(python, tmp_path, model_fi
 def test_predict_memory_at_20000_images(python, tmp_path, model_file):
     small, large = _peaks_mb(python, tmp_path, model_file[0], (1000, 20000), fresh_each=True)
     assert large <= 1.15 * small + 64, (small, large)
+
+
+def test_a_folder_of_jpegs_including_a_misnamed_png(model_file, tmp_path):
+    """All files named .jpg take the JPEG-only decode; one that is a PNG inside still predicts
+    (read again through the general path), as the same pixels would."""
+    _, model = model_file
+    write_images(str(tmp_path), ["misnamed.png"])
+    os.rename(tmp_path / "misnamed.png", tmp_path / "misnamed.jpg")
+    rng = np.random.default_rng(1)
+    for name in ("a.jpg", "b.jpg"):
+        Image.fromarray(rng.integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)).save(tmp_path / name)
+    results = list(keras_vit.predict_images(model, str(tmp_path), batch_size=2, top=1))
+    assert [os.path.basename(r.path) for r in results] == ["a.jpg", "b.jpg", "misnamed.jpg"]
+    assert all(r.error is None for r in results)
+    decoded = np.stack([np.asarray(Image.open(r.path).convert("RGB")) for r in results])
+    expected = expected_probabilities(model, decoded)
+    # Pillow's JPEG decode differs from TensorFlow's by a unit here and there: the PNG is exact.
+    np.testing.assert_allclose(results[2].probabilities, expected[2], rtol=1e-5)
+    np.testing.assert_allclose([r.probabilities for r in results[:2]], expected[:2], atol=0.02)
