@@ -97,17 +97,19 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
     """Accuracy and per-class precision, recall and F1 of `model` on `dataset`'s held-out split.
 
     `model` as for `predict_images`; `dataset`: "digits", a folder of class sub-folders or a
-    TFDS name (`keras_vit.load_dataset`), whose held-out split (the one `train` reports on) is
-    streamed through the model `batch_size` images at a time. Returns the report (the schema
+    TFDS name (`keras_vit.load_dataset`), or the `DatasetSplits` it returns, whose held-out
+    split (the one `train` reports on) is streamed through the model `batch_size` images at a
+    time. Returns the report (the schema
     of a training run's report.json: accuracy, per_class, macro_avg, confusion_matrix,
     class_names; plus top5_accuracy for more than 5 classes and image_count). With `output`
     (a folder): writes report.json, predictions.csv (one row per image: id, label, predicted,
     the `top` classes and probabilities) and confusion.png there.
     """
-    from keras_vit.data import load_dataset
+    from keras_vit.data import DatasetSplits, load_dataset
 
     _check_positive(batch_size=batch_size, top=top)
-    splits = load_dataset(dataset, data_dir=data_dir)
+    splits = dataset if isinstance(dataset, DatasetSplits) else load_dataset(dataset,
+                                                                             data_dir=data_dir)
     runner = _runner(model, batch_size, MAX_PIXELS)
     classes = runner.classes
     if classes != splits.num_classes:

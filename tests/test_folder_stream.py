@@ -108,6 +108,13 @@ def test_a_jpeg_decodes_the_same_through_the_jpeg_path(tmp_path):
     assert np.abs(full.astype(int) - np.asarray(Image.open(path).convert("RGB"))).mean() < 2
     with pytest.raises(tf.errors.InvalidArgumentError, match="over the pixel budget of 100"):
         decode_jpeg(raw, max_pixels=100)
+    # An EXIF orientation is treated alike by both (whatever decode_image does with it, the
+    # JPEG path must do too: this fails the day one of them changes alone).
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to view
+    Image.open(path).save(tmp_path / "rotated.jpg", exif=exif, quality=90)
+    rotated = tf.io.read_file(str(tmp_path / "rotated.jpg"))
+    np.testing.assert_array_equal(decode_jpeg(rotated).numpy(), decode_image(rotated).numpy())
 
 
 @pytest.mark.slow  # a training run; the pipeline itself is tested above by default
