@@ -99,21 +99,22 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
     `model` as for `predict_images`; `dataset`: "digits", a folder of class sub-folders or a
     TFDS name (`keras_vit.load_dataset`), or the `DatasetSplits` it returns, whose held-out
     split (the one `train` reports on) is streamed through the model `batch_size` images at a
-    time. Returns the report (the schema
-    of a training run's report.json: accuracy, per_class, macro_avg, confusion_matrix,
-    class_names; plus top5_accuracy for more than 5 classes and image_count). With `output`
-    (a folder): writes report.json, predictions.csv (one row per image: id, label, predicted,
-    the `top` classes and probabilities) and confusion.png there.
+    time. Returns the report (the schema of a training run's report.json: accuracy,
+    per_class, macro_avg, confusion_matrix, class_names; plus top5_accuracy for more than 5
+    classes and image_count). With `output` (a folder): writes report.json, predictions.csv
+    (one row per image: id, label, predicted, the `top` classes and probabilities) and
+    confusion.png there.
     """
     from keras_vit.data import DatasetSplits, load_dataset
 
     _check_positive(batch_size=batch_size, top=top)
     splits = dataset if isinstance(dataset, DatasetSplits) else load_dataset(dataset,
                                                                              data_dir=data_dir)
+    name = splits.name or str(dataset)
     runner = _runner(model, batch_size, MAX_PIXELS)
     classes = runner.classes
     if classes != splits.num_classes:
-        raise DatasetError(f"The model has {classes} classes but dataset {dataset!r} has "
+        raise DatasetError(f"The model has {classes} classes but dataset {name!r} has "
                            f"{splits.num_classes}; evaluate it on the dataset it was trained for.")
     names = splits.class_names
     if splits.test.element_spec[0].dtype.name == "string":  # a folder's files
@@ -131,19 +132,19 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
         else:
             rows.append((item_id, label, probabilities))
     if not rows:
-        raise DatasetError(f"No image of dataset {dataset!r}'s held-out split could be read.")
-    report = _report(rows, names, dataset, splits, skipped)
+        raise DatasetError(f"No image of dataset {name!r}'s held-out split could be read.")
+    report = _report(rows, names, name, skipped)
     if output is not None:
         _write_evaluation(output, report, rows, names, top)
     return report
 
 
-def _report(rows, names, dataset, splits, skipped):
+def _report(rows, names, dataset, skipped):
     from keras_vit.training.report import classification_summary
 
     labels = np.asarray([label for _, label, _ in rows])
     probabilities = np.stack([p for _, _, p in rows])
-    report = {"dataset": splits.name or str(dataset), "split": "test", "image_count": len(rows),
+    report = {"dataset": dataset, "split": "test", "image_count": len(rows),
               **classification_summary(labels, probabilities.argmax(-1), names)}
     if len(names) > 5:
         top5 = np.argsort(-probabilities, axis=-1, kind="stable")[:, :5]
@@ -342,7 +343,6 @@ class _SavedModelRunner:
         if labels is not None and len(labels) != self.classes:
             raise ArgumentError(f"labels names {len(labels)} classes, but the model has "
                                 f"{self.classes}.")
-        self.labels = labels
         return _NamesWithExported(_names_dict(labels), self.exported_names)
 
     def run_files(self, paths):
