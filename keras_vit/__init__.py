@@ -45,8 +45,10 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["export_saved_model", "export_tflite"], "keras_vit.export"),
     **dict.fromkeys(["train", "Recipe", "RECIPES", "get_recipe"], "keras_vit.training"),
     **dict.fromkeys(["load_dataset", "make_pipeline"], "keras_vit.data"),
+    **dict.fromkeys(["predict_images", "evaluate", "ImagePrediction"], "keras_vit.inference"),
 }
-_SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "export", "labels",
+_SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "export", "inference",
+               "labels",
                "layers", "models", "normalization", "preprocessing", "training", "variants")
 
 __getattr__, __dir__, __all__ = _lazy.attach(__name__, {**_CORE, **_ON_FIRST_USE}, _SUBMODULES)

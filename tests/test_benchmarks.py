@@ -149,3 +149,16 @@ def test_quick_run_times_timm_under_torch_compile(tmp_path):
         # Timed, or reported unavailable with the reason (no C++ compiler, say).
         assert (compiled in rows and rows[compiled]["images_per_s"]["median"] > 0) or any(
             note.startswith(f"{compiled} unavailable") for note in report["notes"]), report["notes"]
+
+
+def test_pipeline_benchmark_quick_mode_times_both_pipelines(capsys):
+    """benchmarks/pipeline.py in quick mode (the full run: docs/performance.md)."""
+    from benchmarks import pipeline
+
+    result = pipeline.main(["--quick"])
+    for name in ("keras_vit", "image_dataset_from_directory"):
+        assert len(result[name]["rounds"]) == 2 and result[name]["images_per_s"] > 0
+        assert result[name]["per_core"] == pytest.approx(result[name]["images_per_s"] / result["cores"])
+    assert result["ratio"] == pytest.approx(result["keras_vit"]["images_per_s"]
+                                            / result["image_dataset_from_directory"]["images_per_s"])
+    assert "| keras_vit |" in capsys.readouterr().out

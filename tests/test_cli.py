@@ -16,6 +16,10 @@ BAD = [
     ("predict", ["predict", "--model", "Ti/16"]),
     ("predict", ["predict", "{tmp}/missing.png", "--model", "Ti/16"]),
     ("predict", ["predict", "{tmp}/a.png", "--saved-model", "{tmp}", "--weights", "x.npz"]),
+    ("evaluate", ["evaluate", "--model", "{tmp}/model.keras", "--output", "{tmp}/eval"]),
+    ("evaluate", ["evaluate", "--model", "{tmp}/missing.keras", "--dataset", "digits",
+                  "--output", "{tmp}/eval"]),
+    ("evaluate", ["evaluate", "--model", "Q/3", "--dataset", "digits", "--output", "{tmp}/eval"]),
     ("export", ["export", "--model", "Ti/16", "--output", "{tmp}/out", "--format", "onnx"]),
     ("export", ["export", "--model", "B/17", "--output", "{tmp}/out"]),
     ("export", ["export", "--model", "{tmp}/missing.keras", "--output", "{tmp}/out"]),
@@ -107,7 +111,7 @@ def test_help_imports_no_tensorflow(tmp_path):
     _, result = run_help(write_launcher(str(tmp_path)))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: keras-vit")
-    for command in ("info", "train", "predict", "export", "analyze", "compare"):
+    for command in ("info", "train", "predict", "evaluate", "export", "analyze", "compare"):
         assert command in result.stdout
     assert result.stderr.strip().splitlines()[-1] == "heavy modules: []", result.stderr
     # A sub-command still runs, loading the core when it needs it (the import did not).
@@ -118,7 +122,7 @@ def test_help_imports_no_tensorflow(tmp_path):
 
 def test_every_model_command_takes_the_same_model_flags():
     commands = build_parser().parse_args(["info"]).commands
-    for name in ("predict", "export", "analyze"):
+    for name in ("predict", "evaluate", "export", "analyze"):
         commands[name].complete()  # sub-commands add some flags on first use
         flags = {option for action in commands[name]._actions for option in action.option_strings}
         assert {"--model", "--weights", "--image-size", "--classes"} <= flags, name

@@ -353,10 +353,12 @@ def test_export_command_then_predict_from_the_saved_model(tmp_path, capsys):
 def test_predict_command_names_a_file_that_is_not_an_image(tmp_path, capsys):
     model = tiny_classifier()
     model.save(tmp_path / "tiny.keras")
-    (tmp_path / "notes.txt").write_text("not an image")
-    assert cli.main(["predict", str(tmp_path / "notes.txt"), "--model", str(tmp_path / "tiny.keras")]) == 2
+    (tmp_path / "notes.dat").write_text("not an image")
+    # The image is a failed row: its error on stderr, the count, exit status 1.
+    assert cli.main(["predict", str(tmp_path / "notes.dat"), "--model", str(tmp_path / "tiny.keras")]) == 1
     error = capsys.readouterr().err
-    assert "notes.txt is not a JPEG, PNG, GIF, BMP or WebP image" in error
+    assert "notes.dat is not a JPEG, PNG, GIF, BMP or WebP image" in error
+    assert error.splitlines()[-1] == "keras-vit predict: 1 of 1 images could not be read."
     assert "Unknown image file format" in error
 
 

@@ -6,12 +6,12 @@ import sys
 import threading
 
 from keras_vit._tf_log import quiet_for_command_line
-from keras_vit.cli import analyze, compare, export, info, predict, train
+from keras_vit.cli import analyze, compare, evaluate, export, info, predict, train
 from keras_vit.cli.common import Parser, report_errors
 
 __all__ = ["main", "build_parser"]
 
-COMMANDS = (info, train, predict, export, analyze, compare)  # each: add_parser(commands) -> parser
+COMMANDS = (info, train, predict, evaluate, export, analyze, compare)  # each: add_parser(commands) -> parser
 
 
 def build_parser():

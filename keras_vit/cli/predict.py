@@ -1,18 +1,23 @@
-"""`keras-vit predict`: the top classes of image files, from a model or an exported SavedModel.
+"""`keras-vit predict`: the top classes of images, from a model or an exported SavedModel.
 
     keras-vit predict cat.jpg dog.png --model B/16 --weights augreg-in21k-ft-in1k-224
+    keras-vit predict photos/ --model run/model.keras --output preds.csv
     keras-vit predict cat.jpg --saved-model serving/vit
 
-Prints, per image, its path and then one line per class: the probability and
-the label: the names of --labels FILE, else the labels.txt `keras-vit train`
-wrote beside a .keras model, else ImageNet names for 1000- and 21843-class
-heads, else "class <index>". An architecture without --weights has random
-weights: its predictions mean nothing, and a warning on stderr says so.
+Images are files, folders (their images, recursively), glob patterns, or .txt
+files listing paths; they stream through `keras_vit.predict_images` in batches.
+Without --output, prints per image its path and then one line per class: the
+probability and the label (the names of --labels FILE, else the labels.txt
+`keras-vit train` wrote beside a .keras model, else ImageNet names for 1000- and
+21843-class heads, else "class <index>"). With --output preds.csv or .jsonl,
+writes a row per image (a header first) and shows progress on stderr. An image
+that cannot be read is a row with its error; the others go on, and the command
+ends with exit status 1 and the count. An architecture without --weights has
+random weights: its predictions mean nothing, and a warning on stderr says so.
 """
 
-import os
-
-import numpy as np
+import json
+import sys
 
 from keras_vit.cli.common import (
     CommandError,
@@ -26,6 +31,8 @@ from keras_vit.cli.common import (
 )
 
 __all__ = ["add_parser", "run", "predict"]
+
+DEFAULT_BATCH_SIZE = 32
 
 
 def add_parser(commands):
@@ -41,7 +48,9 @@ def _add_arguments(parser):
     from keras_vit.preprocessing import IMAGE_FORMATS
 
     parser.description = f"Print the most probable classes of {IMAGE_FORMATS} images."
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
+    parser.add_argument("images", nargs="+", metavar="IMAGE",
+                        help="image files, folders (searched recursively), glob patterns, or "
+                             ".txt files listing image paths one per line")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help='an architecture ("B/16", ...) or a saved .keras file')
     source.add_argument("--saved-model", metavar="DIR",
@@ -54,25 +63,95 @@ def _add_arguments(parser):
                              ".keras --model, else ImageNet's for 1000- and 21843-class heads)")
     parser.add_argument("--top", type=positive_int, default=5,
                         help="classes printed per image (default: 5)")
+    parser.add_argument("--output", metavar="FILE",
+                        help="write the predictions to a .csv or .jsonl file (a row per image, "
+                             "a header first) instead of printing them, with progress on stderr")
+    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
+                        help=f"images per model call (default: {DEFAULT_BATCH_SIZE})")
     add_max_pixels_option(parser, "images (with --model; a SavedModel keeps the limit it was "
                                   "exported with)")
 
 
 def run(args):
-    for path, rows in predict(args):
-        print(path)
-        for probability, label in rows:
-            print(f"  {probability:.4f}  {label}")
+    output = args.output
+    if output and not output.lower().endswith((".csv", ".jsonl")):
+        raise CommandError(f"--output must end in .csv or .jsonl, got {output!r}.")
+    results = predict(args)
+    progress = None
+    if output:
+        from keras_vit._progress import Progress
+
+        progress = Progress("keras-vit predict", every=PROGRESS_EVERY)
+    failed = total = 0
+    with _writer(output, args.top) as write:
+        for result in results:
+            total += 1
+            if result.error is not None:
+                failed += 1
+                print(f"keras-vit predict: error: {result.error}", file=sys.stderr)
+            write(result)
+            if progress:
+                progress.update(total)
+    if progress:
+        progress.close()
+    if failed:
+        print(f"keras-vit predict: {failed} of {total} images could not be read.", file=sys.stderr)
+        return 1
     return 0
 
 
+PROGRESS_EVERY = 1000  # images between progress lines when stderr is not a terminal
+
+
+def _writer(output, top):
+    """A context giving `write(result)`: to the terminal, or to a .csv or .jsonl file
+    (written whole or not at all, through keras_vit.atomic)."""
+    import contextlib
+
+    if not output:
+        def show(result):
+            if result.error is None:
+                print(result.path)
+                for probability, label in result.top:
+                    print(f"  {probability:.4f}  {label}")
+        return contextlib.nullcontext(show)
+    return _file_writer(output, top)
+
+
+def _file_writer(output, top):
+    import contextlib
+    import csv
+
+    from keras_vit.atomic import atomic_open
+
+    @contextlib.contextmanager
+    def opened():
+        with atomic_open(output, "w", newline="", encoding="utf-8") as f:
+            if output.lower().endswith(".jsonl"):
+                def write(result):
+                    f.write(json.dumps({"path": result.path, "error": result.error,
+                                        "labels": [label for _, label in result.top],
+                                        "probabilities": [p for p, _ in result.top]}) + "\n")
+            else:
+                rows = csv.writer(f)
+                rows.writerow(["path", "error", *[f"top{i}_{what}" for i in range(1, top + 1)
+                                                  for what in ("label", "probability")]])
+
+                def write(result):
+                    cells = [c for p, label in result.top for c in (label, f"{p:.6g}")]
+                    rows.writerow([result.path, result.error or "", *cells,
+                                   *[""] * (2 * top - len(cells))])
+            yield write
+    return opened()
+
+
 def predict(args):
-    """[(image path, [(probability, label), ...] best first), ...] for `args.images`."""
+    """`keras_vit.predict_images`' results (`ImagePrediction`s) for `args.images`, a stream."""
+    from keras_vit.inference import image_files, predict_images
+
     if args.top <= 0:
         raise CommandError(f"--top must be positive, got {args.top}.")
-    for path in args.images:
-        if not os.path.isfile(path):
-            raise CommandError(f"No image file at {path}.")
+    image_files(args.images)  # first: a source that names nothing is the one line
     labels = None
     labels_file = args.labels or (None if args.saved_model else labels_beside(args.model))
     if labels_file:
@@ -82,83 +161,12 @@ def predict(args):
         given = given_model_options(args)
         if given:
             raise CommandError(f"{', '.join(given)} apply to --model, not to --saved-model.")
-        return _predict_saved_model(args.saved_model, args.images, labels, args.top)
+        return predict_images(args.saved_model, args.images, args.batch_size, args.top, labels)
     model = load_model(args)  # first: a refused --model, --image-size or --classes is the one line
     if not args.model.endswith(".keras") and args.weights is None:
         warn("keras-vit predict", f"--model {args.model} without --weights has random weights, so "
              "these predictions mean nothing; add --weights (keras-vit info lists them).")
-    return _predict_keras(model, args.images, labels, args.top, args.max_pixels)
-
-
-def _predict_keras(model, paths, labels, top, max_pixels):
-    import keras
-
-    from keras_vit.export import has_softmax_head, model_input
-    from keras_vit.labels import imagenet_label_names
-    from keras_vit.preprocessing import load_image
-
-    size = model.input_shape[1:3]
-    pixels = np.stack([load_image(path, size, channels=model.input_shape[-1], max_pixels=max_pixels)
-                       for path in paths])
-    # A direct call: for a handful of images, model.predict's compilation costs more than it saves.
-    to_model_input = model_input(model)
-    scores = np.concatenate([keras.ops.convert_to_numpy(model(to_model_input(pixels[i:i + 32]),
-                                                              training=False))
-                             for i in range(0, len(pixels), 32)])
-    probabilities = scores if has_softmax_head(model) else keras.ops.convert_to_numpy(
-        keras.ops.softmax(scores.astype(np.float32), axis=-1))
-    classes = probabilities.shape[-1]
-    labels = _check_labels(labels, classes) or imagenet_label_names(classes)
-    return [(path, _top(row, top, labels)) for path, row in zip(paths, probabilities)]
-
-
-def _predict_saved_model(folder, paths, labels, top):
-    import tensorflow as tf
-
-    from keras_vit.preprocessing import not_an_image
-
-    signature = _load_serve_bytes(tf, folder)
-    results = []
-    for path in paths:
-        with open(path, "rb") as f:
-            data = f.read()
-        try:
-            outputs = signature(image_bytes=tf.constant([data]))
-        except tf.errors.InvalidArgumentError as error:
-            raise not_an_image(path, error) from error
-        probabilities = outputs["probabilities"].numpy()[0]
-        names = _check_labels(labels, probabilities.shape[-1])
-        if names is None and "labels" in outputs:  # the names the export gave its own top-k
-            names = dict(zip(outputs["class_ids"].numpy()[0].tolist(),
-                             (s.decode("utf-8") for s in outputs["labels"].numpy()[0])))
-        results.append((path, _top(probabilities, top, names)))
-    return results
-
-
-def _load_serve_bytes(tf, folder):
-    if not os.path.isdir(folder):
-        raise CommandError(f"No SavedModel folder at {folder}.")
-    if not os.path.exists(os.path.join(folder, "saved_model.pb")):
-        versions = [int(n) for n in os.listdir(folder)
-                    if n.isdigit() and os.path.exists(os.path.join(folder, n, "saved_model.pb"))]
-        if not versions:
-            raise CommandError(f"{folder} holds no saved_model.pb, nor version folders with one.")
-        folder = os.path.join(folder, str(max(versions)))
-    signatures = tf.saved_model.load(folder).signatures
-    if "serve_bytes" not in signatures:
-        raise CommandError(f"{folder} has no serve_bytes signature (it has {sorted(signatures)}); "
-                           "export it with keras_vit.export_saved_model.")
-    return signatures["serve_bytes"]
-
-
-def _check_labels(labels, classes):
-    if labels is not None and len(labels) != classes:
-        raise CommandError(f"--labels names {len(labels)} classes, but the model has {classes}.")
-    return labels
-
-
-def _top(probabilities, k, names):
-    """The k best (probability, name) pairs; `names` is a list or {class id: name}, or None."""
-    names = dict(enumerate(names)) if isinstance(names, (list, tuple)) else names or {}
-    best = np.argsort(-probabilities, kind="stable")[:k]
-    return [(float(probabilities[i]), names.get(int(i), f"class {i}")) for i in best]
+    if labels is not None and len(labels) != int(model.output_shape[-1]):
+        raise CommandError(f"--labels names {len(labels)} classes, but the model has "
+                           f"{int(model.output_shape[-1])}.")
+    return predict_images(model, args.images, args.batch_size, args.top, labels, args.max_pixels)

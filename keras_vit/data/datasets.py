@@ -16,6 +16,8 @@ import socket
 import numpy as np
 import tensorflow as tf
 
+from keras_vit._progress import Progress
+from keras_vit.data.files import load_batches, skip_failed
 from keras_vit.data.splitting import (
     HELD_OUT,
     HELD_OUT_FRACTION,
@@ -28,22 +30,31 @@ from keras_vit.data.splitting import (
     validation_split,
 )
 from keras_vit.errors import DatasetError, DatasetUnavailableError, PathNotFoundError
-from keras_vit.preprocessing import IMAGE_EXTENSIONS, decode_image
+from keras_vit.preprocessing import (
+    IMAGE_EXTENSIONS,
+    JPEG_EXTENSIONS,
+    check_pixel_budget,
+    checked_jpeg_shape,
+    declared_image_size,
+)
 
 __all__ = ["DatasetSplits", "DatasetUnavailableError", "load_dataset", "load_digits",
            "load_image_folder", "load_tfds", "to_rgb", "split_fingerprint", "HELD_OUT_FRACTION",
            "SPLIT_SEED", "VALIDATION_FRACTION"]
 
 CONNECT_TIMEOUT_S = 5.0
+SCAN_PROGRESS_FILES = 5_000  # a folder with more files shows its scan's progress on stderr
 
 
 @dataclasses.dataclass
 class DatasetSplits:
     """A train and a held-out split of `(image uint8 (H, W, C), label int32)` examples.
 
-    A folder's examples hold the image file's bytes instead of its pixels
-    (`make_pipeline` decodes them): a shuffle buffer or cache of photos then
-    holds files, not full-resolution pixels, many times larger.
+    A folder's examples hold the image file's path instead of its pixels
+    (`make_pipeline` reads and decodes them): a shuffle buffer or cache of photos
+    then holds names, not full-resolution pixels, many times larger. A file that
+    fails to read or decode while the pipeline runs is skipped and its path added
+    to `skipped_files`.
     """
 
     train: tf.data.Dataset
@@ -131,13 +142,14 @@ def load_image_folder(root, validation_fraction=0.0, validation_seed=SPLIT_SEED)
     an example's id is its path under `root` ("cats/01.png"), so a moved copy
     of the folder splits and fingerprints alike.
 
-    Examples are `(file bytes, label)`: `make_pipeline` decodes them after
-    its shuffle and cache. Every file is decoded once up front; files
-    TensorFlow cannot decode, and
-    files whose names are not valid UTF-8 (TensorFlow's file names are
-    strings), are left out and listed in `skipped_files` instead of stopping
-    training. Every other file (no image extension) is left out and listed in
-    `unsupported_files`.
+    Examples are `(file path, label)`: `make_pipeline` reads and decodes them
+    after its shuffle. The scan reads each file's header only (its declared size,
+    checked against the pixel budget), in parallel, so training starts at about
+    the speed of listing the folder. Files whose header is not an image's or is
+    over the budget, and files whose names are not valid UTF-8 (TensorFlow's file
+    names are strings), are left out and listed in `skipped_files`; so is, while
+    training, a file that fails to decode or was deleted after the scan. Every
+    other file (no image extension) is left out and listed in `unsupported_files`.
     """
     class_names = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
     if not class_names:
@@ -149,7 +161,7 @@ def load_image_folder(root, validation_fraction=0.0, validation_seed=SPLIT_SEED)
         raise DatasetError(f"Class folder {os.path.join(root, unprintable[0])!r} has a newline, "
                            "a control character or undecodable bytes in its name; rename it (a "
                            "class name becomes one line of labels.txt).")
-    paths, labels, sizes, skipped, unsupported = [], [], [], [], []
+    listed, listed_labels, skipped, unsupported = [], [], [], []
     for label, name in enumerate(class_names):
         folder = os.path.join(root, name)
         for file in sorted(os.listdir(folder)):
@@ -158,13 +170,15 @@ def load_image_folder(root, validation_fraction=0.0, validation_seed=SPLIT_SEED)
                 skipped.append(_printable(path))
             elif not file.lower().endswith(IMAGE_EXTENSIONS) or not os.path.isfile(path):
                 unsupported.append(path)
-            elif not _decodes(path):
-                skipped.append(path)
             else:
-                paths.append(path)
-                labels.append(label)
-                sizes.append(os.path.getsize(path))
-    labels = np.asarray(labels, np.int32)
+                listed.append(path)
+                listed_labels.append(label)
+    sizes = _scan_headers(listed, root)
+    good = sizes >= 0
+    skipped += [path for path, ok in zip(listed, good) if not ok]
+    paths = np.asarray(listed, dtype=object)[good].astype(str) if listed else np.asarray([], str)
+    labels = np.asarray(listed_labels, np.int32)[good]
+    sizes = sizes[good]
     missing = [c for i, c in enumerate(class_names) if not np.any(labels == i)]
     if missing:
         raise DatasetError(f"No readable images for classes {missing} under {root!r} "
@@ -174,24 +188,63 @@ def load_image_folder(root, validation_fraction=0.0, validation_seed=SPLIT_SEED)
     train, test = held_out_split(labels)
     train, validation = validation_split(train, labels, validation_fraction, validation_seed,
                                           root)
-    paths, sizes = np.asarray(paths), np.asarray(sizes, np.int64)
 
-    def split(indices):
+    # Every file a JPEG by name and by header: the pipeline reads them the JPEG way.
+    all_jpeg = all(path.lower().endswith(JPEG_EXTENSIONS) for path in paths)
+
+    def split(indices, held_out):
         files = tf.data.Dataset.from_tensor_slices((paths[indices], labels[indices]))
-        return files.map(lambda p, y: (tf.io.read_file(p), y),
-                         num_parallel_calls=tf.data.AUTOTUNE)
+        # A held-out file that fails is left out of the labels as well as the predictions.
+        files = skip_failed(files, skipped) if held_out else files
+        files.failed_files, files.jpeg_files = skipped, all_jpeg
+        return files
 
     ids = {name: [os.path.relpath(path, root).replace(os.sep, "/") for path in paths[indices]]
            for name, indices in (("train", train), ("validation", validation), ("test", test))}
-    return DatasetSplits(split(train), split(test), class_names, len(train), len(test),
+    return DatasetSplits(split(train, False), split(test, True), class_names, len(train), len(test),
                          skipped_files=skipped, name=os.path.basename(os.path.normpath(root)),
                          unsupported_files=unsupported, train_bytes=int(sizes[train].sum()),
                          test_bytes=int(sizes[test].sum()),
-                         validation=split(validation) if len(validation) else None,
+                         validation=split(validation, True) if len(validation) else None,
                          num_validation=len(validation),
                          validation_bytes=int(sizes[validation].sum()),
                          split=split_record(HELD_OUT, validation_fraction, validation_seed,
                                              ids))
+
+
+def _scan_headers(paths, root):
+    """Each file's size in bytes, or -1 when its header is not an image's or declares more
+    pixels than the budget: headers only, read in parallel by tf.data (a .jpg or .jpeg file
+    through the JPEG-only check, which must then find a JPEG)."""
+    def header(path, jpeg):
+        data = tf.io.read_file(path)
+        if jpeg:
+            with tf.control_dependencies([checked_jpeg_shape(data)]):
+                return tf.cast(tf.strings.length(data), tf.int64)
+        data = check_pixel_budget(data)
+        height, width = declared_image_size(data)
+        check = tf.debugging.assert_positive(height * width, "not an image header")
+        with tf.control_dependencies([check]):
+            return tf.cast(tf.strings.length(data), tf.int64)
+
+    sizes = np.full(len(paths), -1, np.int64)
+    progress = Progress(f"scanning {root}", len(paths), every=SCAN_PROGRESS_FILES) \
+        if len(paths) > SCAN_PROGRESS_FILES else None
+    done = 0
+    for jpeg in (True, False):
+        chosen = [i for i, p in enumerate(paths) if p.lower().endswith(JPEG_EXTENSIONS) == jpeg]
+        if not chosen:
+            continue
+        for index, size in load_batches([paths[i] for i in chosen],
+                                        lambda path, jpeg=jpeg: header(path, jpeg), 512):
+            sizes[chosen[index]] = -1 if size is None else size
+            done += 1
+            if progress and done % 512 == 0:
+                progress.update(done)
+    if progress:
+        progress.update(done)
+        progress.close()
+    return sizes
 
 
 def _check_split_sizes(labels, class_names, root):
@@ -221,14 +274,6 @@ def _is_utf8(path):
 def _printable(path):
     """A non-UTF-8 file name with its undecodable bytes escaped, fit for report.json."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
-
-
-def _decodes(path):
-    try:
-        decode_image(tf.io.read_file(path))
-        return True
-    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError):
-        return False
 
 
 def load_tfds(name, data_dir=None, validation_fraction=0.0, validation_seed=SPLIT_SEED):

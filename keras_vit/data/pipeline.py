@@ -8,10 +8,17 @@ with the official preprocessing (`keras_vit.preprocessing`).
 import tensorflow as tf
 
 from keras_vit.data.datasets import to_rgb
+from keras_vit.data.files import load_files, record_failures, skip_missing
 from keras_vit.normalization import normalize_pixels
-from keras_vit.preprocessing import decode_image, preprocess_input, resize_image
+from keras_vit.preprocessing import (
+    check_pixel_budget,
+    decode_image,
+    decode_jpeg,
+    preprocess_input,
+    resize_image,
+)
 
-__all__ = ["make_pipeline", "inception_crop"]
+__all__ = ["make_pipeline", "inception_crop", "decode_and_crop"]
 
 
 def inception_crop(image, area_range=(0.05, 1.0), seed=None):
@@ -19,11 +26,35 @@ def inception_crop(image, area_range=(0.05, 1.0), seed=None):
 
     `(H, W, C) -> (h, w, C)`; resize afterwards.
     """
+    begin, size = _crop_window(tf.shape(image), area_range, seed)
+    return tf.slice(image, begin, size)
+
+
+def _crop_window(shape, area_range, seed=None):
     begin, size, _ = tf.image.sample_distorted_bounding_box(
-        tf.shape(image), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        shape, bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
         min_object_covered=0.0, aspect_ratio_range=(0.75, 1.33), area_range=area_range,
         max_attempts=10, use_image_if_no_bounding_boxes=True, seed=seed)
-    return tf.slice(image, begin, size)
+    return begin, size
+
+
+def decode_and_crop(data, area_range, seed=None):
+    """Encoded image bytes -> an inception crop of its uint8 RGB pixels, as
+    `inception_crop(decode_image(data))`; a JPEG decodes only the crop window.
+
+    Decoding a JPEG's window (libjpeg skips the rows and blocks outside it) is
+    what lets the training pipeline keep up: the crop covers about half of the
+    image on average. The pixel budget is checked first, as `decode_image` does.
+    """
+    data = check_pixel_budget(data)
+
+    def jpeg():
+        begin, size = _crop_window(tf.io.extract_jpeg_shape(data), area_range, seed)
+        window = tf.stack([begin[0], begin[1], size[0], size[1]])
+        return tf.image.decode_and_crop_jpeg(data, window, channels=3)
+
+    is_jpeg = tf.equal(tf.strings.substr(data, 0, 3), b"\xff\xd8\xff")
+    return tf.cond(is_jpeg, jpeg, lambda: inception_crop(decode_image(data), area_range, seed))
 
 
 def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.0), flip=True,
@@ -36,12 +67,19 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
     Training: shuffle, inception crop (`crop_area`, None to skip), resize,
     random left-right flip (`flip`), [-1, 1]; repeated, whole batches only.
     Eval: resize straight to `image_size` (no centre crop), [-1, 1], in order.
-    Examples holding encoded image bytes (a folder's) are decoded after the
-    shuffle and the cache, which thus hold files rather than pixels.
+    Examples holding file paths (a folder's) are read and decoded after the
+    shuffle and the cache, which thus hold names rather than pixels, in parallel;
+    a file that fails to read or decode is skipped and its path added to the
+    dataset's `failed_files` list (`DatasetSplits.skipped_files`).
     `batch_size` is the global batch: a tf.distribute strategy splits it
     across replicas.
     """
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    # What a folder's split carries (keras_vit/data/datasets.py), read before the
+    # transformations below: the list its failed files go to, and whether all are JPEGs.
+    failed = getattr(dataset, "failed_files", None)
+    failed = [] if failed is None else failed
+    jpeg_files = getattr(dataset, "jpeg_files", False)
     if cache:
         dataset = dataset.cache()
     repeat = training if repeat is None else repeat
@@ -50,11 +88,19 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
     if repeat:
         dataset = dataset.repeat()
 
+    files = dataset.element_spec[0].dtype == tf.string  # a folder's paths
+    crop = training and crop_area is not None
+
+    def load(path):  # a folder's file, decoded (and cropped) where it is read
+        data = tf.io.read_file(path)
+        if jpeg_files:
+            window = (lambda shape: _crop_window(shape, crop_area)) if crop else None
+            return decode_jpeg(data, crop_window=window)
+        return decode_and_crop(data, crop_area) if crop else decode_image(data)
+
     def preprocess(image, label):
-        if image.dtype == tf.string:  # a folder's file bytes, decoded after shuffle and cache
-            image = decode_image(image)
         image = to_rgb(image)
-        if training and crop_area is not None:
+        if crop and not files:
             image = inception_crop(image, crop_area)
         image = resize_image(image, size)
         if training and flip:
@@ -65,6 +111,14 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
         image = tf.ensure_shape(image, (*size, 3))
         return image, label
 
+    if files and training:
+        # A file gone since the scan is skipped and named; one that no longer decodes is
+        # skipped (ignore_errors): neither stops the run.
+        dataset = skip_missing(dataset, failed).map(
+            lambda path, label: (load(path), label), num_parallel_calls=tf.data.AUTOTUNE) \
+            .ignore_errors()
+    elif files:  # held out: every failure named, the order kept
+        dataset = record_failures(load_files(dataset, load), failed)
     dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size, drop_remainder=training)
     options = tf.data.Options()

@@ -1,0 +1,123 @@
+"""Image files in tf.data: read and decoded in parallel, a file that fails skipped and named
+instead of stopping the iteration.
+
+A `tf.data` map that raises ends the whole iteration (a file deleted after the
+scan used to end a training run with a NotFoundError traceback), and
+`ignore_errors` drops the element without saying which. Three ways round it,
+by what the consumer needs:
+
+- `load_batches` (a Python consumer: predict, evaluate, the folder scan): each
+  element carries its file's index; the indices missing after `ignore_errors`
+  are the failures. Costs nothing per image.
+- `load_files` (a held-out split read by Keras, whose labels must stay aligned):
+  a one-element dataset per file, the failure a flagged element of its own.
+  About a millisecond an image.
+- `skip_missing` + `ignore_errors` (training): a file gone since the scan is
+  found by name before it is read and recorded; one that fails to decode is
+  dropped.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["load_batches", "load_files", "record_failures", "skip_failed", "skip_missing"]
+
+
+def load_batches(paths, load, batch_size):
+    """Yields `(index, loaded)` for every path in order, `loaded` a NumPy value (a nest, as
+    `load(path)` returns) or None for a file that failed; read and decoded in parallel,
+    `batch_size` files at a time, prefetched."""
+    indices = np.arange(len(paths), dtype=np.int64)
+    names = [p if isinstance(p, bytes) else p.encode("utf-8", "surrogateescape") for p in paths]
+    batches = tf.data.Dataset.from_tensor_slices((indices, names)) \
+        .map(lambda i, p: (i, load(p)), num_parallel_calls=tf.data.AUTOTUNE) \
+        .ignore_errors().batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    expected = 0
+    for index, loaded in batches.as_numpy_iterator():
+        for row, i in enumerate(index):
+            for failed in range(expected, int(i)):
+                yield failed, None
+            yield int(i), tf.nest.map_structure(lambda x, row=row: x[row], loaded)
+            expected = int(i) + 1
+    for failed in range(expected, len(paths)):
+        yield failed, None
+
+
+def load_files(paths, load):
+    """A dataset of paths (or of tuples whose first item is the path) ->
+    `(load(path), ok, *the tuple)`, in order, read and decoded in parallel.
+
+    A file for which `load` raises (gone, unreadable, not an image, over the pixel
+    budget) gives zeros of the same structure (unknown dimensions 0) and `ok` False.
+    """
+    def one(*item):
+        loaded = tf.data.Dataset.from_tensors(item[0]).map(load).ignore_errors()
+        zeros = tf.nest.map_structure(
+            lambda spec: tf.zeros([d or 0 for d in spec.shape], spec.dtype), loaded.element_spec)
+        failed = tf.data.Dataset.from_tensors((zeros, False))
+        # One element per file: the loaded one if there is one, else the failure.
+        return loaded.map(lambda x: (x, True)).concatenate(failed).take(1).map(
+            lambda x, ok: (x, ok, *item))
+
+    # Each inner dataset has one element, so a deterministic interleave keeps the order.
+    return paths.interleave(one, cycle_length=tf.data.AUTOTUNE, block_length=1,
+                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _note(failed):
+    def note(path):
+        path = path.numpy().decode("utf-8", "backslashreplace")
+        if path not in failed:
+            failed.append(path)
+        return False
+    return note
+
+
+def record_failures(dataset, failed):
+    """`(loaded, ok, path, *rest)` elements (`load_files`) -> `(loaded, *rest)` of the files
+    that loaded; the path of each that did not is added to `failed` (a list; each once)."""
+    return _drop_noted(dataset.map(lambda loaded, ok, path, *rest: (ok, path, loaded, *rest)),
+                       failed)
+
+
+def _drop_noted(flagged, failed):
+    """`(ok, path, *rest)` -> `rest` where ok; each path where not is noted in `failed`. The
+    note (Python) is called for failures alone, in a parallel map, not in the filter."""
+    note = _note(failed)
+
+    def noted(ok, path, *rest):
+        ok = tf.cond(ok, lambda: True, lambda: tf.py_function(note, [path], tf.bool))
+        return (ok, *rest)
+
+    return flagged.map(noted, num_parallel_calls=tf.data.AUTOTUNE) \
+        .filter(lambda ok, *rest: ok).map(lambda ok, *rest: tuple(rest))
+
+
+def skip_missing(dataset, failed):
+    """`(path, *rest)` elements less the files gone since the scan, each added to `failed`.
+
+    Asked of the file system by name (`tf.io.matching_files`, with the pattern characters
+    of the name escaped), so no read fails and stops the iteration.
+    """
+    def exists(path, *rest):
+        pattern = tf.strings.regex_replace(path, r"([*?\[\]\\])", r"\\\1")
+        return (tf.size(tf.io.matching_files(pattern)) > 0, path, path, *rest)
+
+    return _drop_noted(dataset.map(exists, num_parallel_calls=tf.data.AUTOTUNE), failed)
+
+
+def skip_failed(files, failed):
+    """`(path, label)` elements less those whose path is in `failed`, the list the pipeline
+    fills as files fail; the dataset carries the list as `failed_files`, where
+    `make_pipeline` finds it.
+
+    A file that failed once is then left out everywhere the split is read again, so the
+    labels of a held-out split stay aligned with the predictions made without it.
+    """
+    def not_failed(path, label):
+        return tf.py_function(lambda p: p.numpy().decode("utf-8", "backslashreplace") not in failed,
+                              [path], tf.bool)
+
+    dataset = files.filter(not_failed)
+    dataset.failed_files = failed
+    return dataset
