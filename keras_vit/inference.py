@@ -93,7 +93,8 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
             for path, (probabilities, error) in zip(paths, runner.run_files(paths)))
 
 
-def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, data_dir=None):
+def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, data_dir=None,
+             few_shot=None, few_shot_seed=0):
     """Accuracy and per-class precision, recall and F1 of `model` on `dataset`'s held-out split.
 
     `model` as for `predict_images`; `dataset`: "digits", a folder of class sub-folders or a
@@ -104,6 +105,13 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
     classes and image_count). With `output` (a folder): writes report.json, predictions.csv
     (one row per image: id, label, predicted, the `top` classes and probabilities) and
     confusion.png there.
+
+    `few_shot=K` scores the paper's few-shot linear probe instead of the model's head: a
+    closed-form ridge regression (`keras_vit.analysis.fit_linear_probe`) from the frozen
+    model's pooled features to the classes, fitted on K training examples of each class
+    (drawn with `few_shot_seed`), then applied to the held-out split; predictions.csv then
+    holds the probe's scores, not probabilities. A Keras ViT only (a SavedModel keeps no
+    features).
     """
     from keras_vit.data import DatasetSplits, load_dataset
 
@@ -112,31 +120,79 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
                                                                              data_dir=data_dir)
     name = splits.name or str(dataset)
     runner = _runner(model, batch_size, MAX_PIXELS)
-    classes = runner.classes
-    if classes != splits.num_classes:
-        raise DatasetError(f"The model has {classes} classes but dataset {name!r} has "
+    probe = None
+    if few_shot is not None:
+        _check_positive(few_shot=few_shot)
+        runner, probe = _few_shot_probe(runner, splits, few_shot, few_shot_seed, batch_size)
+    elif runner.classes != splits.num_classes:
+        raise DatasetError(f"The model has {runner.classes} classes but dataset {name!r} has "
                            f"{splits.num_classes}; evaluate it on the dataset it was trained for.")
     names = splits.class_names
-    if splits.test.element_spec[0].dtype.name == "string":  # a folder's files
-        items = [(p.decode("utf-8"), int(y)) for p, y in splits.test.as_numpy_iterator()]
-        ids = [path for path, _ in items]
-        results = runner.run_files(ids)
-    else:
-        items = list(enumerate(int(y) for _, y in splits.test.as_numpy_iterator()))
-        ids = [str(i) for i, _ in items]
-        results = runner.run_examples(splits.test)
+    ids, labels, results = _run_split(runner, splits.test)
     rows, skipped = [], list(splits.skipped_files)
-    for item_id, (_, label), (probabilities, error) in zip(ids, items, results):
+    for item_id, label, (outputs, error) in zip(ids, labels, results):
         if error is not None:
             skipped.append(item_id)
         else:
-            rows.append((item_id, label, probabilities))
+            rows.append((item_id, label, outputs))
     if not rows:
         raise DatasetError(f"No image of dataset {name!r}'s held-out split could be read.")
+    if probe is not None:
+        scores = probe.pop("fitted").predict(np.stack([o for _, _, o in rows]))
+        rows = [(item_id, label, row) for (item_id, label, _), row in zip(rows, scores)]
     report = _report(rows, names, name, skipped, _test_split_record(splits))
+    model_name = getattr(getattr(runner, "model", None), "name", None)
+    report["model"] = model_name.removesuffix("_features") if model_name else None
+    if probe is not None:
+        report["few_shot_probe"] = probe
     if output is not None:
-        _write_evaluation(output, report, rows, names, top)
+        _write_evaluation(output, report, rows, names, top,
+                          score="probability" if probe is None else "score")
     return report
+
+
+def _run_split(runner, examples):
+    """(ids, labels, results) of a split: a folder's files by path, in-memory examples (digits,
+    TFDS) by their index in the split."""
+    if examples.element_spec[0].dtype.name == "string":  # a folder's files
+        items = [(p.decode("utf-8"), int(y)) for p, y in examples.as_numpy_iterator()]
+        paths = [path for path, _ in items]
+        return paths, [y for _, y in items], runner.run_files(paths)
+    labels = [int(y) for _, y in examples.as_numpy_iterator()]
+    return [str(i) for i in range(len(labels))], labels, runner.run_examples(examples)
+
+
+def _few_shot_probe(runner, splits, shots, seed, batch_size):
+    """(a runner giving the model's pooled features, the probe's record with the fitted
+    ridge regression under "fitted"): fitted on `shots` training examples of each class."""
+    import tensorflow as tf
+
+    from keras_vit.analysis.few_shot import few_shot_indices, fit_linear_probe
+    from keras_vit.analysis.probe import feature_model
+
+    if not isinstance(runner, _KerasRunner):
+        raise ArgumentError("few_shot needs a Keras model: the probe reads the model's pooled "
+                            "features, which a SavedModel does not keep.")
+    features = _KerasRunner(feature_model(runner.model), batch_size, runner.max_pixels,
+                            outputs="raw")
+    labels = np.asarray([int(y) for _, y in splits.train.as_numpy_iterator()])
+    chosen = few_shot_indices(labels, shots, seed)
+    keep = np.zeros(len(labels), bool)
+    keep[chosen] = True
+    keep = tf.constant(keep)
+    train = splits.train.enumerate().filter(lambda i, example: keep[i]) \
+        .map(lambda i, example: example)
+    _, train_labels, results = _run_split(features, train)
+    pairs = [(outputs, label) for (outputs, error), label in zip(results, train_labels)
+             if error is None]
+    if len(pairs) < len(chosen):
+        raise DatasetError(f"{len(chosen) - len(pairs)} of the {len(chosen)} few-shot training "
+                           "images could not be read; fix or remove them.")
+    fitted = fit_linear_probe(np.stack([o for o, _ in pairs]), [y for _, y in pairs],
+                              num_classes=splits.num_classes)
+    return features, {"shots": shots, "seed": seed, "train_images": len(pairs),
+                      "l2_regularization": 1.0, "features": features.model.layers[-1].name,
+                      "fitted": fitted}
 
 
 def _test_split_record(splits):
@@ -163,7 +219,7 @@ def _report(rows, names, dataset, skipped, split):
     return report
 
 
-def _write_evaluation(output, report, rows, names, top):
+def _write_evaluation(output, report, rows, names, top, score="probability"):
     import csv
     import json
 
@@ -177,7 +233,7 @@ def _write_evaluation(output, report, rows, names, top):
     with atomic_open(os.path.join(output, "predictions.csv"), "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["id", "label", "predicted", *[f"top{i}_{what}" for i in range(1, k + 1)
-                                                       for what in ("class", "probability")]])
+                                                       for what in ("class", score)]])
         for item_id, label, probabilities in rows:
             best = np.argsort(-probabilities, kind="stable")[:k]
             writer.writerow([item_id, names[label], names[best[0]],
@@ -246,7 +302,7 @@ def _names_dict(names):
 class _KerasRunner:
     """Pixels decoded and resized in tf.data, then the Keras model, one batch at a time."""
 
-    def __init__(self, model, batch_size, max_pixels, small=False):
+    def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities"):
         from keras_vit.export import has_softmax_head, model_input
 
         self.model, self.batch_size, self.max_pixels = model, batch_size, max_pixels
@@ -255,6 +311,7 @@ class _KerasRunner:
         # A handful of images: a direct call; more: Keras' compiled predict step, which
         # model.predict (and so train's report) also runs.
         self.small = small
+        self.raw = outputs == "raw"  # the model's outputs as they are (features, not classes)
         self._classes = None
 
     @property
@@ -334,7 +391,7 @@ class _KerasRunner:
         else:
             scores = self.model.predict_on_batch(x)
         scores = keras.ops.convert_to_numpy(scores).astype(np.float32)
-        if self.softmax_head:
+        if self.softmax_head or self.raw:
             return scores
         return keras.ops.convert_to_numpy(keras.ops.softmax(scores, axis=-1))
 

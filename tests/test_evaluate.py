@@ -71,3 +71,59 @@ def test_evaluate_a_folder_through_a_saved_model(tmp_path):
     assert all(os.path.isfile(i) for i in ids) and len(ids) == 10
     with pytest.raises(keras_vit.DatasetError, match="The model has 3 classes but dataset"):
         keras_vit.evaluate(keras_vit.ViT("demo", image_size=32, classes=3), "digits")
+
+
+def test_a_few_shot_probe_is_the_papers_probe_on_the_models_features(digits_run, cli, tmp_path):
+    """`--few-shot 10` on the digits run's ViT: scores match scikit-learn's on its own
+    predictions.csv, and its accuracy is the one `few_shot_linear_eval` gets from features
+    that `pooled_features` computes here from the same images (another code path: Keras'
+    predict on arrays this test prepares). Features computed two ways differ by float32
+    rounding (about 1e-6 relative), which can flip only a prediction whose top two ridge
+    scores are that close: at most one of 360 is allowed to differ."""
+    import keras
+    from sklearn.metrics import accuracy_score
+
+    from keras_vit.analysis import few_shot_linear_eval, pooled_features
+    from keras_vit.data import load_dataset
+    from keras_vit.export import model_input
+    from keras_vit.preprocessing import resize_image
+
+    run, _ = digits_run
+    out = tmp_path / "probe"
+    result = cli(["evaluate", "--model", os.path.join(run, "model.keras"), "--dataset", "digits",
+                  "--few-shot", "10", "--output", str(out)])
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["few_shot_probe"]["shots"] == 10
+    assert report["few_shot_probe"]["train_images"] == 100  # 10 of each of the 10 classes
+    assert report["model"] == "ViT-demo_4"
+    with open(out / "predictions.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert "top1_score" in rows[0] and "top1_probability" not in rows[0]
+    assert report["accuracy"] == pytest.approx(
+        accuracy_score([r["label"] for r in rows], [r["predicted"] for r in rows]), abs=1e-12)
+
+    model = keras.saving.load_model(os.path.join(run, "model.keras"))
+    to_input, size = model_input(model), model.input_shape[1:3]
+    splits = load_dataset("digits")
+
+    def arrays(dataset):
+        images, labels = zip(*dataset.as_numpy_iterator())
+        grey = np.stack(images).astype("float32")  # (n, 8, 8, 1); the model reads RGB
+        pixels = np.clip(resize_image(np.repeat(grey, 3, axis=-1), size), 0, 255)
+        return pooled_features(model, to_input(np.asarray(pixels))), np.asarray(labels)
+
+    train_features, train_labels = arrays(splits.train)
+    test_features, test_labels = arrays(splits.test)
+    expected = few_shot_linear_eval(train_features, train_labels, test_features, test_labels,
+                                    shots=10, seed=0, num_classes=10)
+    assert abs(report["accuracy"] - expected) <= 1 / 360 + 1e-12, (report["accuracy"], expected)
+    assert expected > 0.5  # the trained features separate the digits far above chance (0.1)
+
+
+def test_a_few_shot_probe_of_a_saved_model_is_refused_in_one_line(cli, tmp_path):
+    (tmp_path / "served").mkdir()
+    result = cli(["evaluate", "--saved-model", str(tmp_path / "served"), "--dataset", "digits",
+                  "--few-shot", "5", "--output", str(tmp_path / "out")])
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

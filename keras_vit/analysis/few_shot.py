@@ -5,7 +5,7 @@ from sklearn.linear_model import Ridge
 
 from keras_vit.errors import ArgumentError
 
-__all__ = ["few_shot_linear_eval", "few_shot_indices"]
+__all__ = ["few_shot_linear_eval", "few_shot_indices", "fit_linear_probe"]
 
 
 def few_shot_indices(labels, shots, seed=0):
@@ -70,9 +70,20 @@ def few_shot_linear_eval(train_features, train_labels, test_features, test_label
     if shots is not None:
         subset = few_shot_indices(train_labels, shots, seed)
         train_features, train_labels = train_features[subset], train_labels[subset]
-    targets = 2.0 * np.eye(num_classes)[train_labels] - 1.0
-    # Ridge's "cholesky" solver is the closed-form normal-equation solution.
-    probe = Ridge(alpha=l2_regularization, solver="cholesky", fit_intercept=True)
-    probe.fit(train_features, targets)
+    probe = fit_linear_probe(train_features, train_labels, l2_regularization, num_classes)
     predictions = probe.predict(test_features).argmax(axis=-1)
     return float(np.mean(predictions == test_labels))
+
+
+def fit_linear_probe(features, labels, l2_regularization=1.0, num_classes=None):
+    """The paper's probe, fitted: a scikit-learn `Ridge` from `(n, D)` features to targets
+    that are +1 for the true class and -1 for the others, in closed form (bias not
+    regularised). `probe.predict(features)` gives `(m, K)` scores; their argmax is the class.
+    """
+    features, labels = np.asarray(features, dtype=np.float64), np.asarray(labels)
+    if num_classes is None:
+        num_classes = int(labels.max()) + 1
+    targets = 2.0 * np.eye(num_classes)[labels] - 1.0
+    # Ridge's "cholesky" solver is the closed-form normal-equation solution.
+    probe = Ridge(alpha=l2_regularization, solver="cholesky", fit_intercept=True)
+    return probe.fit(features, targets)

@@ -198,11 +198,18 @@ def pooled_features(model, images, batch_size=32):
     "pre_logits" when the model has one, as the paper's few-shot probe does. A
     model built with `include_top=False` and pooling already returns these.
     """
+    extractor = feature_model(model)
+    return np.asarray(extractor.predict(np.asarray(images), batch_size=batch_size, verbose=0),
+                      dtype=np.float32)
+
+
+def feature_model(model):
+    """`model` up to the pooled representation its head reads (the output of "pre_logits",
+    "token_pool" or "gap_pool"), sharing its weights."""
     names = [layer.name for layer in model.layers]
     for name in ("pre_logits", "token_pool", "gap_pool"):
         if name in names:
-            extractor = keras.Model(model.inputs, model.get_layer(name).output)
-            return np.asarray(extractor.predict(np.asarray(images), batch_size=batch_size,
-                                                verbose=0), dtype=np.float32)
+            return keras.Model(model.inputs, model.get_layer(name).output,
+                               name=f"{model.name}_features")
     raise ArgumentError(f"Model {model.name!r} has no pooling layer (token_pool, gap_pool or "
                         "pre_logits); build it with pooling='token' or 'gap'.")

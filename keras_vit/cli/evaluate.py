@@ -45,6 +45,12 @@ def _add_arguments(parser):
                         help="images per model call (default: 32)")
     parser.add_argument("--top", type=positive_int, default=5,
                         help="classes per image in predictions.csv (default: 5)")
+    parser.add_argument("--few-shot", type=positive_int, default=None, metavar="K",
+                        help="score the paper's few-shot linear probe instead of the head: a "
+                             "ridge regression on the frozen model's pooled features, fitted on "
+                             "K training images of each class (a Keras ViT only)")
+    parser.add_argument("--few-shot-seed", type=int, default=0,
+                        help="seed that draws the few-shot training images (default: 0)")
 
 
 def run(args):
@@ -58,9 +64,11 @@ def run(args):
     else:
         model = load_model(args)
     report = evaluate(model, args.dataset, output=args.output, batch_size=args.batch_size,
-                      top=args.top, data_dir=args.data_dir)
+                      top=args.top, data_dir=args.data_dir, few_shot=args.few_shot,
+                      few_shot_seed=args.few_shot_seed)
     top5 = f", top-5 {report['top5_accuracy']:.4f}" if "top5_accuracy" in report else ""
-    print(f"accuracy {report['accuracy']:.4f}{top5}, macro F1 {report['macro_avg']['f1']:.4f} "
+    probe = f"{args.few_shot}-shot linear probe: " if args.few_shot else ""
+    print(f"{probe}accuracy {report['accuracy']:.4f}{top5}, macro F1 {report['macro_avg']['f1']:.4f} "
           f"on {report['image_count']} images of {report['dataset']}; written to {args.output}")
     skipped = report["skipped_files"]["count"]
     if skipped:
