@@ -54,6 +54,9 @@ SKIPPED = {
         "the --quick mode",
     ("docs/performance.md", "python -m venv --system-site-packages .venv-bench"):
         "creates a virtual environment and installs packages",
+    ("docs/vit-vs-resnet.md", "runs/vit-vs-resnet/bit"):
+        "tests/test_experiment.py runs these commands in smoke size and checks that they make "
+        "the page's table",
     ("docs/serving.md", "saved_model_cli show"):
         "tests/test_export.py runs saved_model_cli show --all and run on an export",
     ("docs/serving.md", "docker run"): "starts TF Serving in Docker",

@@ -64,7 +64,7 @@ NOT_THE_USERS = {
         "caught in the same function and raised again as CheckpointError naming the file",
     ("keras_vit/checkpoints/formats/safetensors.py", "_no_duplicates", "ValueError"):
         "json's object hook, called inside _header, which raises CheckpointError naming the file",
-    ("keras_vit/training/_private_keras.py", "check_private_keras", "RuntimeError"):
+    ("keras_vit/_private_keras.py", "check_private_keras", "RuntimeError"):
         "an installed Keras outside the versions a private patch was checked on: not input",
 }
 

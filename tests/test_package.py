@@ -19,7 +19,7 @@ NOT_ON_IMPORT = ("keras_vit.training", "keras_vit.data", "keras_vit.export", "ke
 # ... but for the optimizers a train-made .keras file names (Keras alone), with the lazy
 # package around them and their private-Keras guard.
 OPTIMIZERS = ("keras_vit.training", "keras_vit.training.optimizers",
-              "keras_vit.training._private_keras")
+              "keras_vit._private_keras")
 
 NEW_MODULES_ON_IMPORT = """
 import json, sys

@@ -23,10 +23,11 @@ COLAB = "https://colab.research.google.com/github/keras-vit/keras_vit/blob/main/
 TIMEOUT_PER_CELL = 180
 
 
-def test_there_are_six_tutorials():
+def test_there_are_seven_tutorials():
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb", "02_flowers_transfer.ipynb", "03_inside_a_vit.ipynb",
-        "04_export_and_serve.ipynb", "05_distributed_training.ipynb", "06_hybrids.ipynb"]
+        "04_export_and_serve.ipynb", "05_distributed_training.ipynb", "06_hybrids.ipynb",
+        "07_vit_vs_resnet.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -52,7 +53,9 @@ def test_notebook_is_well_formed(path):
 # The distributed-training notebook is the slowest (a minute on two cores); what it runs is run
 # by default tests too: MirroredStrategy (test_training_distributed.py), keras.distribution on
 # JAX (test_training_jax.py) and the Distributed training page's snippets (test_doc_snippets.py).
-SLOW_NOTEBOOKS = {"05_distributed_training"}
+# The ViT-against-ResNet notebook trains a full-size BiT-R50x1 (three 280 MB files); its
+# commands are the ViT against ResNet page's, which tests/test_experiment.py runs by default.
+SLOW_NOTEBOOKS = {"05_distributed_training", "07_vit_vs_resnet"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_NOTEBOOKS
