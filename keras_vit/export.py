@@ -36,6 +36,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit._private_keras import check_private_keras
 from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folder, write_bytes
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.labels import imagenet_label_names, read_labels
@@ -229,7 +230,9 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
             archive.add_endpoint(name, traced)
     # `tf.saved_model.load(path)(images)` as well as `.signatures[...]`: TensorFlow makes a
     # loaded object callable when it was saved with a `__call__` function. ExportArchive has
-    # no public way to add one, so it goes on the object the archive saves.
+    # no public way to add one, so it goes on the object the archive saves (private Keras:
+    # checked on the releases _private_keras names, refused clearly on others).
+    check_private_keras("A callable SavedModel", archive, "_tf_trackable")
     archive._tf_trackable.__call__ = archive._tf_trackable.serving_default
     return archive
 

@@ -20,7 +20,7 @@ from keras_vit.analysis.embeddings import (
                                            patch_embedding_components,
                                            position_embedding_similarity,
 )
-from keras_vit.analysis.few_shot import few_shot_indices, few_shot_linear_eval
+from keras_vit.analysis.few_shot import few_shot_indices, few_shot_linear_eval, fit_linear_probe
 from keras_vit.analysis.figures import analyze
 from keras_vit.analysis.flops import forward_flops
 from keras_vit.analysis.plots import (
@@ -37,7 +37,7 @@ __all__ = [
     "rollout", "attention_rollout", "RolloutResult", "overlay",
     "mean_attention_distance", "patch_distances",
     "position_embedding_similarity", "patch_embedding_components", "PatchComponents",
-    "few_shot_linear_eval", "few_shot_indices",
+    "few_shot_linear_eval", "few_shot_indices", "fit_linear_probe",
     "plot_attention_rollout", "plot_mean_attention_distance",
     "plot_position_embedding_similarity", "plot_patch_embedding_components",
     "analyze", "compare_runs", "forward_flops",
