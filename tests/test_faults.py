@@ -234,20 +234,21 @@ def check_finished_run(output, epochs):
         Image.open(os.path.join(output, name)).load()
 
 
-def test_kill_at_four_random_moments_loses_nothing(tmp_path, python):
-    """Four kills of forked attempts (tests/scripts/kill_training.py): no TF start-up per kill.
+def test_kill_at_two_random_moments_loses_nothing(tmp_path, python):
+    """Two kills of forked attempts (tests/scripts/kill_training.py): no TF start-up per kill.
 
-    Every other kill lands inside a write (the script holds each write open), so two are
-    mid-write and two at any moment; the slow test below does twenty per seed."""
+    Every other kill lands inside a write (the script holds each write open), so one is
+    mid-write and one at any moment; the slow test below does twenty per seed, and
+    tests/test_atomic.py kills a writer mid-write of each kind of file keras_vit writes."""
     output = str(tmp_path / "run")
-    result = python(["tests/scripts/kill_training.py", output, "2", "4", "15"], timeout=1200)
+    result = python(["tests/scripts/kill_training.py", output, "2", "2", "15"], timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     points = summary["points"]
     during_writes = [p for p, _ in points if p.startswith("writing")]
     print(f"\n{len(points)} kill points, {len(during_writes)} during a write, "
           f"{len(summary['torn'])} torn files:", points)
-    assert len(points) >= 4 and len(during_writes) >= 2
+    assert len(points) >= 2 and len(during_writes) >= 1
     assert summary["torn"] == []
     assert summary["last_exit"] == 0, result.stderr[-5000:]
     check_finished_run(output, epochs=2)

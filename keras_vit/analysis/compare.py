@@ -169,7 +169,8 @@ def comparison_markdown(runs):
     ]
     rows = [
         ("model", lambda r, run: str(r.get("model") or MISSING)),
-        ("weights", lambda r, run: str(r.get("weights") or "none")),
+        # A run records its starting weights (None: from scratch); an evaluation folder none.
+        ("weights", lambda r, run: MISSING if "weights" not in r else str(r["weights"] or "none")),
         ("recipe", lambda r, run: str((r.get("recipe") or {}).get("name") or MISSING)),
         ("parameters", lambda r, run: _number(r.get("parameters"), ",")),
         ("GFLOPs per image", lambda r, run: _number(run["gflops"], ".4g")),
