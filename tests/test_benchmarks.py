@@ -162,3 +162,111 @@ def test_pipeline_benchmark_quick_mode_times_both_pipelines(capsys):
     assert result["ratio"] == pytest.approx(result["keras_vit"]["images_per_s"]
                                             / result["image_dataset_from_directory"]["images_per_s"])
     assert "| keras_vit |" in capsys.readouterr().out
+
+
+def _check_scale_report(out, sizes, image_sizes, batches, pipeline_batch):
+    """What `benchmarks.scale` must have written to `out`: every measurement of every size,
+    the model grid, the plots as PNG files Pillow reads."""
+    from PIL import Image
+
+    report = json.loads((out / "scale.json").read_text())
+    assert sorted(int(c) for c in report["data"]) == sizes
+    for count in sizes:
+        row = report["data"][str(count)]
+        for kind in ("scan", "predict", "pipeline"):
+            assert row[kind]["seconds"] > 0 and row[kind]["peak_rss_mb"] > 100, (kind, row[kind])
+        assert row["scan"]["images"] == count and row["scan"]["skipped"] == 0
+        # One CSV row per image, none an error row.
+        assert row["predict"]["csv_rows"] == count and row["predict"]["csv_error_rows"] == 0
+        assert row["predict"]["exit_status"] in (0, None)
+        # The training split (the scan holds ceil(20%) out), whole batches only.
+        train = count - -(-count // 5)
+        assert row["pipeline"]["images"] == train // pipeline_batch * pipeline_batch
+        assert row["pipeline"]["images_per_s"] == pytest.approx(
+            row["pipeline"]["images"] / row["pipeline"]["seconds"])
+    grid = {(e["image_size"], e["batch_size"]): e for e in report["model"]["grid"]}
+    assert set(grid) == {(s, b) for s in image_sizes for b in batches}
+    for entry in grid.values():
+        assert entry.get("skipped") or (entry["images_per_s"] > 0 and entry["peak_rss_mb"] > 100
+                                        and entry["calls"] >= 3 and entry["jit_compile"] is not None)
+    assert set(report["machine"]) >= {"cpu", "cores", "load_average_start", "load_average_end"}
+    assert report["command"].startswith("python -m benchmarks.scale") and report["date"]
+    assert len(report["plots"]) == 4
+    for name in report["plots"]:
+        data = (out / name).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n")
+        with Image.open(out / name) as image:
+            image.load()
+            assert image.size == (600, 400)
+    markdown = (out / "scale.md").read_text()
+    assert all(f"| {count:,} |" in markdown for count in sizes)
+    assert markdown.count("\n| tiny |") == len(image_sizes) * len(batches)
+    return report
+
+
+def test_scale_quick_mode_measures_every_size_and_configuration(tmp_path):
+    """benchmarks/scale.py --quick, in this process (the full run: docs/performance.md)."""
+    from benchmarks import scale
+
+    scale.main(["--quick", "--out", str(tmp_path)])
+    report = _check_scale_report(tmp_path, [30, 120], [32, 64], [1, 4], pipeline_batch=8)
+    assert report["processes"].startswith("in the benchmark's own process")
+
+
+@pytest.mark.slow  # four fresh TensorFlow processes (~35 s); the default test above runs the same
+def test_scale_runs_each_measurement_in_a_fresh_process(tmp_path):  # measurements in-process
+    out = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--quick", "--fresh-processes",
+                          "--sizes", "30", "--batch-sizes", "1", "--image-sizes", "32",
+                          "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = _check_scale_report(tmp_path, [30], [32], [1], pipeline_batch=8)
+    assert report["processes"] == "in a fresh Python process"
+    assert report["data"]["30"]["predict"]["process_seconds"] > report["data"]["30"]["predict"]["seconds"]
+
+
+def test_scale_skips_a_model_configuration_over_the_memory_limit_and_says_why():
+    from benchmarks import scale
+
+    tiny = {"name": "tiny", "width": 16, "depth": 1, "mlp_dim": 32, "heads": 2, "patch_size": 16}
+    grid = scale.model_part([tiny], [32], [1, 2], fresh=False, memory_fraction=1e-6, min_seconds=0,
+                            max_seconds=1, classes=10, log=lambda text: None)
+    assert [(e["batch_size"], "images_per_s" in e) for e in grid] == [(1, False), (2, False)]
+    assert all("of this machine's" in e["skipped"] for e in grid)
+
+
+@pytest.mark.parametrize("name,image_size", [("B/16", 224), ("L/16", 384)])
+def test_scale_parameter_estimate_matches_the_model(name, image_size):
+    # Against the built model's own count: the estimate leaves out biases and norms only.
+    from benchmarks import scale
+
+    variant = keras_vit.get_variant(name)
+    small = keras_vit.Variant("small", width=variant.width // 16, depth=2,
+                              mlp_dim=variant.mlp_dim // 16, heads=2, patch_size=variant.patch_size)
+    model = keras_vit.ViT(small, image_size=image_size, classes=1000)
+    assert scale.parameter_count(small, image_size, 1000) == pytest.approx(model.count_params(),
+                                                                           rel=0.02)
+
+
+def test_scale_photos_are_seeded_within_the_sides_and_linked(tmp_path):
+    from PIL import Image
+
+    from benchmarks import scale
+
+    first = scale.write_photos(str(tmp_path / "a"), 12, sides=(40, 60), workers=1)
+    again = scale.write_photos(str(tmp_path / "b"), 12, sides=(40, 60), workers=1)
+    files = sorted((tmp_path / "a").rglob("*.jpg"))
+    assert len(files) == 12 and first == again == sum(f.stat().st_size for f in files)
+    assert all(f.read_bytes() == (tmp_path / "b" / f.relative_to(tmp_path / "a")).read_bytes()
+               for f in files)
+    shapes = set()
+    for f in files:
+        with Image.open(f) as image:
+            assert image.format == "JPEG" and all(40 <= side <= 60 for side in image.size)
+            shapes.add(image.size)
+    assert len(shapes) > 6  # drawn per image
+    scale.link_subset(str(tmp_path / "a"), str(tmp_path / "c"), 5)
+    linked = sorted((tmp_path / "c").rglob("*.jpg"))
+    assert len(linked) == 5
+    assert all(f.stat().st_ino == (tmp_path / "a" / f.relative_to(tmp_path / "c")).stat().st_ino
+               for f in linked)
