@@ -140,6 +140,7 @@ def measure(spec):
                       csv_header=header)
     elif kind == "pipeline":
         splits = load_image_folder(spec["folder"])
+        scanned, start = time.perf_counter() - start, time.perf_counter()  # the pass alone
         batches = make_pipeline(splits.train, spec["image_size"], spec["batch_size"], training=True,
                                 repeat=False, seed=0)
         images = 0
@@ -150,7 +151,7 @@ def measure(spec):
                 first = time.perf_counter() - start
         seconds = time.perf_counter() - start
         result = {"seconds": seconds, "images": images, "images_per_s": images / seconds,
-                  "first_batch_seconds": first,
+                  "first_batch_seconds": first, "scan_seconds": scanned,
                   "training_split": splits.num_train}
     elif kind == "model":
         result = _model(spec)
@@ -306,21 +307,27 @@ def model_part(variants, image_sizes, batches, fresh, memory_fraction, min_secon
 
 def _figure(path, title, xlabel, ylabel, lines, log_x=True, log_y=True):
     """One PNG, drawn on a Figure of its own (no pyplot state). `lines`: {label: (xs, ys)}."""
+    from matplotlib import ticker
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(6, 4), layout="constrained")
+    figure = Figure(figsize=(7.5, 4), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     for label, (xs, ys) in lines.items():
         axes.plot(xs, ys, marker="o", label=label)
-    if log_x:
-        axes.set_xscale("log")
-    if log_y:
-        axes.set_yscale("log")
+    for log, set_scale, axis in ((log_x, axes.set_xscale, axes.xaxis),
+                                 (log_y, axes.set_yscale, axes.yaxis)):
+        if log:  # ticks at 1, 2, 5 times powers of ten, written as plain numbers
+            set_scale("log")
+            axis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+            axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+            axis.set_minor_formatter(ticker.NullFormatter())
+    if not log_y:
+        axes.set_ylim(bottom=0)  # memory from zero: growth drawn to scale
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend()
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))  # off the lines
     figure.savefig(path, dpi=100)
     return os.path.basename(path)
 
@@ -339,6 +346,8 @@ def plots(report, out):
                                             for k, label in kinds.items()}, log_y=False),
     ]
     measured = [e for e in report["model"]["grid"] if "skipped" not in e]
+    if not measured:
+        return names
     curves = {}
     for e in measured:
         curves.setdefault(f"{e['variant']} {e['image_size']} px", []).append(e)
@@ -376,9 +385,10 @@ def to_markdown(report):
                   "image (checked). pipeline: `load_image_folder` + `make_pipeline(training=True, "
                   f"repeat=False)`, {report['image_size']} px, batch {report['pipeline_batch_size']}, "
                   "one full pass of the training split (80%: the scan holds 20% out; whole "
-                  "batches), first batch included. Times start after TensorFlow and Keras are "
-                  "imported; predict process s is the whole process (Python, imports, the "
-                  "command, the row check), as a user running the command waits for it.", "",
+                  "batches), timed from make_pipeline (after its own scan) to the last batch. "
+                  "Times start after TensorFlow and Keras are imported; predict process s is "
+                  "the whole process (Python, imports, the command, the row check), as a user "
+                  "running the command waits for it.", "",
               "### Model: `predict_on_batch`, random weights", "",
               "| variant | image px | batch | images/s | s per call | calls timed | peak MB | "
               "estimated MB | jit_compile |",
@@ -417,6 +427,7 @@ def main(argv=None):
                              "(default 150)")
     parser.add_argument("--memory-fraction", type=float, default=0.8,
                         help="skip a model configuration estimated above this share of RAM")
+    parser.add_argument("--no-model", action="store_true", help="the data paths only (part A)")
     parser.add_argument("--fresh-processes", action=argparse.BooleanOptionalAction, default=None,
                         help="each measurement in a fresh process (default: yes, no with --quick)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -479,8 +490,9 @@ def main(argv=None):
         if not args.keep_images:
             shutil.rmtree(images)
 
-    grid = model_part(variants, model_sizes, batches, fresh, args.memory_fraction,
-                      0 if quick else 10, args.max_call_seconds, 10 if quick else 1000, log)
+    grid = [] if args.no_model else model_part(
+        variants, model_sizes, batches, fresh, args.memory_fraction, 0 if quick else 10,
+        args.max_call_seconds, 10 if quick else 1000, log)
     report["model"] = {"grid": grid, "min_seconds": 0 if quick else 10,
                        "max_call_seconds": args.max_call_seconds}
     for e in grid:

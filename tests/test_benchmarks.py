@@ -197,7 +197,7 @@ def _check_scale_report(out, sizes, image_sizes, batches, pipeline_batch):
         assert data.startswith(b"\x89PNG\r\n\x1a\n")
         with Image.open(out / name) as image:
             image.load()
-            assert image.size == (600, 400)
+            assert image.size == (750, 400)
     markdown = (out / "scale.md").read_text()
     assert all(f"| {count:,} |" in markdown for count in sizes)
     assert markdown.count("\n| tiny |") == len(image_sizes) * len(batches)
