@@ -75,8 +75,14 @@ def machine():
     except (ImportError, RuntimeError):
         versions["timm"] = None
     simd = sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"})
-    return {"cpu": model, "cores": os.cpu_count(), "simd": simd,
+    # Instruction sets capped by the libraries' own switches (oneDNN, XLA, MKL, ATen): how
+    # an AVX2-only CPU's code paths are run on a newer one.
+    caps = {name: os.environ[name] for name in ISA_CAPS if os.environ.get(name)}
+    return {"cpu": model, "cores": os.cpu_count(), "simd": simd, "isa_caps": caps,
             "load_average_start": os.getloadavg(), "versions": versions}
+
+
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "XLA_FLAGS", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
 
 
 def build_candidates(arch, args, notes):
@@ -271,8 +277,9 @@ def main(argv=None):
 def to_markdown(report):
     """The report as Markdown tables: throughput, ratios against the best peer, loading."""
     m = report["machine"]
+    caps = "".join(f", {k}={v}" for k, v in m.get("isa_caps", {}).items())
     lines = [f"Keras backend: {report['keras_backend']}. Machine: {m['cpu']}, {m['cores']} cores "
-             f"({', '.join(m['simd'])}); load average "
+             f"({', '.join(m['simd'])}{caps}); load average "
              f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
              f"{_arch_name(report)}, {report['forward_gflop_per_image']:.1f} GFLOP per image forward "
              "for every token "

@@ -88,6 +88,15 @@ def test_auto_takes_the_faster_mode_and_remembers_it(cache_home, timed):
     assert len(json.loads(cache_home.read_text())) == 3
 
 
+# ViT-B/16, batch 8, images/s measured on the two CPUs docs/performance.md reports:
+# an AMD EPYC with AVX2 and FMA only, and one with AVX-512 (XLA 1-5% slower there).
+@pytest.mark.parametrize("graph_rate, xla_rate, expected", [(3.58, 4.30, True), (5.24, 5.08, False)],
+                         ids=["avx2-epyc", "avx512-epyc"])
+def test_the_measured_cpus_get_their_faster_mode(cache_home, timed, graph_rate, xla_rate, expected):
+    timed(graph=8 / graph_rate, xla=8 / xla_rate)
+    assert execution.choose_jit_compile(tiny_classifier(), (8, 224, 224, 3)) is expected
+
+
 def test_xla_must_beat_the_graph_by_the_margin(cache_home, timed):
     timed(graph=1.0, xla=1.0 - execution.XLA_MARGIN / 2)
     assert execution.choose_jit_compile(tiny_classifier(), SHAPE) is False
