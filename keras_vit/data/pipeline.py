@@ -8,7 +8,7 @@ with the official preprocessing (`keras_vit.preprocessing`).
 import tensorflow as tf
 
 from keras_vit.data.datasets import to_rgb
-from keras_vit.data.files import load_files, record_failures
+from keras_vit.data.files import load_files, record_failures, skip_missing
 from keras_vit.normalization import normalize_pixels
 from keras_vit.preprocessing import (
     check_pixel_budget,
@@ -111,10 +111,13 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
         image = tf.ensure_shape(image, (*size, 3))
         return image, label
 
-    if files:
-        # A file gone since the scan, or one that no longer decodes, is skipped and named
-        # (in `failed`, hence the run's report); it never stops the run. Held out, the
-        # order is kept.
+    if files and training:
+        # A file gone since the scan is skipped and named; one that no longer decodes is
+        # skipped (ignore_errors): neither stops the run.
+        dataset = skip_missing(dataset, failed).map(
+            lambda path, label: (load(path), label), num_parallel_calls=tf.data.AUTOTUNE) \
+            .ignore_errors()
+    elif files:  # held out: every failure named, the order kept
         dataset = record_failures(load_files(dataset, load), failed)
     dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size, drop_remainder=training)
