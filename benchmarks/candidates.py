@@ -3,7 +3,8 @@
 Every candidate builds the same architecture with random weights and a
 1000-class (or `classes`) head: keras_vit's `ViT`, keras-hub's `ViTBackbone`
 plus a class-token head, and timm's `VisionTransformer`. Keras models run
-under `tf.function`, once as a graph and once XLA-compiled (`jit_compile`).
+under `tf.function`, as a graph, XLA-compiled (`jit_compile`), or for keras_vit
+also in the mode keras_vit.execution chooses on this machine ("auto").
 """
 
 import dataclasses
@@ -41,6 +42,7 @@ class Candidate:
     infer: object
     train: object
     forward_flops: float = 0.0  # per image, as executed; 0: the architecture's full count
+    chosen: dict = dataclasses.field(default_factory=dict)  # auto mode: {(kind, batch): mode}
 
 
 def keras_vit_candidates(arch, modes=("graph", "xla"), dtype_policy=None):
@@ -82,31 +84,34 @@ def keras_hub_candidates(arch, modes=("graph", "xla")):
 
 
 def _keras_candidate(name, model, arch, mode):
+    """`mode`: "graph", "xla", or "auto": what keras_vit.execution chooses for each call and
+    batch shape on this machine (timed at the first call, the runner's warm-up)."""
     import keras
 
     if keras.backend.backend() == "jax":
         return _jax_candidate(name.replace(f"({mode}", "(jax"), model, arch)
     import tensorflow as tf
 
-    jit = mode == "xla"
     optimizer = keras.optimizers.SGD(learning_rate=1e-3)
     optimizer.build(model.trainable_variables)
 
-    @tf.function(jit_compile=jit)
-    def forward(images):
-        return model(images, training=False)
+    def forward(jit):
+        return tf.function(lambda images: model(images, training=False), jit_compile=jit,
+                           autograph=False)
 
-    @tf.function(jit_compile=jit)
-    def train_step(images, labels):
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
-                labels, tf.cast(logits, "float32"), from_logits=True))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply(gradients, model.trainable_variables)
-        return loss
+    def train_step(jit):
+        @tf.function(jit_compile=jit)
+        def step(images, labels):
+            with tf.GradientTape() as tape:
+                logits = model(images, training=True)
+                loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+                    labels, tf.cast(logits, "float32"), from_logits=True))
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply(gradients, model.trainable_variables)
+            return loss
+        return step
 
-    inputs = {}
+    inputs, functions, chosen = {}, {}, {}
 
     def batch_inputs(batch):
         if batch not in inputs:
@@ -114,9 +119,22 @@ def _keras_candidate(name, model, arch, mode):
             inputs[batch] = (tf.constant(images), tf.constant(labels))
         return inputs[batch]
 
+    def function(kind, batch):
+        if (kind, batch) not in functions:
+            jit = mode == "xla"
+            if mode == "auto":
+                from keras_vit.execution import choose_jit_compile
+
+                jit = bool(choose_jit_compile(model, batch_inputs(batch)[0].shape, "auto",
+                                              training=kind == "train"))
+                chosen[(kind, batch)] = "xla" if jit else "graph"
+            functions[(kind, batch)] = (forward if kind == "infer" else train_step)(jit)
+        return functions[(kind, batch)]
+
     return Candidate(name, "tensorflow",
-                     infer=lambda batch: forward(batch_inputs(batch)[0]).numpy(),
-                     train=lambda batch: train_step(*batch_inputs(batch)).numpy())
+                     infer=lambda batch: function("infer", batch)(batch_inputs(batch)[0]).numpy(),
+                     train=lambda batch: function("train", batch)(*batch_inputs(batch)).numpy(),
+                     chosen=chosen)
 
 
 def _jax_candidate(name, model, arch):

@@ -36,7 +36,9 @@ def parse_args(argv=None):
     parser.add_argument("--batch-sizes", default=None, help="inference batches, e.g. 8,32")
     parser.add_argument("--train-batch-sizes", default=None, help="training batches, e.g. 8,32")
     parser.add_argument("--only", default="keras_vit,keras_hub,timm", help="candidates to run")
-    parser.add_argument("--modes", default="graph,xla", help="Keras execution modes: graph, xla")
+    parser.add_argument("--modes", default="graph,xla,auto",
+                        help="Keras execution modes: graph, xla, and for keras_vit auto (the mode "
+                             "keras_vit.execution chooses here, timed afresh in this run)")
     parser.add_argument("--bf16", action="store_true", help="also time keras_vit under mixed_bfloat16")
     parser.add_argument("--torch-compile", default=None, action=argparse.BooleanOptionalAction,
                         help="also time timm under torch.compile (default: on, off with --quick: "
@@ -73,8 +75,14 @@ def machine():
     except (ImportError, RuntimeError):
         versions["timm"] = None
     simd = sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"})
-    return {"cpu": model, "cores": os.cpu_count(), "simd": simd,
+    # Instruction sets capped by the libraries' own switches (oneDNN, XLA, MKL, ATen): how
+    # an AVX2-only CPU's code paths are run on a newer one.
+    caps = {name: os.environ[name] for name in ISA_CAPS if os.environ.get(name)}
+    return {"cpu": model, "cores": os.cpu_count(), "simd": simd, "isa_caps": caps,
             "load_average_start": os.getloadavg(), "versions": versions}
+
+
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "XLA_FLAGS", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
 
 
 def build_candidates(arch, args, notes):
@@ -88,9 +96,12 @@ def build_candidates(arch, args, notes):
         builders.append(("keras_vit", lambda: cands.keras_vit_candidates(arch, modes)))
         if args.bf16:
             builders.append(("keras_vit bf16",
-                             lambda: cands.keras_vit_candidates(arch, modes, "mixed_bfloat16")))
+                             lambda: cands.keras_vit_candidates(
+                                 arch, [m for m in modes if m != "auto"] or ["graph"],
+                                 "mixed_bfloat16")))
     if "keras_hub" in only:
-        builders.append(("keras_hub", lambda: cands.keras_hub_candidates(arch, modes)))
+        hub_modes = tuple(m for m in modes if m != "auto") or ("graph",)
+        builders.append(("keras_hub", lambda: cands.keras_hub_candidates(arch, hub_modes)))
     if "timm" in only:
         compiled = args.torch_compile if args.torch_compile is not None else not args.quick
         builders.append(("timm", lambda: cands.timm_candidates(arch, compiled)))
@@ -221,6 +232,10 @@ def main(argv=None):
                              "torch": flops.torch_gemm_peak(gemm_sizes, gemm_repeats, gemm_seconds)}
     gemm = flops.tf_gemm_timer(gemm_sizes[-1], gemm_seconds)
 
+    # "auto" chooses afresh, not from an earlier run's stored choice.
+    choice_home = tempfile.TemporaryDirectory()
+    os.environ["KERAS_HOME"] = choice_home.name
+    os.environ.pop("KERAS_VIT_EXECUTION", None)
     candidates = build_candidates(arch, args, report["notes"])
     report["inference"], report["training"] = {}, {}
     # A training step is counted as three forward passes (forward, two backward products).
@@ -236,6 +251,11 @@ def main(argv=None):
                 k: summarize(v) for k, v in round_peak.items()}
             print(f"{section} batch {batch}: " + ", ".join(
                 f"{n} {statistics.median(t['wall']):.2f}" for n, t in timings.items()), flush=True)
+    report["execution_choices"] = {
+        c.name: {f"{'inference' if kind == 'infer' else 'training'} {batch}": mode
+                 for (kind, batch), mode in c.chosen.items()} for c in candidates if c.chosen}
+    report["execution_timings"] = _stored_timings(choice_home.name)
+    choice_home.cleanup()
     del candidates
 
     if not args.no_loading:
@@ -257,8 +277,9 @@ def main(argv=None):
 def to_markdown(report):
     """The report as Markdown tables: throughput, ratios against the best peer, loading."""
     m = report["machine"]
+    caps = "".join(f", {k}={v}" for k, v in m.get("isa_caps", {}).items())
     lines = [f"Keras backend: {report['keras_backend']}. Machine: {m['cpu']}, {m['cores']} cores "
-             f"({', '.join(m['simd'])}); load average "
+             f"({', '.join(m['simd'])}{caps}); load average "
              f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
              f"{_arch_name(report)}, {report['forward_gflop_per_image']:.1f} GFLOP per image forward "
              "for every token "
@@ -283,7 +304,9 @@ def to_markdown(report):
             g = rows["_tf_gemm_each_round"]
             lines.append(f"| {batch} | TF fp32 GEMM, same rounds | {g['wall']['median']:.1f} GFLOP/s | "
                          f"{g['cpu']['median']:.1f} GFLOP per CPU-s | | | |")
-        lines += ["", *_ratio_lines(report[section]), ""]
+        lines += ["", *_ratio_lines(report[section]),
+                  *_auto_lines(report[section], section, report.get("execution_choices", {}),
+                               report.get("execution_timings", {})), ""]
     if "loading" in report:
         lines += ["### Checkpoint loading (fresh process each, from the page cache)", "",
                   "| variant | file | np.load | keras_vit load_weights | time ratio | np.load extra RSS | "
@@ -302,6 +325,15 @@ def to_markdown(report):
     return "\n".join(lines) + "\n"
 
 
+def _stored_timings(home):
+    """The seconds per call keras_vit.execution measured for each choice in this run."""
+    try:
+        with open(os.path.join(home, "keras_vit", "execution.json")) as f:
+            return {key.rsplit(" | ", 1)[-1]: value for key, value in json.load(f).items()}
+    except OSError:
+        return {}
+
+
 def _model_rows(rows):
     return [(name, r) for name, r in rows.items() if not name.startswith("_")]
 
@@ -309,6 +341,31 @@ def _model_rows(rows):
 def _arch_name(report):
     a = report["arch"]
     return f"ViT width {a['width']} depth {a['depth']} patch {a['patch_size']} at {a['image_size']} px"
+
+
+def _auto_lines(section, title, choices, timings):
+    """keras_vit in the mode it chose itself against each peer's best mode, per batch."""
+    lines = []
+    for batch, rows in section.items():
+        auto = next((name for name in rows if name.startswith("keras_vit (auto")), None)
+        if auto is None:
+            continue
+        best = {}
+        for name, r in _model_rows(rows):
+            family = name.split(" (")[0]
+            if family != "keras_vit" and "bfloat16" not in name:
+                best[family] = max(best.get(family, 0), r["images_per_s"]["median"])
+        mode = choices.get(auto, {}).get(f"{title} {batch}", "?")
+        seconds = next((t["seconds_per_call"] for key, t in timings.items()
+                        if key.startswith(f"{batch}x") and key.endswith(
+                            "training" if title == "training" else "inference")), None)
+        timed = (f" (timed graph {seconds['graph']:.3f} s, xla {seconds['xla']:.3f} s per call)"
+                 if seconds else "")
+        ours = rows[auto]["images_per_s"]["median"]
+        lines.append(f"Batch {batch}: keras_vit (auto: chose {mode}{timed}) / best mode of "
+                     + ", ".join(f"{family} = {ours / value:.2f}x" for family, value in best.items())
+                     + ".")
+    return lines
 
 
 def _ratio_lines(section):

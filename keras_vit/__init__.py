@@ -47,7 +47,8 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["load_dataset", "make_pipeline"], "keras_vit.data"),
     **dict.fromkeys(["predict_images", "evaluate", "ImagePrediction"], "keras_vit.inference"),
 }
-_SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "export", "inference",
+_SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "execution", "export",
+               "inference",
                "labels",
                "layers", "models", "normalization", "preprocessing", "training", "variants")
 

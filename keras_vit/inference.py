@@ -16,12 +16,16 @@ import os
 import numpy as np
 
 from keras_vit.errors import ArgumentError, DatasetError, ImageError
+from keras_vit.execution import check_execution
 from keras_vit.preprocessing import IMAGE_EXTENSIONS, IMAGE_FORMATS, MAX_PIXELS
 
 __all__ = ["ImagePrediction", "predict_images", "evaluate", "image_files"]
 
 LIST_SUFFIXES = (".txt", ".lst")  # a source with one of these names lists image paths
 DEFAULT_BATCH_SIZE = 32
+# "auto" execution times graph and XLA (about 8 batches' worth) only for at least this many
+# batches of work; less runs as a graph unless a choice for the shape is already stored.
+CALIBRATE_AFTER_BATCHES = 20
 
 
 @dataclasses.dataclass
@@ -76,7 +80,7 @@ def _folder_images(folder):
 
 
 def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=None,
-                   max_pixels=MAX_PIXELS):
+                   max_pixels=MAX_PIXELS, execution=None):
     """An iterator of `ImagePrediction`s, one per image of `sources` (`image_files`), in order.
 
     `model`: a Keras model, a `.keras` file, or an exported SavedModel folder (a version
@@ -84,17 +88,21 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     exported with). `labels`: class names (default: ImageNet's for 1000- and 21843-class
     heads, the SavedModel's own, else "class <index>"). Images are decoded in parallel and
     run `batch_size` at a time; a file that cannot be read becomes a result with `error`.
+    `execution`: how TensorFlow runs a Keras model on a CPU, "auto" (the faster of
+    "graph" and "xla" on this machine, `keras_vit.execution`), "graph" or "xla".
     """
     _check_positive(batch_size=batch_size, top=top)
+    check_execution(execution)
     paths = image_files(sources)  # checked here, not when the first result is asked for
-    runner = _runner(model, batch_size, max_pixels, small=len(paths) <= batch_size)
+    runner = _runner(model, batch_size, max_pixels, small=len(paths) <= batch_size,
+                     execution=execution, images=len(paths))
     names = runner.names(labels)
     return (_result(path, probabilities, error, top, names)
             for path, (probabilities, error) in zip(paths, runner.run_files(paths)))
 
 
 def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, data_dir=None,
-             few_shot=None, few_shot_seed=0):
+             few_shot=None, few_shot_seed=0, execution=None):
     """Accuracy and per-class precision, recall and F1 of `model` on `dataset`'s held-out split.
 
     `model` as for `predict_images`; `dataset`: "digits", a folder of class sub-folders or a
@@ -111,15 +119,16 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
     model's pooled features to the classes, fitted on K training examples of each class
     (drawn with `few_shot_seed`), then applied to the held-out split; predictions.csv then
     holds the probe's scores, not probabilities. A Keras ViT only (a SavedModel keeps no
-    features).
+    features). `execution` as for `predict_images`.
     """
     from keras_vit.data import DatasetSplits, load_dataset
 
     _check_positive(batch_size=batch_size, top=top)
+    check_execution(execution)
     splits = dataset if isinstance(dataset, DatasetSplits) else load_dataset(dataset,
                                                                              data_dir=data_dir)
     name = splits.name or str(dataset)
-    runner = _runner(model, batch_size, MAX_PIXELS)
+    runner = _runner(model, batch_size, MAX_PIXELS, execution=execution, images=splits.num_test)
     probe = None
     if few_shot is not None:
         _check_positive(few_shot=few_shot)
@@ -174,7 +183,7 @@ def _few_shot_probe(runner, splits, shots, seed, batch_size):
         raise ArgumentError("few_shot needs a Keras model: the probe reads the model's pooled "
                             "features, which a SavedModel does not keep.")
     features = _KerasRunner(feature_model(runner.model), batch_size, runner.max_pixels,
-                            outputs="raw")
+                            outputs="raw", execution=runner.execution, images=splits.num_test)
     labels = np.asarray([int(y) for _, y in splits.train.as_numpy_iterator()])
     chosen = few_shot_indices(labels, shots, seed)
     keep = np.zeros(len(labels), bool)
@@ -257,7 +266,7 @@ def _result(path, probabilities, error, top, names):
                                   for i in best], [int(i) for i in best], probabilities)
 
 
-def _runner(model, batch_size, max_pixels, small=False):
+def _runner(model, batch_size, max_pixels, small=False, execution=None, images=0):
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
         if os.path.isdir(model):
@@ -271,7 +280,7 @@ def _runner(model, batch_size, max_pixels, small=False):
         if not os.path.isfile(model):
             raise ArgumentError(f"No .keras file at {model}.")
         model = keras.saving.load_model(model)
-    return _KerasRunner(model, batch_size, max_pixels, small)
+    return _KerasRunner(model, batch_size, max_pixels, small, execution=execution, images=images)
 
 
 def _failure_message(path, read):
@@ -302,15 +311,19 @@ def _names_dict(names):
 class _KerasRunner:
     """Pixels decoded and resized in tf.data, then the Keras model, one batch at a time."""
 
-    def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities"):
+    def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
+                 execution=None, images=0):
         from keras_vit.export import has_softmax_head, model_input
 
         self.model, self.batch_size, self.max_pixels = model, batch_size, max_pixels
         self.size, self.channels = tuple(model.input_shape[1:3]), model.input_shape[-1]
         self.to_input, self.softmax_head = model_input(model), has_softmax_head(model)
-        # A handful of images: a direct call; more: Keras' compiled predict step, which
-        # model.predict (and so train's report) also runs.
+        # A handful of images: a direct call; more: a compiled call, as a graph or under
+        # XLA, whichever is faster here (timed only for work that repays the timing).
         self.small = small
+        self.execution, self.images = execution, images
+        self.jit_compile = None  # the mode chosen, once the first batch has run
+        self._compiled = None
         self.raw = outputs == "raw"  # the model's outputs as they are (features, not classes)
         self._classes = None
 
@@ -389,11 +402,31 @@ class _KerasRunner:
         if self.small or not isinstance(self.model, keras.Model):
             scores = self.model(x, training=False)
         else:
-            scores = self.model.predict_on_batch(x)
+            scores = self._compiled_call(x)
         scores = keras.ops.convert_to_numpy(scores).astype(np.float32)
         if self.softmax_head or self.raw:
             return scores
         return keras.ops.convert_to_numpy(keras.ops.softmax(scores, axis=-1))
+
+
+    def _compiled_call(self, x):
+        if self._compiled is None:
+            from keras_vit.execution import choose_jit_compile
+
+            batch_shape = (self.batch_size, *x.shape[1:])
+            enough = self.images >= CALIBRATE_AFTER_BATCHES * self.batch_size
+            self.jit_compile = choose_jit_compile(self.model, batch_shape, self.execution,
+                                                  measure=enough)
+            if self.jit_compile is None:  # not TensorFlow on a CPU: Keras' own predict step
+                self._compiled = self.model.predict_on_batch
+            else:
+                import tensorflow as tf
+
+                forward = tf.function(lambda images: self.model(images, training=False),
+                                      jit_compile=self.jit_compile, reduce_retracing=True,
+                                      autograph=False)
+                self._compiled = lambda images: forward(tf.convert_to_tensor(images))
+        return self._compiled(x)
 
 
 class _SavedModelRunner:

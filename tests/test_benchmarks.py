@@ -75,7 +75,7 @@ def test_load_weights_still_converts_other_dtypes():
 
 @pytest.mark.slow  # the whole benchmark end to end; its parts are tested above and below
 def test_quick_run_writes_json_and_markdown(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--modes", "graph",
+    out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--modes", "graph,auto",
                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -92,6 +92,15 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     assert load["file_bytes"] > load["weights_bytes"] * 0.9 and load["keras_vit_seconds"]["median"] > 0
     markdown = (tmp_path / "results.md").read_text()
     assert "| batch | model | images/s |" in markdown and "Ti/16" in markdown
+    # keras_vit in the mode it chose itself, timed afresh (graph and XLA) in this run.
+    assert set(report["execution_choices"]["keras_vit (auto)"].items()) <= {
+        (f"{section} 2", mode) for section in ("inference", "training") for mode in ("graph", "xla")}
+    assert len(report["execution_choices"]["keras_vit (auto)"]) == 2
+    timings = report["execution_timings"]
+    assert {key.split(" ", 1)[1] for key in timings} == {"inference", "training"}
+    assert all(t["seconds_per_call"]["graph"] > 0 and t["seconds_per_call"]["xla"] > 0
+               for t in timings.values())
+    assert markdown.count("keras_vit (auto: chose ") == 2
 
 
 def test_fast_paths_ablation_agrees_numerically_and_runs():

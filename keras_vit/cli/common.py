@@ -18,7 +18,8 @@ import zipfile
 
 from keras_vit.errors import CheckpointError, CommandError, KerasViTError
 
-__all__ = ["CommandError", "Parser", "add_model_options", "add_max_pixels_option", "load_model",
+__all__ = ["CommandError", "Parser", "add_model_options", "add_max_pixels_option",
+           "add_execution_option", "load_model",
            "report_errors", "positive_int", "image_size"]
 
 
@@ -185,6 +186,16 @@ def add_max_pixels_option(parser, what="images"):
     parser.add_argument("--max-pixels", type=positive_int, default=MAX_PIXELS, metavar="PIXELS",
                         help=f"refuse {what} whose header declares more pixels (width x height) "
                              f"than this, before decoding them (default: {MAX_PIXELS})")
+
+
+def add_execution_option(parser, what="the model"):
+    """--execution: graph or XLA on a CPU with TensorFlow (keras_vit.execution)."""
+    from keras_vit.execution import ENVIRONMENT_VARIABLE, EXECUTION_MODES
+
+    parser.add_argument("--execution", choices=EXECUTION_MODES, default=None,
+                        help=f"how TensorFlow runs {what} on a CPU: auto times graph and XLA "
+                             f"once for this machine and shape and keeps the faster (default: "
+                             f"${ENVIRONMENT_VARIABLE}, else auto)")
 
 
 MODEL_OPTIONS = ("weights", "image_size", "classes")

@@ -10,6 +10,7 @@ per image) and confusion.png into --output, and prints the accuracy.
 
 from keras_vit.cli.common import (
     CommandError,
+    add_execution_option,
     add_model_options,
     given_model_options,
     load_model,
@@ -51,6 +52,7 @@ def _add_arguments(parser):
                              "K training images of each class (a Keras ViT only)")
     parser.add_argument("--few-shot-seed", type=int, default=0,
                         help="seed that draws the few-shot training images (default: 0)")
+    add_execution_option(parser, "a --model")
 
 
 def run(args):
@@ -65,7 +67,7 @@ def run(args):
         model = load_model(args)
     report = evaluate(model, args.dataset, output=args.output, batch_size=args.batch_size,
                       top=args.top, data_dir=args.data_dir, few_shot=args.few_shot,
-                      few_shot_seed=args.few_shot_seed)
+                      few_shot_seed=args.few_shot_seed, execution=args.execution)
     top5 = f", top-5 {report['top5_accuracy']:.4f}" if "top5_accuracy" in report else ""
     probe = f"{args.few_shot}-shot linear probe: " if args.few_shot else ""
     print(f"{probe}accuracy {report['accuracy']:.4f}{top5}, macro F1 {report['macro_avg']['f1']:.4f} "

@@ -43,6 +43,11 @@ def add_parser(commands):
     parser.add_argument("--top-k", type=positive_int, default=5,
                         help="classes listed per image in class_ids and labels (default: 5)")
     add_max_pixels_option(parser, "saved_model: images sent to serve_bytes")
+    parser.add_argument("--execution", choices=("auto", "graph", "xla"), default=None,
+                        help="saved_model: xla compiles the model in the signatures with XLA "
+                             "(TF Serving then needs --xla_cpu_compilation_enabled=true on a "
+                             "CPU); auto and graph write a plain graph, which every server runs "
+                             "(default: auto)")
     parser.set_defaults(run=run)
     return parser
 
@@ -85,7 +90,8 @@ def _export(args):
         return f"Wrote {args.output}"
     labels = _labels(args.labels, model.output_shape[-1], labels_beside(args.model))
     path = export.export_saved_model(model, args.output, version=args.version, labels=labels,
-                                     top_k=args.top_k, max_pixels=args.max_pixels)
+                                     top_k=args.top_k, max_pixels=args.max_pixels,
+                                     execution=args.execution)
     return f"Wrote {path} (signatures: {', '.join(_signatures(path))})"
 
 

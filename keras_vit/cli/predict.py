@@ -21,6 +21,7 @@ import sys
 
 from keras_vit.cli.common import (
     CommandError,
+    add_execution_option,
     add_max_pixels_option,
     add_model_options,
     given_model_options,
@@ -70,6 +71,7 @@ def _add_arguments(parser):
                         help=f"images per model call (default: {DEFAULT_BATCH_SIZE})")
     add_max_pixels_option(parser, "images (with --model; a SavedModel keeps the limit it was "
                                   "exported with)")
+    add_execution_option(parser, "a --model")
 
 
 def run(args):
@@ -169,4 +171,5 @@ def predict(args):
     if labels is not None and len(labels) != int(model.output_shape[-1]):
         raise CommandError(f"--labels names {len(labels)} classes, but the model has "
                            f"{int(model.output_shape[-1])}.")
-    return predict_images(model, args.images, args.batch_size, args.top, labels, args.max_pixels)
+    return predict_images(model, args.images, args.batch_size, args.top, labels, args.max_pixels,
+                          execution=args.execution)

@@ -30,6 +30,7 @@ def add_parser(commands):
 
 def _add_arguments(train):
     """The flags, whose help quotes the recipes and presets (plain data, no TensorFlow)."""
+    from keras_vit.cli.common import add_execution_option
     from keras_vit.data.presets import PRESETS
     from keras_vit.data.splitting import SPLIT_SEED, VALIDATION_FRACTION
     from keras_vit.training.recipes import PRECISIONS, RECIPES
@@ -89,6 +90,7 @@ def _add_arguments(train):
         help="TFDS data_dir holding prepared datasets (default: TFDS' own, "
              "~/tensorflow_datasets)")
     add("--seed", type=int, default=0, help="random seed (default: 0)")
+    add_execution_option(train, "the training step")
     add("--validation-fraction", type=float, default=VALIDATION_FRACTION,
         help="share of the training examples held back, stratified by class, to choose "
              f"best.keras on; the test split is read only for the report "
@@ -106,7 +108,7 @@ def run(args):
                    precision=args.precision, output=args.output, data_dir=args.data_dir,
                    seed=args.seed, verbose=1 if args.verbose else 2, overwrite=args.overwrite,
                    validation_fraction=args.validation_fraction,
-                   validation_seed=args.validation_seed)
+                   validation_seed=args.validation_seed, execution=args.execution)
     skipped = report["skipped_files"]["count"]
     unsupported = report["unsupported_files"]["count"]
     print(f"test accuracy {report['accuracy']:.4f} on {report['num_test']} held-out images "

@@ -57,6 +57,7 @@ from keras_vit.atomic import atomic_open
 from keras_vit.data import VALIDATION_FRACTION, get_preset, load_dataset, make_pipeline
 from keras_vit.data.splitting import SPLIT_SEED
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
+from keras_vit.execution import check_execution, choose_jit_compile
 from keras_vit.models import ViT
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
 from keras_vit.training import report, resume
@@ -96,6 +97,7 @@ class _Run:
     verbose: object
     validation_fraction: float = VALIDATION_FRACTION
     validation_seed: int = SPLIT_SEED
+    execution: str = "auto"
 
 
 def build_model(variant, weights, image_size, classes, dropout=0.0):
@@ -124,7 +126,7 @@ def _plan(recipe, num_train, steps, epochs, accumulation):
 def train(dataset="digits", model=None, weights=None, image_size=None, batch_size=None,
           steps=None, epochs=None, lr=None, recipe=None, strategy="auto", precision="float32",
           output="runs/keras_vit", data_dir=None, seed=0, verbose="auto", overwrite=False,
-          validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED):
+          validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED, execution=None):
     """Trains (or fine-tunes) a ViT and writes every output into `output`.
 
     Defaults come from the dataset's preset (`keras_vit.data.PRESETS`): digits
@@ -164,12 +166,17 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
             validation split, which chooses best.keras (stratified by class).
         validation_seed: the seed that draws the validation split; the test
             split does not depend on it.
+        execution: how TensorFlow runs the training step on a CPU: "auto" (the
+            faster of "graph" and "xla" for this model and batch on this machine,
+            timed once and remembered: `keras_vit.execution`), "graph" or "xla".
+            How, not what: it is not part of the run's configuration.
 
     Returns:
         The report dict that is also written to `output/report.json`.
     """
     if precision not in PRECISIONS:
         raise ArgumentError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+    execution = check_execution(execution)
     if isinstance(validation_fraction, bool) \
             or not isinstance(validation_fraction, numbers.Real) or not 0 < validation_fraction < 1:
         raise ArgumentError("validation_fraction must be a number between 0 and 1 (exclusive), "
@@ -208,7 +215,7 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     try:
         return _fit_and_report(_Run(dataset, variant, weights, recipe, strategy, precision,
                                     output, data_dir, seed, verbose, float(validation_fraction),
-                                    int(validation_seed)), config, overwrite)
+                                    int(validation_seed), execution), config, overwrite)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
@@ -379,10 +386,13 @@ def _compiled_model(run, placement, splits):
     with placement.scope():
         model = build_model(run.variant, run.weights, recipe.image_size, splits.num_classes,
                             recipe.dropout)
+        jit_compile = choose_jit_compile(
+            model, (recipe.batch_size, *model.input_shape[1:]), run.execution, training=True)
         model.compile(optimizer=make_optimizer(recipe, plan[2], accumulation),
                       loss=keras.losses.CategoricalCrossentropy(
                           from_logits=True, label_smoothing=recipe.label_smoothing),
-                      metrics=["accuracy"])
+                      metrics=["accuracy"],
+                      jit_compile="auto" if jit_compile is None else jit_compile)
     return model, plan
 
 
@@ -505,6 +515,7 @@ def _fit_in(output, run, placement, splits, config, model, plan):
         "model": run.variant.name, "weights": run.weights, "image_size": image_size,
         "recipe": dataclasses.asdict(recipe), "strategy": placement.name,
         "replicas": placement.num_replicas, "precision": run.precision,
+        "jit_compile": bool(model.jit_compile),
         "epochs": epochs, "steps_per_epoch": per_epoch, "optimizer_updates": total_updates,
         "gradient_accumulation_steps": accumulation,
         "optimizer_iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),

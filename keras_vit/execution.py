@@ -1,0 +1,173 @@
+"""Graph or XLA: how TensorFlow runs a model on a CPU, chosen by timing both on this machine.
+
+On TensorFlow a Keras model runs as a graph (`tf.function`) or compiled by XLA
+(`jit_compile=True`), and on a CPU-only machine Keras always picks the graph. Neither is
+faster everywhere: ViT-B/16 at batch 8 ran 1.2x faster under XLA on an AMD EPYC with
+AVX2 only, and 1-5% slower under XLA on one with AVX-512 (docs/performance.md). So for
+`execution="auto"` keras_vit times both on the model and batch shape at hand (a warm-up
+and a few interleaved calls each) and remembers the answer for this machine, these
+library versions and this shape in `$KERAS_HOME/keras_vit/execution.json`.
+
+`execution` is "auto" (the default), "graph" or "xla"; the environment variable
+`KERAS_VIT_EXECUTION` changes the default. It decides only on TensorFlow with no
+accelerator: with a GPU or TPU, or under a `tf.distribute` strategy, "auto" leaves Keras'
+own choice (XLA on accelerators, the graph under a strategy), and on JAX (always
+`jax.jit`) and torch it has no effect.
+"""
+
+import json
+import os
+import statistics
+import time
+
+from keras_vit.errors import ArgumentError
+
+__all__ = ["EXECUTION_MODES", "check_execution", "choose_jit_compile", "time_modes"]
+
+EXECUTION_MODES = ("auto", "graph", "xla")
+ENVIRONMENT_VARIABLE = "KERAS_VIT_EXECUTION"
+# XLA is chosen only when it beats the graph by this much: a smaller lead is inside the
+# noise of a few calls, and XLA compiles again for every new batch shape (the last, shorter
+# batch of a run).
+XLA_MARGIN = 0.03
+ROUNDS = 3  # timed calls per mode, interleaved, after one warm-up call each
+_MEASURED = {}  # this process's choices, for when the cache file cannot be written
+
+
+def check_execution(execution=None):
+    """`execution`, or the environment's default (else "auto"), checked."""
+    if execution is None:
+        execution = os.environ.get(ENVIRONMENT_VARIABLE) or "auto"
+        origin = f"{ENVIRONMENT_VARIABLE}={execution!r}"
+    else:
+        origin = f"execution={execution!r}"
+    if execution not in EXECUTION_MODES:
+        raise ArgumentError(f"{origin} is not one of {', '.join(EXECUTION_MODES)}.")
+    return execution
+
+
+def choose_jit_compile(model, batch_shape, execution=None, training=False, measure=True):
+    """`jit_compile` for running `model` on `batch_shape` inputs: True (XLA), False (graph),
+    or None (leave Keras' own choice: not TensorFlow on a CPU alone, or a strategy).
+
+    For "auto", a choice already measured for this machine, versions and shape is reused;
+    otherwise, with `measure`, both modes are timed now (a few of the model's calls each)
+    and the answer is stored; without `measure` (too little work to pay for the timing),
+    the graph, Keras' CPU default.
+    """
+    execution = check_execution(execution)
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return None
+    if execution != "auto":
+        return execution == "xla"
+    import tensorflow as tf
+
+    if any(d.device_type != "CPU" for d in tf.config.list_physical_devices()) \
+            or tf.distribute.has_strategy():
+        return None
+    key = _cache_key(model, batch_shape, training)
+    known = _read_choices().get(key) or _MEASURED.get(key)
+    if isinstance(known, dict) and known.get("mode") in ("graph", "xla"):
+        return known["mode"] == "xla"
+    if not measure:
+        return False
+    seconds = time_modes(model, batch_shape, training)
+    mode = "xla" if seconds["xla"] < (1 - XLA_MARGIN) * seconds["graph"] else "graph"
+    _store_choice(key, {"mode": mode, "seconds_per_call": seconds})
+    return mode == "xla"
+
+
+def time_modes(model, batch_shape, training=False, rounds=ROUNDS):
+    """Median seconds per call of `model` on random `batch_shape` inputs, as a graph and
+    under XLA: the forward pass, or for `training` the forward and backward passes (no
+    weight changes). Calls alternate between the two, so a change of load hits both."""
+    import tensorflow as tf
+
+    images = tf.random.uniform(batch_shape, -1.0, 1.0, seed=0)
+    calls = {mode: _call(model, training, jit_compile=mode == "xla") for mode in ("graph", "xla")}
+    for call in calls.values():  # traces, compiles, allocates
+        call(images)
+    times = {mode: [] for mode in calls}
+    for _ in range(rounds):
+        for mode, call in calls.items():
+            start = time.perf_counter()
+            call(images)
+            times[mode].append(time.perf_counter() - start)
+    return {mode: statistics.median(t) for mode, t in times.items()}
+
+
+def _call(model, training, jit_compile):
+    import tensorflow as tf
+
+    if not training:
+        forward = tf.function(lambda x: model(x, training=False), jit_compile=jit_compile,
+                              autograph=False)
+        return lambda x: forward(x).numpy()
+
+    @tf.function(jit_compile=jit_compile, autograph=False)
+    def gradients(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.cast(model(x, training=True), tf.float32) ** 2)
+        return tape.gradient(loss, model.trainable_variables)
+
+    return lambda x: [g.numpy() for g in gradients(x) if g is not None]
+
+
+def _cache_key(model, batch_shape, training):
+    """What the faster mode depends on: the CPU and its instruction sets, the cores this
+    process may use, the TensorFlow and Keras releases, and the computation's shape."""
+    import keras
+    import tensorflow as tf
+
+    cpu, flags = "unknown CPU", []
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
+                    if ln.startswith("model name")), cpu)
+        flags = sorted(set(next((ln.split(":", 1)[1].split() for ln in info.splitlines()
+                                 if ln.startswith("flags")), []))
+                       & {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    except OSError:  # not Linux: the processor name alone
+        import platform
+        cpu = platform.processor() or cpu
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    policy = keras.mixed_precision.dtype_policy().name
+    layers = len(getattr(model, "layers", ()))
+    shape = "x".join(str(int(d)) for d in batch_shape)
+    return (f"{cpu} [{' '.join(flags)}] {cores} cores | tensorflow {tf.__version__} "
+            f"keras {keras.__version__} | {type(model).__name__} {model.count_params()} "
+            f"parameters {layers} layers {policy} | {shape} {'training' if training else 'inference'}")
+
+
+def _cache_path():
+    from keras_vit.checkpoints.catalogue import cache_dir
+
+    return os.path.join(cache_dir(), "execution.json")
+
+
+def _read_choices():
+    try:
+        with open(_cache_path(), encoding="utf-8") as f:
+            choices = json.load(f)
+    except (OSError, ValueError):  # none yet, or unreadable: measure again
+        return {}
+    return choices if isinstance(choices, dict) else {}
+
+
+def _store_choice(key, choice):
+    """Adds one measured choice. Two processes measuring at once may each keep only their
+    own entry; the lost one is measured again next time, never read torn (atomic write)."""
+    from keras_vit.atomic import atomic_open
+
+    _MEASURED[key] = choice
+    choices = _read_choices()
+    choices[key] = choice
+    try:
+        os.makedirs(os.path.dirname(_cache_path()), exist_ok=True)
+        with atomic_open(_cache_path(), "w", encoding="utf-8") as f:
+            json.dump(choices, f, indent=1, sort_keys=True)
+    except OSError:  # a read-only home: the choice holds for this process only
+        pass

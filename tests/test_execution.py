@@ -1,0 +1,223 @@
+"""Graph or XLA (keras_vit.execution): the choice, where it is remembered, and every path that
+uses it: predict, evaluate, training and export.
+
+The suite runs with KERAS_VIT_EXECUTION=graph (conftest.py), so that its numbers do not depend
+on which mode this CPU prefers; these tests set the mode they test.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import execution
+from keras_vit.errors import ArgumentError
+
+SHAPE = (4, 32, 32, 3)
+
+
+def tiny_classifier(classes=5):
+    """The demo ViT with a random head (keras_vit's head starts at zero, whose logits would
+    agree between any two modes)."""
+    keras.utils.set_random_seed(0)
+    model = keras_vit.ViT("demo", image_size=32, classes=classes)
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(0).normal(0, 0.5, head.kernel.shape))
+    return model
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    monkeypatch.delenv(execution.ENVIRONMENT_VARIABLE, raising=False)
+    monkeypatch.setattr(execution, "_MEASURED", {})  # this process's memory of earlier tests
+    return tmp_path / "keras_home" / "keras_vit" / "execution.json"
+
+
+@pytest.fixture
+def timed(monkeypatch):
+    """Replaces the timing with given seconds per call, and counts the timings."""
+    calls = []
+
+    def install(graph, xla):
+        def fake(model, batch_shape, training=False, rounds=execution.ROUNDS):
+            calls.append((tuple(batch_shape), training))
+            return {"graph": graph, "xla": xla}
+        monkeypatch.setattr(execution, "time_modes", fake)
+        return calls
+    return install
+
+
+def test_a_mode_that_does_not_exist_is_refused_by_name(monkeypatch):
+    with pytest.raises(ArgumentError, match="execution='jit'"):
+        execution.check_execution("jit")
+    monkeypatch.setenv(execution.ENVIRONMENT_VARIABLE, "fast")
+    with pytest.raises(ArgumentError, match="KERAS_VIT_EXECUTION='fast'"):
+        execution.check_execution()
+    with pytest.raises(ArgumentError, match="execution='fast'"):
+        keras_vit.predict_images(tiny_classifier(), ["x.png"], execution="fast")
+
+
+def test_the_environment_sets_the_default_and_an_argument_wins(monkeypatch, timed):
+    calls = timed(graph=1.0, xla=0.5)
+    model = tiny_classifier()
+    monkeypatch.setenv(execution.ENVIRONMENT_VARIABLE, "xla")
+    assert execution.choose_jit_compile(model, SHAPE) is True
+    assert execution.choose_jit_compile(model, SHAPE, "graph") is False
+    assert calls == []  # a mode given is used as it is, never timed
+
+
+def test_auto_takes_the_faster_mode_and_remembers_it(cache_home, timed):
+    model = tiny_classifier()
+    calls = timed(graph=1.0, xla=0.8)
+    assert execution.choose_jit_compile(model, SHAPE) is True
+    stored = json.loads(cache_home.read_text())
+    (key, choice), = stored.items()
+    assert choice["mode"] == "xla" and "4x32x32x3 inference" in key
+    calls = timed(graph=0.1, xla=10.0)  # a second timing would now say graph
+    calls.clear()
+    assert execution.choose_jit_compile(model, SHAPE) is True and calls == []
+    # Another batch shape, or training, is another computation: timed on its own.
+    assert execution.choose_jit_compile(model, (8, 32, 32, 3)) is False
+    assert execution.choose_jit_compile(model, SHAPE, training=True) is False
+    assert calls == [((8, 32, 32, 3), False), (SHAPE, True)]
+    assert len(json.loads(cache_home.read_text())) == 3
+
+
+# ViT-B/16, batch 8, images/s measured on the two CPUs docs/performance.md reports:
+# an AMD EPYC with AVX2 and FMA only, and one with AVX-512 (XLA 1-5% slower there).
+@pytest.mark.parametrize("graph_rate, xla_rate, expected", [(3.58, 4.30, True), (5.61, 5.65, False)],
+                         ids=["avx2-epyc", "avx512-epyc"])
+def test_the_measured_cpus_get_their_faster_mode(cache_home, timed, graph_rate, xla_rate, expected):
+    timed(graph=8 / graph_rate, xla=8 / xla_rate)
+    assert execution.choose_jit_compile(tiny_classifier(), (8, 224, 224, 3)) is expected
+
+
+def test_xla_must_beat_the_graph_by_the_margin(cache_home, timed):
+    timed(graph=1.0, xla=1.0 - execution.XLA_MARGIN / 2)
+    assert execution.choose_jit_compile(tiny_classifier(), SHAPE) is False
+
+
+def test_too_little_work_runs_as_a_graph_without_timing(cache_home, timed):
+    calls = timed(graph=1.0, xla=0.5)
+    assert execution.choose_jit_compile(tiny_classifier(), SHAPE, measure=False) is False
+    assert calls == [] and not cache_home.exists()
+
+
+def test_an_unreadable_cache_is_measured_again(cache_home, timed):
+    cache_home.parent.mkdir(parents=True)
+    cache_home.write_text("{not json")
+    calls = timed(graph=1.0, xla=0.5)
+    assert execution.choose_jit_compile(tiny_classifier(), SHAPE) is True and len(calls) == 1
+    assert json.loads(cache_home.read_text())  # replaced by a whole file
+
+
+def test_with_an_accelerator_auto_leaves_keras_its_own_choice(cache_home, timed, monkeypatch):
+    calls = timed(graph=1.0, xla=0.5)
+    devices = [tf.config.PhysicalDevice("/physical_device:CPU:0", "CPU"),
+               tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")]
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda *a: devices)
+    assert execution.choose_jit_compile(tiny_classifier(), SHAPE) is None
+    assert calls == []
+
+
+def test_timing_runs_both_modes_and_they_compute_the_same():
+    model = tiny_classifier()
+    for training in (False, True):
+        seconds = execution.time_modes(model, SHAPE, training=training, rounds=1)
+        assert set(seconds) == {"graph", "xla"}
+        assert all(0 < s < 60 for s in seconds.values())
+    x = tf.random.uniform(SHAPE, -1, 1, seed=1)
+    graph = tf.function(lambda x: model(x, training=False), autograph=False)(x).numpy()
+    xla = tf.function(lambda x: model(x, training=False), jit_compile=True,
+                      autograph=False)(x).numpy()
+    # float32: about 2**-24 relative per rounding, over reductions of at most 256 terms.
+    np.testing.assert_allclose(xla, graph, atol=256 * 2.0 ** -24 * np.abs(graph).max() * 8)
+    assert not np.array_equal(graph, np.zeros_like(graph))
+
+
+def test_predict_and_evaluate_run_the_chosen_mode(tmp_path, monkeypatch, cache_home):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        Image.fromarray(rng.integers(0, 256, (40, 36, 3), dtype=np.uint8)).save(
+            tmp_path / f"{i}.png")
+    chosen = []
+    choose = execution.choose_jit_compile
+
+    def spy(*args, **kwargs):
+        chosen.append(choose(*args, **kwargs))
+        return chosen[-1]
+    monkeypatch.setattr(execution, "choose_jit_compile", spy)
+    model = tiny_classifier()
+    results = {mode: np.stack([r.probabilities for r in keras_vit.predict_images(
+        model, str(tmp_path), batch_size=4, execution=mode)]) for mode in ("graph", "xla")}
+    assert chosen == [False, True]
+    np.testing.assert_allclose(results["xla"], results["graph"], atol=1e-5)
+    # 8 images, batches of 4: too little work to time, and nothing stored yet: the graph.
+    list(keras_vit.predict_images(model, str(tmp_path), batch_size=4, execution="auto"))
+    assert chosen[-1] is False and not cache_home.exists()
+
+
+def test_evaluate_passes_its_mode_on(monkeypatch):
+    chosen = []
+    monkeypatch.setattr(execution, "choose_jit_compile",
+                        lambda model, shape, mode, **kw: chosen.append((shape, mode)) or True)
+    model = keras_vit.ViT("demo", image_size=32, classes=10)
+    report = keras_vit.evaluate(model, "digits", batch_size=128, execution="xla")
+    assert chosen == [((128, 32, 32, 3), "xla")] and report["image_count"] == 360
+
+
+def test_training_compiles_with_the_chosen_mode(cache_home, timed, tmp_path):
+    from keras_vit.data import load_dataset
+    from keras_vit.training import run as run_module
+    from keras_vit.training.placement import get_placement
+    from keras_vit.training.recipes import get_recipe
+    from keras_vit.variants import get_architecture
+
+    calls = timed(graph=1.0, xla=0.5)
+    recipe = get_recipe("scratch", batch_size=16, image_size=32, epochs=1)
+    run = run_module._Run("digits", get_architecture("demo"), None, recipe, "none", "float32",
+                          str(tmp_path), None, 0, 0)
+    model, _ = run_module._compiled_model(run, get_placement("none", run.variant),
+                                          load_dataset("digits"))
+    assert model.jit_compile is True and calls == [((16, 32, 32, 3), True)]
+
+
+@pytest.mark.slow
+def test_a_digits_run_trains_under_xla(tmp_path):
+    """The whole of `train` under XLA (test_training_compiles_with_the_chosen_mode shows the
+    mode reaching compile in the default run; this one pays for XLA compiling the step)."""
+    report = keras_vit.train("digits", epochs=1, output=str(tmp_path / "run"), execution="xla")
+    assert report["jit_compile"] is True and report["accuracy"] > 0.2
+
+
+def test_export_compiles_the_model_with_xla_only_when_asked(tmp_path):
+    model = tiny_classifier()
+    pixels = tf.random.uniform((2, 32, 32, 3), 0, 255, seed=2)
+    expected = tf.nn.softmax(model(pixels / 127.5 - 1)).numpy()
+    for mode, compiled in (("xla", 1), ("auto", 0)):
+        path = keras_vit.export_saved_model(model, str(tmp_path / mode), execution=mode)
+        signature = tf.saved_model.load(path).signatures["serving_default"]
+        np.testing.assert_allclose(signature(images=pixels)["probabilities"].numpy(), expected,
+                                   atol=1e-5)
+        library = signature.graph.as_graph_def().library.function
+        assert sum(f.attr["_XlaMustCompile"].b for f in library
+                   if "_XlaMustCompile" in f.attr) == compiled
+
+
+def test_every_command_that_runs_a_model_takes_the_option(cli):
+    for command in ("predict", "evaluate", "train", "export"):
+        result = cli([command, "--help"])
+        assert "--execution {auto,graph,xla}" in result.stdout, command
+    result = cli(["train", "--execution", "jit"])
+    assert result.returncode == 2 and "invalid choice: 'jit'" in result.stderr
+
+
+def test_the_suite_pins_the_mode():
+    assert os.environ.get(execution.ENVIRONMENT_VARIABLE) == "graph"
