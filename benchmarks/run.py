@@ -264,14 +264,18 @@ def main(argv=None):
                                                   1 if quick else args.load_repeats, folder)
     report["machine"]["load_average_end"] = os.getloadavg()
     report["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
+    write_results(args.out, "results", report, to_markdown(report))
+    return report
+
+
+def write_results(folder, stem, report, markdown):
+    """`stem`.json and `stem`.md in `folder`; the Markdown is printed too."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{stem}.json"), "w") as f:
         json.dump(report, f, indent=1)
-    markdown = to_markdown(report)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
+    with open(os.path.join(folder, f"{stem}.md"), "w") as f:
         f.write(markdown)
     print(markdown)
-    return report
 
 
 def to_markdown(report):

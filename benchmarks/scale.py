@@ -447,7 +447,7 @@ def main(argv=None):
     start = time.perf_counter()
     log = lambda text: print(f"[{time.perf_counter() - start:7.1f} s] {text}", flush=True)  # noqa: E731
 
-    from benchmarks.run import machine
+    from benchmarks.run import machine, write_results
 
     report = {"command": "python -m benchmarks.scale " + shlex.join(
                   sys.argv[1:] if argv is None else argv),
@@ -507,12 +507,7 @@ def main(argv=None):
     report["wall_seconds"] = time.perf_counter() - start
     os.makedirs(args.out, exist_ok=True)
     report["plots"] = plots(report, args.out)
-    with open(os.path.join(args.out, "scale.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    markdown = to_markdown(report)
-    with open(os.path.join(args.out, "scale.md"), "w") as f:
-        f.write(markdown)
-    print(markdown)
+    write_results(args.out, "scale", report, to_markdown(report))
     return report
 
 
