@@ -125,8 +125,8 @@ def test_a_training_run_reports_files_deleted_after_the_scan(tmp_path, monkeypat
     write_jpegs(root, 24, size=(24, 32))
     gone = []
 
-    def scan_then_delete(source, data_dir=None):
-        splits = data.load_dataset(source, data_dir=data_dir)
+    def scan_then_delete(source, data_dir=None, **split):
+        splits = data.load_dataset(source, data_dir=data_dir, **split)
         for split in (splits.train, splits.test):
             gone.append(next(split.as_numpy_iterator())[0].decode())
             os.remove(gone[-1])
