@@ -78,7 +78,8 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
             started with `--xla_cpu_compilation_enabled=true`); "auto" and
             "graph" export a plain graph, which every server runs. The machine
             that serves is not the one that exports, so "auto" measures
-            nothing here. TensorFlow backend only.
+            nothing here, and `KERAS_VIT_EXECUTION` does not apply.
+            TensorFlow backend only.
 
     Returns:
         The path of the version folder written.
@@ -100,7 +101,9 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
         raise ArgumentError(f"max_pixels must be a positive int, got {max_pixels!r}.")
     _check_top_k(top_k)
-    jit_compile = check_execution(execution) == "xla"
+    # Asked for, never from KERAS_VIT_EXECUTION: a default that TF Serving refuses would
+    # only show on the server.
+    jit_compile = check_execution(execution or "auto") == "xla"
     if os.path.exists(export_dir) and not os.path.isdir(export_dir):
         raise PathExistsError(f"{export_dir} is a file; a SavedModel's base folder goes there.")
     os.makedirs(export_dir, exist_ok=True)

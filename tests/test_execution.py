@@ -197,12 +197,13 @@ def test_a_digits_run_trains_under_xla(tmp_path):
     assert report["jit_compile"] is True and report["accuracy"] > 0.2
 
 
-def test_export_compiles_the_model_with_xla_only_when_asked(tmp_path):
+def test_export_compiles_the_model_with_xla_only_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setenv(execution.ENVIRONMENT_VARIABLE, "xla")  # not asked: the environment
     model = tiny_classifier()
     pixels = tf.random.uniform((2, 32, 32, 3), 0, 255, seed=2)
     expected = tf.nn.softmax(model(pixels / 127.5 - 1)).numpy()
-    for mode, compiled in (("xla", 1), ("auto", 0)):
-        path = keras_vit.export_saved_model(model, str(tmp_path / mode), execution=mode)
+    for mode, compiled in (("xla", 1), (None, 0)):
+        path = keras_vit.export_saved_model(model, str(tmp_path / str(mode)), execution=mode)
         signature = tf.saved_model.load(path).signatures["serving_default"]
         np.testing.assert_allclose(signature(images=pixels)["probabilities"].numpy(), expected,
                                    atol=1e-5)
