@@ -41,6 +41,9 @@ def test_mirrored_step_equals_single_device():
 
 @pytest.mark.slow
 def test_mirrored_digits_run(tmp_path):
+    """A digits run on two replicas, after the script's one-step runs of a smaller model in the
+    same process and strategy (a notebook's second `train`): it once failed there with an
+    all-reduce shape mismatch, each run making its own MirroredStrategy."""
     run = run_python(["tests/scripts/mirrored_step.py", "--fit", str(tmp_path / "run")],
                      timeout=420)
     assert run.returncode == 0, run.stderr[-3000:]

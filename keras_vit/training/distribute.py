@@ -13,6 +13,7 @@ fail with a one-line error naming both instead of misbehaving on another release
 """
 
 import contextlib
+import functools
 import json
 import os
 
@@ -68,6 +69,15 @@ def strategy_name(name="auto"):
     return "none"
 
 
+@functools.cache
+def _mirrored_strategy():
+    """One MirroredStrategy per process: a second one numbers its collective all-reduces from
+    the start again, so a later run of another model shape in the same process (a notebook's
+    second `train`) met the first run's all-reduces under the same keys and failed with a
+    shape mismatch."""
+    return tf.distribute.MirroredStrategy()
+
+
 def get_strategy(name="auto", variant=None):
     """How to distribute: "auto", "mirrored", "multiworker", "tpu", "data-parallel",
     "model-parallel" or "none".
@@ -92,7 +102,7 @@ def get_strategy(name="auto", variant=None):
     if name in ("none", "auto"):  # "auto" stays here only on backends without a strategy
         return tf.distribute.get_strategy()
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        return _mirrored_strategy()
     if name == "multiworker":
         if not _multiworker_configured():
             raise ArgumentError('strategy "multiworker" needs TF_CONFIG describing the cluster, '

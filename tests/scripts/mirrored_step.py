@@ -18,6 +18,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from keras_vit.training import DEMO_VARIANT, build_model, get_recipe, make_optimizer, train  # noqa: E402
+from keras_vit.training.distribute import get_strategy  # noqa: E402
 
 # The demo model with one block: each block is mirrored alike, and fewer variables make the
 # four traced steps quicker to build.
@@ -43,7 +44,9 @@ def one_step(strategy, clip):
     return model
 
 
-mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+# keras_vit's own MirroredStrategy (both logical CPUs), which the --fit run below uses again
+# for a model of another shape: the second run's all-reduces must not meet the first's.
+mirrored = get_strategy("mirrored")
 result = {"replicas": mirrored.num_replicas_in_sync}
 for clip in (None, 1.0):
     single = one_step(tf.distribute.get_strategy(), clip)
