@@ -162,7 +162,9 @@ def test_best_keras_is_chosen_on_validation_data_not_on_test(tmp_path, monkeypat
     monkeypatch.setitem(data.PRESETS, "digits",
                         dataclasses.replace(digits, recipe_overrides=no_warmup))
     output = str(tmp_path / "run")
-    report = run.train("digits", epochs=3, output=output, verbose=0)
+    # Five epochs: the last is well ahead of the first two on test (three left the validation-
+    # best second epoch and the last within a test image of each other once).
+    report = run.train("digits", epochs=5, output=output, verbose=0)
     val_scores = [float(r["val_accuracy"]) for r in run.report.read_log(
         os.path.join(output, "log.csv"))]
     best_epoch = int(np.argmax(val_scores))
@@ -174,7 +176,7 @@ def test_best_keras_is_chosen_on_validation_data_not_on_test(tmp_path, monkeypat
     # best.keras scores what log.csv says the validation-best epoch scored on validation ...
     assert accuracy(best, splits.validation) == pytest.approx(max(val_scores), abs=1e-6)
     # ... and the test split disagrees: the last epoch, not best.keras', is its best.
-    assert accuracy(final, splits.test) > accuracy(best, splits.test)  # 0.32 against 0.18 here
+    assert accuracy(final, splits.test) > accuracy(best, splits.test)
     assert report["accuracy"] == pytest.approx(accuracy(final, splits.test), abs=1e-9)
 
 
