@@ -198,18 +198,32 @@ def test_a_digits_run_trains_under_xla(tmp_path):
 
 
 def test_export_compiles_the_model_with_xla_only_when_asked(tmp_path, monkeypatch):
-    monkeypatch.setenv(execution.ENVIRONMENT_VARIABLE, "xla")  # not asked: the environment
+    from keras_vit import export
+
     model = tiny_classifier()
     pixels = tf.random.uniform((2, 32, 32, 3), 0, 255, seed=2)
-    expected = tf.nn.softmax(model(pixels / 127.5 - 1)).numpy()
-    for mode, compiled in (("xla", 1), (None, 0)):
-        path = keras_vit.export_saved_model(model, str(tmp_path / str(mode)), execution=mode)
-        signature = tf.saved_model.load(path).signatures["serving_default"]
-        np.testing.assert_allclose(signature(images=pixels)["probabilities"].numpy(), expected,
-                                   atol=1e-5)
-        library = signature.graph.as_graph_def().library.function
-        assert sum(f.attr["_XlaMustCompile"].b for f in library
-                   if "_XlaMustCompile" in f.attr) == compiled
+    path = keras_vit.export_saved_model(model, str(tmp_path / "xla"), execution="xla")
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    np.testing.assert_allclose(signature(images=pixels)["probabilities"].numpy(),
+                               tf.nn.softmax(model(pixels / 127.5 - 1)).numpy(), atol=1e-5)
+    library = signature.graph.as_graph_def().library.function
+    assert sum(f.attr["_XlaMustCompile"].b for f in library if "_XlaMustCompile" in f.attr) == 1
+    # Not asked (KERAS_VIT_EXECUTION does not count for an export): a plain graph. The archive
+    # is where the choice lands; stop there rather than write a second SavedModel.
+    monkeypatch.setenv(execution.ENVIRONMENT_VARIABLE, "xla")
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def archive(*args, jit_compile=False, **kwargs):
+        asked.append(jit_compile)
+        raise Stop
+    monkeypatch.setattr(export, "_archive", archive)
+    for mode in (None, "auto", "graph", "xla"):
+        with pytest.raises(Stop):
+            keras_vit.export_saved_model(model, str(tmp_path / f"stop-{mode}"), execution=mode)
+    assert asked == [False, False, False, True]
 
 
 def test_every_command_that_runs_a_model_takes_the_option(cli):
