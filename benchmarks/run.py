@@ -354,11 +354,8 @@ def _auto_lines(section, title, choices, timings):
         auto = next((name for name in rows if name.startswith("keras_vit (auto")), None)
         if auto is None:
             continue
-        best = {}
-        for name, r in _model_rows(rows):
-            family = name.split(" (")[0]
-            if family != "keras_vit" and "bfloat16" not in name:
-                best[family] = max(best.get(family, 0), r["images_per_s"]["median"])
+        best = _best_fp32_rates(rows)
+        best.pop("keras_vit", None)
         mode = choices.get(auto, {}).get(f"{title} {batch}", "?")
         seconds = next((t["seconds_per_call"] for key, t in timings.items()
                         if key.startswith(f"{batch}x") and key.endswith(
@@ -372,15 +369,21 @@ def _auto_lines(section, title, choices, timings):
     return lines
 
 
+def _best_fp32_rates(rows):
+    """{model family: the median images/s of its fastest fp32 mode} of one batch's rows."""
+    best = {}
+    for name, r in _model_rows(rows):
+        family = name.split(" (")[0]
+        if "bfloat16" not in name:
+            best[family] = max(best.get(family, 0), r["images_per_s"]["median"])
+    return best
+
+
 def _ratio_lines(section):
     """keras_vit's best mode against each peer's best mode, per batch."""
     lines = []
     for batch, rows in section.items():
-        best = {}
-        for name, r in _model_rows(rows):
-            family = name.split(" (")[0]
-            if "bfloat16" not in name:
-                best[family] = max(best.get(family, 0), r["images_per_s"]["median"])
+        best = _best_fp32_rates(rows)
         ours = best.pop("keras_vit", None)
         if ours and best:
             lines.append(f"Batch {batch}: keras_vit (best fp32 mode) / " + ", ".join(
