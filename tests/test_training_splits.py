@@ -143,32 +143,36 @@ def accuracy(model, dataset):
 
 
 def test_best_keras_is_chosen_on_validation_data_not_on_test(tmp_path, monkeypatch):
-    """A planted run where validation and test disagree: the validation split holds test-like
-    digits labelled with the next digit, so the better the model gets on test, the worse it
-    does on validation. best.keras must be the validation-best epoch (the first), not the
-    test-best (the last)."""
+    """A planted run where validation and test disagree: the validation split holds the test
+    images (and its own) labelled with the next digit, so the better the model gets on test,
+    the worse it does on validation. best.keras must be an early, validation-best epoch, not
+    the test-best (the last)."""
     def planted(source, data_dir=None, validation_fraction=0.0, validation_seed=0):
         splits = data.load_digits(validation_fraction, validation_seed)
-        splits.validation = splits.validation.map(lambda x, y: (x, (y + 1) % 10))
-        splits.train, splits.num_train = splits.train.take(640), 640  # 10 steps an epoch: fast
+        # 504 images, not the split's 144: near chance (0.1) the binomial spread of a score is
+        # 0.013; over seven measured runs the best of the first three epochs stood 0.039 to
+        # 0.131 above the best of the later ones.
+        splits.validation = splits.validation.concatenate(splits.test).map(
+            lambda x, y: (x, (y + 1) % 10))
+        splits.num_validation += splits.num_test
         return splits
 
     monkeypatch.setattr(run, "load_dataset", planted)
-    # No warmup, so that the first epoch already learns (the preset warms up over 44 steps,
-    # longer than this run): then each epoch is better on test and worse on validation, by
-    # margins larger than a run's scheduling noise.
+    # No warmup, so that the first epoch already learns (the preset warms up over 44 steps):
+    # then each epoch is better on test and worse on validation.
     digits = data.PRESETS["digits"]
     no_warmup = {"scratch": {**digits.overrides("scratch"), "warmup_steps": 0}}
     monkeypatch.setitem(data.PRESETS, "digits",
                         dataclasses.replace(digits, recipe_overrides=no_warmup))
     output = str(tmp_path / "run")
-    # Five epochs: the last is well ahead of the first two on test (three left the validation-
-    # best second epoch and the last within a test image of each other once).
-    report = run.train("digits", epochs=5, output=output, verbose=0)
+    # Six epochs of the whole training split (126 steps): test accuracy reaches 0.69 to 0.78,
+    # so the late epochs are far below the early ones on validation. Fewer steps (50) left the
+    # model near chance on both, and the plant to the run's noise.
+    report = run.train("digits", epochs=6, output=output, verbose=0)
     val_scores = [float(r["val_accuracy"]) for r in run.report.read_log(
         os.path.join(output, "log.csv"))]
     best_epoch = int(np.argmax(val_scores))
-    assert best_epoch < 2, val_scores  # the plant worked: validation got worse as it learnt
+    assert best_epoch < 3, val_scores  # the plant worked: validation got worse as it learnt
     assert report["best_checkpoint"]["epoch"] == best_epoch + 1
     splits = planted("digits", validation_fraction=0.1)
     best = keras.saving.load_model(os.path.join(output, "best.keras"))
