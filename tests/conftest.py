@@ -24,6 +24,43 @@ def pytest_xdist_auto_num_workers(config):
     return (os.cpu_count() or 1) + 1
 
 
+# The modules that take longest in the default suite, longest first (seconds each took on
+# 2 cores, 2026-11-24). pytest-xdist's loadscope hands a whole module to one worker, and by
+# default the modules of most tests first: then heavy modules of few tests came last, and
+# the suite's last minute ran on one or two workers. With --no-loadscope-reorder (setup.cfg)
+# the workers take modules in collection order, which this puts longest first so that they
+# finish together. A module not listed runs after these, in file order.
+LONGEST_MODULES = (
+    "test_doc_snippets.py",      # 126
+    "test_pixel_budget.py",      # 82
+    "test_export.py",            # 82
+    "test_training_run.py",      # 81
+    "test_cache.py",             # 75
+    "test_tutorials.py",         # 71
+    "test_parity.py",            # 70
+    "test_formats.py",           # 62
+    "test_cli_logging.py",       # 62
+    "test_training_jax.py",      # 53
+    "test_training_splits.py",   # 50
+    "test_inference.py",         # 48
+    "test_variants.py",          # 46
+    "test_experiment.py",        # 41
+    "test_evaluate.py",          # 38
+    "test_command_edges.py",     # 37
+    "test_loading.py",           # 35
+    "test_torch_backend.py",     # 28
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    renamed = [name for name in LONGEST_MODULES
+               if not os.path.exists(os.path.join(ROOT, "tests", name))]
+    if renamed:  # a renamed module would fall to the end silently
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_MODULES names no such file: {renamed}")
+    rank = {name: position for position, name in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order after
+
+
 def run_python(args, timeout, env=None, **kwargs):
     """Runs `python args...` from the repository root with keras_vit importable."""
     full_env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}

@@ -17,8 +17,12 @@ import json
 
 import pytest
 
-BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(
-    importlib.util.find_spec(module) is None, reason=f"{module} is not installed"))
+# JAX and torch are slow tests (-m slow): their runs took 33 s and 21 s of a default suite
+# that had reached ten minutes on two cores (JAX compiles each eager op, 220 compilations
+# here). The default suite checks TensorFlow's paths, the same layer and the same bounds.
+BACKENDS = [pytest.param(name, marks=[pytest.mark.skipif(
+    importlib.util.find_spec(module) is None, reason=f"{module} is not installed"),
+    *([] if name == "tensorflow" else [pytest.mark.slow])])
     for name, module in (("tensorflow", "tensorflow"), ("jax", "jax"), ("torch", "torch"))]
 
 

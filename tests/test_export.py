@@ -194,6 +194,9 @@ def test_tensorflow_alone_serves_both_signatures_like_keras(exported, tmp_path):
     np.testing.assert_allclose(out["after_error/logits"], out["bytes/logits"][:1], atol=1e-6)
 
 
+# Slow (-m slow, 20 s: two saved_model_cli processes): the default suite serves both
+# signatures with TensorFlow alone (test_tensorflow_alone_serves_both_signatures_like_keras).
+@pytest.mark.slow
 def test_saved_model_cli_shows_and_runs_the_signatures(exported, tmp_path):
     model, path = exported
     script = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")

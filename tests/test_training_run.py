@@ -88,7 +88,9 @@ for path in sys.argv[2:]:
 """
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+# JAX is a slow test (-m slow, 21 s): the default suite loads the files on TensorFlow, and
+# tests/test_jax_backend.py builds and exports keras_vit models on JAX.
+@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.slow)])
 def test_train_made_keras_files_load_after_import_keras_vit(digits_run, backend, python, tmp_path):
     """`keras.saving.load_model` in a fresh process that imported keras_vit alone: the trained
     weights exactly, the optimizer keras_vit's AdamW (the digits preset's scratch recipe), and
