@@ -65,6 +65,19 @@ def smoke_size(monkeypatch, tmp_path):
     keras.backend.clear_session()
 
 
+def test_the_pages_digits_commands_are_valid_commands():
+    """What the default suite checks of the page: each command parses as `keras-vit` would
+    (its sub-command, flags and values), so a renamed flag fails here without a run."""
+    parser = cli.build_parser()
+    for command in _digits_commands():
+        args = parser.parse_args(command[1:])
+        assert args.command == command[1]
+
+
+# Slow (-m slow): the four commands train two models and took 44 to 58 s of a default suite
+# that had reached ten minutes on two cores. The test above keeps the commands valid; the
+# compare command itself runs in the default suite (tests/test_compare.py).
+@pytest.mark.slow
 def test_the_pages_digits_commands_make_the_pages_table(smoke_size):
     commands = _digits_commands()
     for command in commands:

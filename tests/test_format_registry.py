@@ -115,9 +115,11 @@ def test_a_load_detects_once_and_opens_each_file_once(tmp_path, monkeypatch):
     watching.clear()
 
 
-def test_a_file_replaced_during_500_loads_gives_one_file_or_an_error(tmp_path):
+def test_a_file_replaced_during_200_loads_gives_one_file_or_an_error(tmp_path):
     """A writer process swaps the file between a model with a head and one without, as fast
-    as it can (each swap an atomic rename); every load must give one file's weights whole."""
+    as it can (each swap an atomic rename); every load must give one file's weights whole.
+    200 loads, not 500: the writer spins a core for as long as the loads take, and 200 still
+    saw each file about 100 times (106 and 94 in one run)."""
     with_head, headless = tiny_model(3), tiny_model(4, include_top=False)
     files = [keras_vit.save_npz(with_head, str(tmp_path / "a.npz")),
              keras_vit.save_npz(headless, str(tmp_path / "b.npz"))]
@@ -141,7 +143,7 @@ def test_a_file_replaced_during_500_loads_gives_one_file_or_an_error(tmp_path):
     model = keras_vit.ViT(TINY, image_size=16, classes=3)
     outcomes = {"a": 0, "b": 0, "refused": 0}
     try:
-        for trial in range(500):
+        for trial in range(200):
             try:
                 keras_vit.load_weights(model, path)
             except CheckpointError:
@@ -160,5 +162,5 @@ def test_a_file_replaced_during_500_loads_gives_one_file_or_an_error(tmp_path):
     finally:
         writer.kill()
         writer.wait()
-    print(f"\n500 loads during replacement: {outcomes}")
+    print(f"\n200 loads during replacement: {outcomes}")
     assert outcomes["a"] and outcomes["b"], outcomes  # the race did happen both ways
