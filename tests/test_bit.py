@@ -179,6 +179,29 @@ def test_random_bit_npz_matches_timm_at_224(timm_bit):
     _check_parity(timm_bit, 224)
 
 
+def test_save_npz_writes_big_transfers_layout_that_timm_reads_back(timm_bit, tmp_path):
+    """keras_vit.save_npz of a BiT: the file it was loaded from, array for array (plus
+    keras_vit's metadata member), and timm's own BiT loader fills a fresh timm model from it
+    with exactly the weights of the model the file came from."""
+    import torch
+    from timm.models.resnetv2 import _load_weights
+
+    timm = import_timm()
+    source_model, source = timm_bit
+    written = keras_vit.save_npz(keras_vit.BiT_R50x1(weights=source, image_size=32),
+                                 str(tmp_path / "saved.npz"))
+    with np.load(source) as original, np.load(written) as saved:
+        assert sorted(saved.files) == sorted([*original.files, "keras_vit/metadata"])
+        for key in original.files:
+            np.testing.assert_array_equal(saved[key], original[key], err_msg=key)
+    fresh = timm.create_model("resnetv2_50x1_bit", pretrained=False, num_classes=1000)
+    with torch.no_grad():
+        _load_weights(fresh, written)
+    for (name, expected), (_, loaded) in zip(source_model.state_dict().items(),
+                                             fresh.state_dict().items(), strict=True):
+        assert torch.equal(expected, loaded), name
+
+
 # --- the release files through the catalogue, the cache and the strict loader ----------------
 
 @pytest.fixture(scope="module")

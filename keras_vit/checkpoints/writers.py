@@ -41,8 +41,9 @@ def official_arrays(model):
 
 def save_npz(model, path):
     """Writes `model` as an official-layout `.npz` (vit_jax's `checkpoint.load`, timm's npz
-    loader and keras_vit all read it), atomically, with keras_vit's record of its numerics
-    and grid (formats/npz_metadata.py), which only keras_vit reads."""
+    loader and keras_vit all read it; a BiT in big_transfer's layout, which timm's ResNetV2
+    loader reads), atomically, with keras_vit's record of its numerics and grid
+    (formats/npz_metadata.py), which only keras_vit reads."""
     path = os.fspath(path)
     if not path.endswith(".npz"):
         raise ArgumentError(f"save_npz writes an .npz file; got the path {path!r}.")

@@ -18,6 +18,7 @@ import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import normalization_from
+from keras_vit.checkpoints.layout import is_bit_model
 from keras_vit.normalization import input_normalization
 
 __all__ = ["METADATA_KEY", "metadata_array", "parse_metadata", "model_metadata"]
@@ -26,12 +27,16 @@ METADATA_KEY = "keras_vit/metadata"
 
 
 def model_metadata(model):
-    """What `save_npz` records of `model`: its numerics and its position embedding's grid."""
+    """What `save_npz` records of `model`: its numerics and its position embedding's grid;
+    of a BiT ResNetV2, which has neither GELU, LayerNorm nor a grid, its normalisation."""
+    normalization = [list(part) for part in input_normalization(model)]
+    if is_bit_model(model):
+        return {"normalization": normalization}
     block = next(layer for layer in model.layers if layer.name.startswith("encoderblock_"))
     return {"approximate_gelu": bool(block.mlp.approximate_gelu),
             "layer_norm_epsilon": float(model.get_layer("encoder_norm").epsilon),
             "grid": list(model.get_layer("posembed_input").grid_size),
-            "normalization": [list(part) for part in input_normalization(model)]}
+            "normalization": normalization}
 
 
 def metadata_array(metadata):
