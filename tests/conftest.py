@@ -25,7 +25,7 @@ def pytest_xdist_auto_num_workers(config):
 
 
 # The modules that take longest in the default suite, longest first (seconds each took on
-# 2 cores, 2026-11-24). pytest-xdist's loadscope hands a whole module to one worker, and by
+# 2 cores, 2026-11-24, without the tests now marked slow). pytest-xdist's loadscope hands a whole module to one worker, and by
 # default the modules of most tests first: then heavy modules of few tests came last, and
 # the suite's last minute ran on one or two workers. With --no-loadscope-reorder (setup.cfg)
 # the workers take modules in collection order, which this puts longest first so that they
@@ -44,7 +44,6 @@ LONGEST_MODULES = (
     "test_training_splits.py",   # 50
     "test_inference.py",         # 48
     "test_variants.py",          # 46
-    "test_experiment.py",        # 41
     "test_evaluate.py",          # 38
     "test_command_edges.py",     # 37
     "test_loading.py",           # 35
