@@ -25,11 +25,12 @@ def pytest_xdist_auto_num_workers(config):
 
 
 # The modules that take longest in the default suite, longest first (seconds each took on
-# 2 cores, 2026-11-24, without the tests now marked slow). pytest-xdist's loadscope hands a whole module to one worker, and by
-# default the modules of most tests first: then heavy modules of few tests came last, and
-# the suite's last minute ran on one or two workers. With --no-loadscope-reorder (setup.cfg)
-# the workers take modules in collection order, which this puts longest first so that they
-# finish together. A module not listed runs after these, in file order.
+# 2 cores, 2026-11-24, without the tests now marked slow). pytest-xdist's loadscope hands a
+# whole module to one worker, and by default the modules of most tests first: then heavy
+# modules of few tests came last, and the suite's last minute ran on one or two workers.
+# With --no-loadscope-reorder (setup.cfg) the workers take modules in collection order,
+# which this puts longest first so that they finish together. A module not listed runs
+# after these, in file order.
 LONGEST_MODULES = (
     "test_doc_snippets.py",      # 126
     "test_pixel_budget.py",      # 82
