@@ -156,7 +156,7 @@ def kill_after_an_epoch_and_rerun(output, env=None, wait_s=240, rerun_timeout_s=
     return killed_after, report
 
 
-@pytest.mark.slow  # the default suite kills runs at six moments (tests/test_faults.py)
+@pytest.mark.slow  # the default suite kills writers mid-write instead (tests/test_atomic.py)
 def test_resume_after_sigkill(tmp_path):
     """Kill the run after its first epoch is logged; the same command finishes the rest."""
     kill_after_an_epoch_and_rerun(str(tmp_path / "run"))
