@@ -17,8 +17,8 @@ tables (keras_vit/variants.py), the errors from keras_vit/errors.py.
 
 import importlib
 
-from keras_vit import _lazy, _renamed, errors, variants
-from keras_vit._tf_log import running_the_command
+from keras_vit import _lazy, errors, variants
+from keras_vit._support.tf_log import running_the_command
 
 __version__ = "0.2.0.dev0"
 
@@ -60,4 +60,4 @@ if not running_the_command():  # the command's sub-commands import what they run
     # rest of keras_vit.training (its __init__ loads its names on first use).
     importlib.import_module("keras_vit.training.optimizers")
 
-_renamed.install()
+_lazy.install_renamed()

@@ -5,16 +5,16 @@ module's `__getattr__`, `__dir__` and `__all__`, in the manner of
 scientific-python's `lazy_loader.attach`: a name's module is imported the first
 time the name is read, and the value is then kept as a plain attribute. A name
 that left the module in 0.2 is still found, with a DeprecationWarning
-(keras_vit/_renamed.py). Used by keras_vit/__init__.py and
+(`moved_name`, below). Used by keras_vit/__init__.py and
 keras_vit/training/__init__.py.
 """
 
 import importlib
 import sys
+import types
+import warnings
 
-from keras_vit._renamed import moved_name
-
-__all__ = ["attach", "load"]
+__all__ = ["attach", "load", "moved_name", "install_renamed", "RENAMED", "MOVED", "RENAMED_NAMES"]
 
 
 def attach(module_name, names, submodules=()):
@@ -44,3 +44,67 @@ def load(module_name, names):
     module = sys.modules[module_name]
     for name, source in names.items():
         setattr(module, name, getattr(importlib.import_module(source), name))
+
+
+# Names that moved in 0.2, kept importable for one release with a DeprecationWarning.
+# Each module in `RENAMED` is a forwarding module object placed in `sys.modules`
+# by `install_renamed` (which `import keras_vit` runs), so `import keras_vit.optimizers`
+# finds it there; each name read from it is read from the new home, with a
+# DeprecationWarning at the line that reads it. A public name that left a module
+# still there (`MOVED`) is found by that module's `__getattr__`, which calls
+# `moved_name`, and warns likewise. Remove this section, and what uses it, in 0.3.
+
+RENAMED = {
+    "keras_vit.optimizers": "keras_vit.training.optimizers",
+    "keras_vit.multiworker_fixes": "keras_vit.training.distribute",
+    "keras_vit.weight_mapping": "keras_vit.checkpoints",
+    "keras_vit.datasets": "keras_vit.data",
+    "keras_vit.resnet": "keras_vit.models.resnet",
+    "keras_vit.report": "keras_vit.training.report",
+}
+
+
+# (old module, name) -> the module that now holds the name.
+MOVED = {
+    ("keras_vit.preprocessing", "decode_predictions"): "keras_vit.labels",
+    ("keras_vit.preprocessing", "imagenet_labels"): "keras_vit.labels",
+    ("keras_vit.models", "TokenPooling"): "keras_vit.layers",
+}
+
+# Old name -> new name, in every module that has the new one and asks `moved_name`.
+RENAMED_NAMES = {"ResNetStem": "ResNetTrunk"}
+
+
+def moved_name(module, name):
+    """The value of a name that left `module` (for that module's `__getattr__`)."""
+    if name in RENAMED_NAMES:
+        warnings.warn(f"{module}.{name} is now {module}.{RENAMED_NAMES[name]}; the old name will "
+                      "be removed in keras_vit 0.3.", DeprecationWarning, stacklevel=3)
+        return getattr(sys.modules[module], RENAMED_NAMES[name])
+    new = MOVED.get((module, name))
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(f"{module}.{name} is now {new}.{name}; the old name will be removed in "
+                  "keras_vit 0.3.", DeprecationWarning, stacklevel=3)
+    return getattr(importlib.import_module(new), name)
+
+
+def _forwarding_module(old, new):
+    """A module standing for `old`: each name read from it warns and comes from `new`."""
+    module = types.ModuleType(old, f"Now {new}; this name will be removed in keras_vit 0.3.")
+
+    def __getattr__(name):
+        if name.startswith("__"):  # what tools ask every module (__file__, __path__): not moved
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        warnings.warn(f"{old} is now {new}; the old name will be removed in keras_vit 0.3.",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(new), name)
+
+    module.__getattr__ = __getattr__
+    return module
+
+
+def install_renamed():
+    """Places a forwarding module for each renamed module in `sys.modules` (once)."""
+    for old, new in RENAMED.items():
+        sys.modules.setdefault(old, _forwarding_module(old, new))

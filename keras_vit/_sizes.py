@@ -15,18 +15,9 @@ the command line turns the out-of-memory error they raise into one line instead
 import math
 import os
 
-from keras_vit.errors import ArgumentError
+from keras_vit.errors import SizeError
 
-__all__ = ["check_fits", "physical_memory", "SizeError"]
-
-
-class SizeError(ArgumentError):
-    """A size that cannot fit; `parameter` names the argument at fault (the command line
-    spells it as its flag)."""
-
-    def __init__(self, parameter, message):
-        super().__init__(message)
-        self.parameter = parameter
+__all__ = ["check_fits", "physical_memory"]
 
 
 def physical_memory():

@@ -12,6 +12,8 @@ __all__ = [
     "KerasViTError",
     "ArgumentError",
     "ArgumentTypeError",
+    "SizeError",
+    "KerasVersionError",
     "CheckpointError",
     "WeightsUnavailableError",
     "ImageError",
@@ -36,6 +38,19 @@ class ArgumentError(KerasViTError, ValueError):
 
 class ArgumentTypeError(KerasViTError, TypeError):
     """An argument of the wrong type (a variant given as a number)."""
+
+
+class SizeError(ArgumentError):
+    """A size that cannot fit in this machine's memory; `parameter` names the argument at fault
+    (the command line spells it as its flag)."""
+
+    def __init__(self, parameter, message):
+        super().__init__(message)
+        self.parameter = parameter
+
+
+class KerasVersionError(KerasViTError, RuntimeError):
+    """A Keras release outside the range a work-around on private Keras code was checked on."""
 
 
 class CheckpointError(KerasViTError, ValueError):

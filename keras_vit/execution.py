@@ -143,7 +143,7 @@ def _cache_key(model, batch_shape, training):
 
 
 def _cache_path():
-    from keras_vit.checkpoints.catalogue import cache_dir
+    from keras_vit._support.paths import cache_dir
 
     return os.path.join(cache_dir(), "execution.json")
 

@@ -36,7 +36,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit._private_keras import check_private_keras
+from keras_vit._support.private_keras import check_private_keras
 from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folder, write_bytes
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.execution import check_execution

@@ -20,8 +20,8 @@ import re
 
 import numpy as np
 
-from keras_vit._files import MAX_IMAGE_BYTES, read_file, refuse_special_file
-from keras_vit._tf_log import without_libjpeg_lines
+from keras_vit._support.files import MAX_IMAGE_BYTES, read_file, refuse_special_file
+from keras_vit._support.tf_log import without_libjpeg_lines
 from keras_vit.errors import ImageError
 
 __all__ = ["preprocess_input", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "MAX_PIXELS", "decode_image",
@@ -487,7 +487,7 @@ def _reason(message):
     return message.strip()
 
 
-def __getattr__(name):  # names that moved in 0.2 (keras_vit/_renamed.py)
-    from keras_vit._renamed import moved_name
+def __getattr__(name):  # names that moved in 0.2 (keras_vit/_lazy.py)
+    from keras_vit._lazy import moved_name
 
     return moved_name(__name__, name)

@@ -183,7 +183,7 @@ def get_variant(name):
     if variant is None:
         variant = timm_variant(name)  # timm's names: "vit_base_patch16_224"
     if variant is None:
-        from keras_vit._names import did_you_mean
+        from keras_vit._support.names import did_you_mean
 
         known = ", ".join(f'"{v.short_name}"' for v in VARIANTS.values())
         hint = did_you_mean(name, [v.short_name for v in VARIANTS.values()] + list(VARIANTS))
@@ -199,7 +199,7 @@ def get_variant(name):
 # A timm state dict does not record its head count, and timm registers models whose heads
 # differ from the official variant of the same width (its vit_base_patch16_gap_224 has 16;
 # the official B/16-gap has 12). A timm Hub folder's config.json names its architecture; this
-# table turns that name into the variant, heads included (tests/test_timm_names.py checks each
+# table turns that name into the variant, heads included (tests/checkpoints/test_timm_names.py checks each
 # row against timm's own registry).
 # timm architecture (resolution suffix and pretrained tag removed) -> (official variant,
 # heads where timm's differ from the official variant's, else None).
@@ -304,7 +304,7 @@ def get_bit_variant(name):
         raise ArgumentTypeError(f"A BiT name must be a string, got {type(name).__name__}.")
     variant = _BIT_BY_KEY.get(_bit_key(name))
     if variant is None:
-        from keras_vit._names import did_you_mean
+        from keras_vit._support.names import did_you_mean
 
         known = ", ".join(f'"{v.short_name}"' for v in BIT_VARIANTS.values())
         hint = did_you_mean(name, [*BIT_VARIANTS, *(v.short_name for v in BIT_VARIANTS.values())])

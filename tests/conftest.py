@@ -32,23 +32,23 @@ def pytest_xdist_auto_num_workers(config):
 # which this puts longest first so that they finish together. A module not listed runs
 # after these, in file order.
 LONGEST_MODULES = (
-    "test_doc_snippets.py",      # 126
-    "test_pixel_budget.py",      # 82
-    "test_export.py",            # 82
-    "test_training_run.py",      # 81
-    "test_cache.py",             # 75
-    "test_tutorials.py",         # 71
-    "test_parity.py",            # 70
-    "test_formats.py",           # 62
-    "test_cli_logging.py",       # 62
-    "test_training_jax.py",      # 53
-    "test_training_splits.py",   # 50
-    "test_inference.py",         # 48
-    "test_variants.py",          # 46
-    "test_evaluate.py",          # 38
-    "test_command_edges.py",     # 37
-    "test_loading.py",           # 35
-    "test_torch_backend.py",     # 28
+    "docs/test_snippets.py",                 # 126
+    "data/test_pixel_budget.py",             # 82
+    "test_export.py",                        # 82
+    "training/test_run.py",                  # 81
+    "checkpoints/test_cache.py",             # 75
+    "docs/test_tutorials.py",                # 71
+    "checkpoints/test_official_parity.py",   # 70
+    "checkpoints/test_formats.py",           # 62
+    "cli/test_logging.py",                   # 62
+    "training/test_jax.py",                  # 53
+    "data/test_splits.py",                   # 50
+    "test_inference.py",                     # 48
+    "models/test_variants.py",               # 46
+    "test_evaluate.py",                      # 38
+    "cli/test_hostile_arguments.py",         # 37
+    "checkpoints/test_loader.py",            # 35
+    "models/test_torch_backend.py",          # 28
 )
 
 
@@ -58,7 +58,9 @@ def pytest_collection_modifyitems(config, items):
     if renamed:  # a renamed module would fall to the end silently
         raise pytest.UsageError(f"tests/conftest.py LONGEST_MODULES names no such file: {renamed}")
     rank = {name: position for position, name in enumerate(LONGEST_MODULES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order after
+    tests = os.path.join(ROOT, "tests")
+    # stable: the modules not listed keep file order, after those listed
+    items.sort(key=lambda item: rank.get(os.path.relpath(item.path, tests), len(rank)))
 
 
 def run_python(args, timeout, env=None, **kwargs):

@@ -12,8 +12,8 @@ import zipfile
 
 import pytest
 
-from keras_vit._distribution import DISTRIBUTION, INSTALL, REPOSITORY
 from tests.conftest import ROOT
+from tests.distribution_names import DISTRIBUTION, INSTALL, REPOSITORY
 
 PACKAGE_DATA = ("keras_vit/checkpoints/catalogue.json", "keras_vit/labels/imagenet1k_labels.tsv",
                 "keras_vit/labels/imagenet21k_labels.tsv")

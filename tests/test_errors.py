@@ -35,14 +35,16 @@ BUILTIN_OF = {
     "PathError": OSError,
     "PathNotFoundError": FileNotFoundError,
     "PathExistsError": FileExistsError,
+    "SizeError": ValueError,
+    "KerasVersionError": RuntimeError,
 }
 
 # Raises (and returns) of a bare builtin exception that are not the user's to fix, by
 # (module, enclosing function, exception), each with the reason it is not a family member.
 NOT_THE_USERS = {
-    ("keras_vit/_renamed.py", "__getattr__", "AttributeError"):
+    ("keras_vit/_lazy.py", "__getattr__", "AttributeError"):
         "the module __getattr__ protocol: Python expects AttributeError",
-    ("keras_vit/_renamed.py", "moved_name", "AttributeError"):
+    ("keras_vit/_lazy.py", "moved_name", "AttributeError"):
         "the module __getattr__ protocol: Python expects AttributeError",
     ("keras_vit/atomic.py", "atomic_path", "FileNotFoundError"):
         "invariant: keras_vit's own writer wrote nothing to the temporary file",
@@ -64,8 +66,6 @@ NOT_THE_USERS = {
         "caught in the same function and raised again as CheckpointError naming the file",
     ("keras_vit/checkpoints/formats/safetensors.py", "_no_duplicates", "ValueError"):
         "json's object hook, called inside _header, which raises CheckpointError naming the file",
-    ("keras_vit/_private_keras.py", "check_private_keras", "RuntimeError"):
-        "an installed Keras outside the versions a private patch was checked on: not input",
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import keras_vit
 import keras_vit.layers
-from keras_vit._renamed import RENAMED
+from keras_vit._lazy import RENAMED
 
 # Modules `import keras_vit` must not load: training code (and through it tf.distribute
 # work-arounds that patch private Keras modules), datasets, export, plotting, the CLI.
@@ -19,7 +19,7 @@ NOT_ON_IMPORT = ("keras_vit.training", "keras_vit.data", "keras_vit.export", "ke
 # ... but for the optimizers a train-made .keras file names (Keras alone), with the lazy
 # package around them and their private-Keras guard.
 OPTIMIZERS = ("keras_vit.training", "keras_vit.training.optimizers",
-              "keras_vit._private_keras")
+              "keras_vit._support.private_keras")
 
 NEW_MODULES_ON_IMPORT = """
 import json, sys
@@ -110,7 +110,7 @@ ANALYSIS_0_1 = {
 def test_public_api_only_grows():
     """A renamed name leaves `__all__` but still resolves, with a warning, for one release."""
     import keras_vit.analysis
-    from keras_vit._renamed import RENAMED_NAMES
+    from keras_vit._lazy import RENAMED_NAMES
 
     renamed = set(RENAMED_NAMES)
     assert PUBLIC_0_1 - renamed <= set(keras_vit.__all__)

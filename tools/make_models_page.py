@@ -2,7 +2,7 @@
 
     python tools/make_models_page.py
 
-tests/test_docs.py fails when the page and this output differ, so the page
+tests/docs/test_pages.py fails when the page and this output differ, so the page
 cannot drift from the code.
 """
 
@@ -13,8 +13,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from keras_vit.checkpoints import catalogue
 from keras_vit.variants import BIT_VARIANTS, VARIANTS
-from tests.test_bit import TIMM_PARAMS
-from tests.test_variants import EXPECTED_PARAMS
+from tests.models.test_bit import TIMM_PARAMS
+from tests.models.test_variants import EXPECTED_PARAMS
 
 PAGE = os.path.join(os.path.dirname(__file__), "..", "docs", "models-and-weights.md")
 HYBRIDS = os.path.join(os.path.dirname(__file__), "hybrids_section.md")
@@ -66,7 +66,7 @@ is kept.
 ## Architectures
 
 Parameters at 224 px with a 1000-class head and no `pre_logits` (asserted by
-`tests/test_variants.py`). "Stride" is pixels per token: image sizes must be
+`tests/models/test_variants.py`). "Stride" is pixels per token: image sizes must be
 multiples of it.
 
 | variant | constructor | width | depth | MLP | heads | stride | pooling | parameters |
@@ -130,7 +130,7 @@ and refuses it if it changes later; pin a known hash yourself with
 the cache (`Checkpoint.cache_key`, e.g. `vit_models/imagenet21k/ViT-B_16.npz`).
 
 The numbers a model built from these files computes are checked against timm
-loading the same file (`tests/test_parity.py`), on random weights written
+loading the same file (`tests/checkpoints/test_official_parity.py`), on random weights written
 in the official layout, since the real files cannot be downloaded in CI.
 """
 
@@ -157,7 +157,7 @@ features = keras_vit.BiT("R50x1", include_top=False, pooling="avg")  # (batch, 2
 
 On the command line: `keras-vit train --model BiT-R50x1 ...` (and `export`,
 `predict`). Parameters with a 1000-class head, equal to timm's `resnetv2_*_bit`
-(asserted by `tests/test_bit.py`):
+(asserted by `tests/models/test_bit.py`):
 
 | model | constructor | depth | width | units per stage | features | parameters |
 |---|---|---|---|---|---|---|

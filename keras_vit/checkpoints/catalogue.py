@@ -20,7 +20,8 @@ import json
 import os
 from importlib import resources
 
-from keras_vit._files import read_text
+from keras_vit._support.files import read_text
+from keras_vit._support.paths import cache_dir
 from keras_vit.atomic import atomic_open, atomic_path
 from keras_vit.checkpoints import download
 from keras_vit.checkpoints.download import redact
@@ -190,7 +191,7 @@ def find_checkpoint(variant, tag):
         return matches[0]
     tags = sorted({c.tag for c in catalogue()})
     if tag not in tags:
-        from keras_vit._names import did_you_mean
+        from keras_vit._support.names import did_you_mean
 
         # The hub entries are many and all spelled hf://...; `keras-vit info` lists them.
         named = [t for t in tags if not t.startswith("hf://")]
@@ -236,12 +237,6 @@ def _local_checkpoint(variant, path, **fields):
                       layer_norm_epsilon=info.layer_norm_epsilon,
                       approximate_gelu=info.approximate_gelu, normalization=info.normalization,
                       trunk_numerics=info.trunk_numerics, reader=reader, **fields)
-
-
-def cache_dir():
-    """Where downloaded checkpoints live: `$KERAS_HOME/keras_vit`."""
-    home = os.environ.get("KERAS_HOME", os.path.join(os.path.expanduser("~"), ".keras"))
-    return os.path.join(home, "keras_vit")
 
 
 def _pins_path():

@@ -89,7 +89,7 @@ def _choice_hint(message):
     """argparse's "invalid choice: 'x' (choose from ...)" gains a "did you mean"."""
     import re
 
-    from keras_vit._names import did_you_mean
+    from keras_vit._support.names import did_you_mean
 
     found = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)", message)
     if not found:

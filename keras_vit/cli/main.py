@@ -5,7 +5,7 @@ import signal
 import sys
 import threading
 
-from keras_vit._tf_log import quiet_for_command_line
+from keras_vit._support.tf_log import quiet_for_command_line
 from keras_vit.cli import analyze, compare, evaluate, export, info, predict, train
 from keras_vit.cli.common import Parser, report_errors
 

@@ -81,7 +81,7 @@ def run(args):
     results = predict(args)
     progress = None
     if output:
-        from keras_vit._progress import Progress
+        from keras_vit._support.progress import Progress
 
         progress = Progress("keras-vit predict", every=PROGRESS_EVERY)
     failed = total = 0

@@ -16,7 +16,7 @@ import socket
 import numpy as np
 import tensorflow as tf
 
-from keras_vit._progress import Progress
+from keras_vit._support.progress import Progress
 from keras_vit.data.files import load_batches, skip_failed
 from keras_vit.data.splitting import (
     HELD_OUT,
@@ -293,7 +293,7 @@ def load_tfds(name, data_dir=None, validation_fraction=0.0, validation_seed=SPLI
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except tfds.core.DatasetNotFoundError:
-        from keras_vit._names import did_you_mean
+        from keras_vit._support.names import did_you_mean
 
         # Not TFDS' own message: it lists every one of its ~450 datasets.
         hint = did_you_mean(name, ["digits", *tfds.list_builders()])

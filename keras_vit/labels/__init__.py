@@ -6,7 +6,7 @@ from importlib import resources
 import numpy as np
 from keras import ops
 
-from keras_vit._files import read_text
+from keras_vit._support.files import read_text
 from keras_vit.errors import ArgumentError
 
 __all__ = ["imagenet_labels", "imagenet_label_names", "decode_predictions", "read_labels"]

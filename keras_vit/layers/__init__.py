@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # names that changed in 0.2 (keras_vit/_renamed.py)
-    from keras_vit._renamed import moved_name
+def __getattr__(name):  # names that changed in 0.2 (keras_vit/_lazy.py)
+    from keras_vit._lazy import moved_name
 
     return moved_name(__name__, name)

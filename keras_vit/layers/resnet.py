@@ -317,11 +317,11 @@ def _padded(shape, pad):
 
 
 # 0.1 called the trunk ResNetStem: its .keras files name "keras_vit>ResNetStem", which
-# loads as ResNetTrunk, and the Python name warns (keras_vit/_renamed.py). Both go in 0.3.
+# loads as ResNetTrunk, and the Python name warns (keras_vit/_lazy.py). Both go in 0.3.
 keras.saving.get_custom_objects()["keras_vit>ResNetStem"] = ResNetTrunk
 
 
 def __getattr__(name):
-    from keras_vit._renamed import moved_name
+    from keras_vit._lazy import moved_name
 
     return moved_name(__name__, name)

@@ -20,7 +20,7 @@ def build(architecture, **kwargs):
     return builder(architecture, **kwargs)
 
 
-def __getattr__(name):  # names that moved in 0.2 (keras_vit/_renamed.py)
-    from keras_vit._renamed import moved_name
+def __getattr__(name):  # names that moved in 0.2 (keras_vit/_lazy.py)
+    from keras_vit._lazy import moved_name
 
     return moved_name(__name__, name)

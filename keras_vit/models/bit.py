@@ -136,7 +136,7 @@ def _named(variant):
     return constructor
 
 
-# Made from the table, as the ViT constructors (tests/test_bit.py checks them, both `__all__`s
+# Made from the table, as the ViT constructors (tests/models/test_bit.py checks them, both `__all__`s
 # and docs/api.md against BIT_VARIANTS).
 for _variant in BIT_VARIANTS.values():
     globals()[_variant.constructor_name] = _named(_variant)

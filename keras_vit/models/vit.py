@@ -320,7 +320,7 @@ def _named(variant):
 
 
 # Made from the table, so that a variant added there gets its constructor, its place in every
-# `__all__` and (tests/test_variants.py checks) its entry in docs/api.md, with nothing else to
+# `__all__` and (tests/models/test_variants.py checks) its entry in docs/api.md, with nothing else to
 # edit. Static analysers do not see names made this way; IDEs and the API page (mkdocstrings
 # with force_inspection) read the imported module, which has them.
 for _variant in VARIANTS.values():

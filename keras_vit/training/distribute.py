@@ -20,8 +20,8 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_vit._private_keras import KNOWN_KERAS
-from keras_vit._private_keras import check_private_keras as _check_private_keras
+from keras_vit._support.private_keras import KNOWN_KERAS
+from keras_vit._support.private_keras import check_private_keras as _check_private_keras
 from keras_vit.errors import ArgumentError, DeviceUnavailableError
 from keras_vit.training.optimizers import SGD, AdamW
 from keras_vit.training.strategies import JAX_STRATEGIES, STRATEGIES, TF_STRATEGIES

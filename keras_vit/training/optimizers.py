@@ -10,7 +10,7 @@ it imports Keras alone (TensorFlow only when a TensorFlow step clips).
 
 import keras
 
-from keras_vit._private_keras import check_private_keras
+from keras_vit._support.private_keras import check_private_keras
 
 __all__ = ["SGD", "AdamW"]
 

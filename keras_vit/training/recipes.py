@@ -56,7 +56,7 @@ RECIPES = {
 def get_recipe(name, **overrides):
     """A copy of `RECIPES[name]` with `overrides` (fields of `Recipe`) applied."""
     if name not in RECIPES:
-        from keras_vit._names import did_you_mean
+        from keras_vit._support.names import did_you_mean
 
         raise ArgumentError(f"Unknown recipe {name!r};{did_you_mean(name, RECIPES)} choose one of "
                             f"{sorted(RECIPES)}.")

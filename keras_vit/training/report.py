@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from keras_vit._files import read_text
+from keras_vit._support.files import read_text
 from keras_vit.atomic import atomic_open, atomic_path
 from keras_vit.errors import RunConflictError
 

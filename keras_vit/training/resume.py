@@ -34,7 +34,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_vit._files import read_text
+from keras_vit._support.files import read_text
 from keras_vit.atomic import atomic_open, atomic_path, remove_temporaries
 from keras_vit.errors import RunConflictError
 

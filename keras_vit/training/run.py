@@ -51,8 +51,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit._files import read_text
 from keras_vit._sizes import check_fits
+from keras_vit._support.files import read_text
 from keras_vit.atomic import atomic_open
 from keras_vit.data import VALIDATION_FRACTION, get_preset, load_dataset, make_pipeline
 from keras_vit.data.splitting import SPLIT_SEED

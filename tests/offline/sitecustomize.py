@@ -1,7 +1,7 @@
 """Cut a Python process off the network: connecting anywhere but loopback raises.
 
 Put this folder first on PYTHONPATH of a subprocess (the notebook kernels of
-tests/test_tutorials.py) to prove that it needs no network; in-process, tests
+tests/docs/test_tutorials.py) to prove that it needs no network; in-process, tests
 monkeypatch `socket.socket.connect` and `connect_ex` with the functions below.
 """
 

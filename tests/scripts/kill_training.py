@@ -18,7 +18,7 @@ import sys
 import time
 
 from keras_vit.training import train
-from tests.test_faults import read_log, torn_files, writes_in_flight
+from tests.test_atomic_kills import read_log, torn_files, writes_in_flight
 from tests.writes import hold_writes_open
 
 

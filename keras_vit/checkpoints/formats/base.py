@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from keras_vit._files import read_text, refuse_special_file
+from keras_vit._support.files import read_text, refuse_special_file
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.layout import (
     BIT_HEAD_KERNEL_KEY,

@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from keras_vit._files import read_text
+from keras_vit._support.files import read_text
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import (
     ArraysReader,

@@ -18,7 +18,7 @@ import struct
 
 import numpy as np
 
-from keras_vit._files import read_text
+from keras_vit._support.files import read_text
 from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.errors import CheckpointError
 

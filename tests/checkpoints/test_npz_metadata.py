@@ -1,0 +1,81 @@
+"""keras_vit's record in the `.npz` files save_npz writes: numerics and grid read back."""
+
+import dataclasses
+import zipfile
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY
+from keras_vit.variants import get_variant
+from tests.checkpoints.test_formats import _assert_refused, _randomised_keras
+
+TINY = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny")
+
+
+def _without_metadata(path, out):
+    """The same file minus keras_vit's record: what a file of another writer looks like."""
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            if info.filename != METADATA_KEY + ".npy":
+                target.writestr(info, source.read(info))
+    return out
+
+
+def test_exact_gelu_and_its_epsilon_round_trip_through_save_npz(tmp_path):
+    model = _randomised_keras(keras_vit.ViT(TINY, image_size=32, classes=5, approximate_gelu=False,
+                                            layer_norm_epsilon=1e-5))
+    path = keras_vit.save_npz(model, tmp_path / "exact.npz")
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    expected = np.asarray(model(images))
+    again = keras_vit.ViT(TINY, weights=path, image_size=32)
+    block = again.get_layer("encoderblock_0")
+    assert (block.mlp.approximate_gelu, block.norm_0.epsilon) == (False, 1e-5)
+    np.testing.assert_allclose(np.asarray(again(images)), expected, atol=1e-6)
+    # The control: without the record the file reads as an official one (tanh GELU, 1e-6),
+    # and the outputs move by more than the bound above.
+    bare = _without_metadata(path, tmp_path / "bare.npz")
+    official = keras_vit.ViT(TINY, weights=str(bare), image_size=32)
+    assert official.get_layer("encoderblock_0").mlp.approximate_gelu is True
+    assert np.abs(np.asarray(official(images)) - expected).max() > 1e-5
+    # An explicit argument still wins over the record.
+    chosen = keras_vit.ViT(TINY, weights=path, image_size=32, approximate_gelu=True)
+    assert chosen.get_layer("encoderblock_0").mlp.approximate_gelu is True
+
+
+def test_a_recorded_non_square_grid_refuses_the_transposed_size(tmp_path):
+    model = _randomised_keras(keras_vit.ViT(TINY, image_size=(64, 96), classes=5))
+    path = keras_vit.save_npz(model, tmp_path / "wide.npz")
+    tall = keras_vit.ViT(TINY, image_size=(96, 64), classes=5)  # 6 x 4: the same 24 tokens
+    _assert_refused(tall, path, r"grid is 4 x 6 tokens .* pass image_size=\(64, 96\)")
+    same = keras_vit.ViT(TINY, weights=path, image_size=(64, 96))
+    np.testing.assert_array_equal(same.get_layer("posembed_input").pos_embedding.numpy(),
+                                  model.get_layer("posembed_input").pos_embedding.numpy())
+    # Another grid is resized from the recorded one, not from a guessed square.
+    larger = keras_vit.ViT(TINY, weights=path, image_size=(128, 192))
+    assert larger.get_layer("posembed_input").grid_size == (8, 12)
+
+
+def test_an_unrecorded_non_square_grid_asks_for_the_image_size(tmp_path):
+    model = keras_vit.ViT(TINY, image_size=(64, 96), classes=5)
+    bare = _without_metadata(keras_vit.save_npz(model, tmp_path / "wide.npz"), tmp_path / "bare.npz")
+    with pytest.raises(keras_vit.CheckpointError, match=r"does not record its grid.*pass "
+                                                        r"image_size=\(height, width\)"):
+        keras_vit.ViT(TINY, weights=str(bare))
+
+
+@pytest.mark.parametrize("record,words", [
+    (b'{"grid": [4, "6"]}', "grid is [4, '6']"),
+    (b'{"layer_norm_epsilon": NaN}', "layer_norm_epsilon is nan"),
+    (b'{"approximate_gelu": "yes"}', "approximate_gelu is 'yes'"),
+    (b"[1, 2]", "not keras_vit's record"),
+])
+def test_a_bad_record_is_refused_in_one_line(tmp_path, record, words):
+    model = keras_vit.ViT(TINY, image_size=32, classes=5)
+    path = _without_metadata(keras_vit.save_npz(model, tmp_path / "m.npz"), tmp_path / "bad.npz")
+    with zipfile.ZipFile(path, "a") as archive, archive.open(METADATA_KEY + ".npy", "w") as f:
+        np.lib.format.write_array(f, np.frombuffer(record, np.uint8))
+    with pytest.raises(keras_vit.CheckpointError) as error:
+        keras_vit.ViT(TINY, weights=str(path), image_size=32)
+    assert words in str(error.value) and "\n" not in str(error.value)

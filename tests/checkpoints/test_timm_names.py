@@ -1,0 +1,75 @@
+"""timm architecture names: every row of keras_vit's table against timm's own registry, and a
+timm folder (config.json + model.safetensors, written with timm) whose heads differ from the
+official variant's loads with timm's heads or is refused naming both."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.variants import TIMM_ARCHITECTURES, timm_variant
+from tests.checkpoints.test_formats import TOL, _images, _randomise, run_timm
+from tests.oracle import import_timm
+
+
+@pytest.mark.parametrize("base", sorted(TIMM_ARCHITECTURES))
+def test_every_row_builds_what_timm_registers(base):
+    timm = import_timm()
+    import torch
+
+    name = base + "_224" if f"{base}_224" in timm.list_models(base + "*") else base
+    assert name in timm.list_models(base + "*"), f"timm registers no {base}"
+    variant = timm_variant(name)
+    with torch.device("meta"):
+        model = timm.create_model(name, pretrained=False)
+    if variant.is_hybrid:  # the trunk's stages, and the transformer on top
+        # A stem-only trunk (R+Ti/16) is a plain Sequential in timm, without stages.
+        backbone = model.patch_embed.backbone
+        stages = tuple(len(stage.blocks) for stage in getattr(backbone, "stages", ()))
+        assert stages == tuple(variant.resnet_stages)
+    else:
+        assert model.patch_embed.patch_size == (variant.patch_size,) * 2
+    assert model.embed_dim == variant.width and len(model.blocks) == variant.depth
+    assert model.blocks[0].attn.num_heads == variant.heads
+    assert model.blocks[0].mlp.fc1.out_features == variant.mlp_dim
+    assert (model.global_pool == "avg") == (variant.classifier == "gap")
+    assert (model.cls_token is not None) == (variant.classifier == "token")
+
+
+def _timm_folder(tmp_path, architecture, **kwargs):
+    """A Hub-style timm folder as timm's push_to_hf_hub writes it: model.safetensors and a
+    config.json naming the architecture, the classes and the pretrained config."""
+    timm = import_timm()
+    import torch
+    from safetensors.torch import save_file
+
+    model = timm.create_model(architecture, pretrained=False, **kwargs)
+    _randomise(model, torch)
+    folder = tmp_path / architecture
+    folder.mkdir()
+    save_file(model.state_dict(), str(folder / "model.safetensors"))
+    config = {"architecture": architecture, "num_classes": model.num_classes,
+              "pretrained_cfg": {**model.pretrained_cfg, "num_classes": model.num_classes}}
+    (folder / "config.json").write_text(json.dumps(config, default=str))
+    return model, folder
+
+
+def test_a_timm_folder_with_sixteen_heads_loads_as_sixteen_heads(tmp_path):
+    # depth 2 and 64 px keep it small; timm's architecture fixes width and heads.
+    model, folder = _timm_folder(tmp_path, "vit_base_patch16_gap_224", depth=2, img_size=64,
+                                 num_classes=5)
+    from keras_vit.checkpoints.formats import inspect_checkpoint
+
+    info = inspect_checkpoint(str(folder))
+    assert info.heads == 16
+    variant = dataclasses.replace(timm_variant("vit_base_patch16_gap_224"), depth=2)
+    ours = keras_vit.ViT(variant, weights=str(folder), image_size=64)
+    assert ours.get_layer("encoderblock_0").attention.num_heads == 16
+    images = _images(2, (64, 64))
+    np.testing.assert_allclose(np.asarray(ours(images)), run_timm(model, images), atol=TOL)
+    # The official B/16-gap has 12 heads: asked for it, the folder is refused naming both.
+    official = dataclasses.replace(keras_vit.get_variant("B/16-gap"), depth=2)
+    with pytest.raises(keras_vit.CheckpointError, match="16 attention heads.*has 12"):
+        keras_vit.ViT(official, weights=str(folder), image_size=64)

@@ -1,0 +1,70 @@
+"""Every tutorial notebook runs top to bottom in smoke mode, offline.
+
+`KERAS_VIT_SMOKE=1` makes each notebook's `parameters` cell pick a tiny
+configuration (small variant, random weights, built-in data). The kernel runs
+with `tests/offline` first on its PYTHONPATH, whose sitecustomize refuses any
+connection that leaves the machine, and with an empty KERAS_HOME, so a
+notebook that tries to download weights or data fails here, as does one that
+raises.
+"""
+
+import os
+import pathlib
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tests.distribution_names import INSTALL
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "tutorials").glob("*.ipynb"))
+COLAB = "https://colab.research.google.com/github/keras-vit/keras_vit/blob/main/tutorials/"
+TIMEOUT_PER_CELL = 180
+
+
+def test_there_are_seven_tutorials():
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_quickstart.ipynb", "02_flowers_transfer.ipynb", "03_inside_a_vit.ipynb",
+        "04_export_and_serve.ipynb", "05_distributed_training.ipynb", "06_hybrids.ipynb",
+        "07_vit_vs_resnet.ipynb"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_well_formed(path):
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+    cells = notebook.cells
+    assert cells[0].cell_type == "markdown" and f"({COLAB}{path.name})" in cells[0].source, \
+        "the first cell must carry the Open in Colab badge for this notebook"
+    first_code = next(c for c in cells if c.cell_type == "code")
+    assert 'if "google.colab" in sys.modules:' in first_code.source
+    # The canonical line (tests/distribution_names.py), quiet: `pip install -q ...`.
+    assert "!" + INSTALL.replace("pip install ", "pip install -q ", 1) in first_code.source
+    parameters = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(parameters) == 1, "exactly one cell tagged 'parameters'"
+    assert 'SMOKE = os.environ.get("KERAS_VIT_SMOKE") == "1"' in parameters[0].source
+    for cell in cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, \
+                f"{path.name}: commit notebooks with outputs cleared"
+
+
+# The distributed-training notebook is the slowest (a minute on two cores); what it runs is run
+# by default tests too: MirroredStrategy (test_training_distributed.py), keras.distribution on
+# JAX (test_training_jax.py) and the Distributed training page's snippets (test_doc_snippets.py).
+# The ViT-against-ResNet notebook trains a full-size BiT-R50x1 (three 280 MB files); its
+# commands are the ViT against ResNet page's, which tests/docs/test_vit_vs_resnet_page.py runs by default.
+SLOW_NOTEBOOKS = {"05_distributed_training", "07_vit_vs_resnet"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_NOTEBOOKS
+                                  else p for p in NOTEBOOKS], ids=lambda p: p.stem)
+def test_notebook_runs_in_smoke_mode(path, tmp_path):
+    notebook = nbformat.read(path, as_version=4)
+    python_path = [str(ROOT / "tests" / "offline"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "KERAS_VIT_SMOKE": "1", "KERAS_HOME": str(tmp_path / "keras_home"),
+           "PYTHONPATH": os.pathsep.join(p for p in python_path if p), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    client = NotebookClient(notebook, timeout=TIMEOUT_PER_CELL, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute(env=env)  # raises CellExecutionError, naming the cell, if any cell fails
