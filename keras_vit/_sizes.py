@@ -51,15 +51,15 @@ def check_fits(variant, image_size=None, classes=None, batch_size=1, memory=None
     example = 4 * 3 * math.prod(pair) + 2 * tokens * width + 2 * variant.heads * tokens * tokens
     have = f"this machine has {_gigabytes(memory)}"
     if head > memory:
-        raise SizeError("classes", f"classes {classes} cannot fit: the head alone needs "
-                                   f"{_gigabytes(head)}, {have}.")
+        raise SizeError(f"classes {classes} cannot fit: the head alone needs "
+                        f"{_gigabytes(head)}, {have}.", parameter="classes")
     if position + example + 4 * blocks > memory:
-        raise SizeError("image_size", f"image_size {image_size} cannot fit: one image needs at "
-                                      f"least {_gigabytes(position + example)}, {have}.")
+        raise SizeError(f"image_size {image_size} cannot fit: one image needs at "
+                        f"least {_gigabytes(position + example)}, {have}.", parameter="image_size")
     needed = position + head + 4 * blocks + example * (batch_size or 1)
     if needed > memory:
-        raise SizeError("batch_size", f"batch_size {batch_size} cannot fit: a batch needs at "
-                                      f"least {_gigabytes(needed)}, {have}.")
+        raise SizeError(f"batch_size {batch_size} cannot fit: a batch needs at "
+                        f"least {_gigabytes(needed)}, {have}.", parameter="batch_size")
 
 
 def _resnet_weights(variant):
@@ -83,12 +83,12 @@ def _check_resnet_fits(variant, pair, classes, batch_size, memory):
     # Per image: its input, and the root convolution's output (the largest map), at 2 bytes.
     example = 4 * 3 * math.prod(pair) + 2 * 64 * variant.width * math.prod(-(-s // 2) for s in pair)
     if head > memory:
-        raise SizeError("classes", f"classes {classes} cannot fit: the head alone needs "
-                                   f"{_gigabytes(head)}, {have}.")
+        raise SizeError(f"classes {classes} cannot fit: the head alone needs "
+                        f"{_gigabytes(head)}, {have}.", parameter="classes")
     if weights + example > memory:
-        raise SizeError("image_size", f"image_size {pair[0]}x{pair[1]} cannot fit: one image needs "
-                                      f"at least {_gigabytes(weights + example)}, {have}.")
+        raise SizeError(f"image_size {pair[0]}x{pair[1]} cannot fit: one image needs "
+                        f"at least {_gigabytes(weights + example)}, {have}.", parameter="image_size")
     needed = weights + head + example * (batch_size or 1)
     if needed > memory:
-        raise SizeError("batch_size", f"batch_size {batch_size} cannot fit: a batch needs at "
-                                      f"least {_gigabytes(needed)}, {have}.")
+        raise SizeError(f"batch_size {batch_size} cannot fit: a batch needs at "
+                        f"least {_gigabytes(needed)}, {have}.", parameter="batch_size")

@@ -44,7 +44,7 @@ class SizeError(ArgumentError):
     """A size that cannot fit in this machine's memory; `parameter` names the argument at fault
     (the command line spells it as its flag)."""
 
-    def __init__(self, parameter, message):
+    def __init__(self, message, parameter=None):
         super().__init__(message)
         self.parameter = parameter
 
