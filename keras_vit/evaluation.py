@@ -12,7 +12,7 @@ import numpy as np
 
 from keras_vit.errors import ArgumentError, DatasetError
 from keras_vit.execution import check_execution
-from keras_vit.inference import DEFAULT_BATCH_SIZE, _check_positive, _KerasRunner, _runner
+from keras_vit.inference import DEFAULT_BATCH_SIZE, KerasRunner, check_positive, model_runner
 from keras_vit.preprocessing import MAX_PIXELS
 from keras_vit.reports import classification_summary, plot_confusion, write_json
 
@@ -41,15 +41,15 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
     """
     from keras_vit.data import DatasetSplits, load_dataset
 
-    _check_positive(batch_size=batch_size, top=top)
+    check_positive(batch_size=batch_size, top=top)
     check_execution(execution)
     splits = dataset if isinstance(dataset, DatasetSplits) else load_dataset(dataset,
                                                                              data_dir=data_dir)
     name = splits.name or str(dataset)
-    runner = _runner(model, batch_size, MAX_PIXELS, execution=execution, images=splits.num_test)
+    runner = model_runner(model, batch_size, MAX_PIXELS, execution=execution, images=splits.num_test)
     probe = None
     if few_shot is not None:
-        _check_positive(few_shot=few_shot)
+        check_positive(few_shot=few_shot)
         runner, probe = _few_shot_probe(runner, splits, few_shot, few_shot_seed, batch_size)
     elif runner.classes != splits.num_classes:
         raise DatasetError(f"The model has {runner.classes} classes but dataset {name!r} has "
@@ -97,10 +97,10 @@ def _few_shot_probe(runner, splits, shots, seed, batch_size):
     from keras_vit.analysis.few_shot import few_shot_indices, fit_linear_probe
     from keras_vit.analysis.probe import feature_model
 
-    if not isinstance(runner, _KerasRunner):
+    if not isinstance(runner, KerasRunner):
         raise ArgumentError("few_shot needs a Keras model: the probe reads the model's pooled "
                             "features, which a SavedModel does not keep.")
-    features = _KerasRunner(feature_model(runner.model), batch_size, runner.max_pixels,
+    features = KerasRunner(feature_model(runner.model), batch_size, runner.max_pixels,
                             outputs="raw", execution=runner.execution, images=splits.num_test)
     labels = np.asarray([int(y) for _, y in splits.train.as_numpy_iterator()])
     chosen = few_shot_indices(labels, shots, seed)

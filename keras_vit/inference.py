@@ -100,17 +100,19 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     `execution`: how TensorFlow runs a Keras model on a CPU, "auto" (the faster of
     "graph" and "xla" on this machine, `keras_vit.execution`), "graph" or "xla".
     """
-    _check_positive(batch_size=batch_size, top=top)
+    check_positive(batch_size=batch_size, top=top)
     check_execution(execution)
     paths = image_files(sources)  # checked here, not when the first result is asked for
-    runner = _runner(model, batch_size, max_pixels, small=len(paths) <= batch_size,
+    runner = model_runner(model, batch_size, max_pixels, small=len(paths) <= batch_size,
                      execution=execution, images=len(paths))
     names = runner.names(labels)
     return (_result(path, probabilities, error, top, names)
             for path, (probabilities, error) in zip(paths, runner.run_files(paths)))
 
 
-def _check_positive(**values):
+def check_positive(**values):
+    """Raises ArgumentError for any of `values` that is not a positive int (shared with
+    keras_vit.evaluation)."""
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
             raise ArgumentError(f"{name} must be a positive int, got {value!r}.")
@@ -124,18 +126,21 @@ def _result(path, probabilities, error, top, names):
                                   for i in best], [int(i) for i in best], probabilities)
 
 
-def _runner(model, batch_size, max_pixels, small=False, execution=None, images=0):
+def model_runner(model, batch_size, max_pixels, small=False, execution=None, images=0):
+    """The runner for `model` (a Keras model, a `.keras` file or a SavedModel folder, loaded
+    through keras_vit.models.factory): `run_files` / `run_examples` give (outputs, error) per
+    image. Shared with keras_vit.evaluation."""
     from keras_vit.models.factory import is_saved_model, load_keras
 
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
         if is_saved_model(model):
-            return _SavedModelRunner(model, batch_size)
+            return SavedModelRunner(model, batch_size)
         if not model.endswith(".keras"):
             raise ArgumentError(f"model must be a Keras model, a .keras file or a SavedModel "
                                 f"folder, got {model!r}.")
         model = load_keras(model)
-    return _KerasRunner(model, batch_size, max_pixels, small, execution=execution, images=images)
+    return KerasRunner(model, batch_size, max_pixels, small, execution=execution, images=images)
 
 
 def _failure_message(path, read):
@@ -163,7 +168,7 @@ def _names_dict(names):
     return dict(enumerate(names)) if isinstance(names, (list, tuple)) else (names or {})
 
 
-class _KerasRunner:
+class KerasRunner:
     """Pixels decoded and resized in tf.data, then the Keras model, one batch at a time."""
 
     def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
@@ -284,7 +289,7 @@ class _KerasRunner:
         return self._compiled(x)
 
 
-class _SavedModelRunner:
+class SavedModelRunner:
     """File bytes read in tf.data, then the export's `serve_bytes` signature, a batch a call."""
 
     def __init__(self, folder, batch_size):

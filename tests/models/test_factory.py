@@ -107,6 +107,6 @@ def test_the_command_and_the_library_load_through_the_factory(tmp_path, monkeypa
     args = type("Args", (), {"model": str(tmp_path / "m.keras"), "weights": None,
                              "image_size": None, "classes": None})()
     common.load_model(args)
-    inference._runner(str(tmp_path / "m.keras"), 1, 10 ** 6)
+    inference.model_runner(str(tmp_path / "m.keras"), 1, 10 ** 6)
     assert calls == [str(tmp_path / "m.keras")] * 2
 
