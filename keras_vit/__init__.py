@@ -45,12 +45,12 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["export_saved_model", "export_tflite"], "keras_vit.export"),
     **dict.fromkeys(["train", "Recipe", "RECIPES", "get_recipe"], "keras_vit.training"),
     **dict.fromkeys(["load_dataset", "make_pipeline"], "keras_vit.data"),
-    **dict.fromkeys(["predict_images", "evaluate", "ImagePrediction"], "keras_vit.inference"),
+    **dict.fromkeys(["predict_images", "ImagePrediction"], "keras_vit.inference"),
+    "evaluate": "keras_vit.evaluation",
 }
-_SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "execution", "export",
-               "inference",
-               "labels",
-               "layers", "models", "normalization", "preprocessing", "training", "variants")
+_SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "evaluation",
+               "execution", "export", "inference", "labels", "layers", "models", "normalization",
+               "preprocessing", "reports", "training", "variants")
 
 __getattr__, __dir__, __all__ = _lazy.attach(__name__, {**_CORE, **_ON_FIRST_USE}, _SUBMODULES)
 

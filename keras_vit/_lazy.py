@@ -10,6 +10,8 @@ keras_vit/training/__init__.py.
 """
 
 import importlib
+import importlib.abc
+import importlib.util
 import sys
 import types
 import warnings
@@ -29,7 +31,8 @@ def attach(module_name, names, submodules=()):
             return value
         # A submodule, or a module a forwarding entry in sys.modules stands for (an old name,
         # found as `import` finds it).
-        if name in submodules or f"{module_name}.{name}" in sys.modules:
+        if name in submodules or f"{module_name}.{name}" in sys.modules \
+                or f"{module_name}.{name}" in RENAMED:
             return importlib.import_module(f"{module_name}.{name}")
         return moved_name(module_name, name)  # raises AttributeError for names never there
 
@@ -47,9 +50,9 @@ def load(module_name, names):
 
 
 # Names that moved in 0.2, kept importable for one release with a DeprecationWarning.
-# Each module in `RENAMED` is a forwarding module object placed in `sys.modules`
-# by `install_renamed` (which `import keras_vit` runs), so `import keras_vit.optimizers`
-# finds it there; each name read from it is read from the new home, with a
+# Each module in `RENAMED` is a forwarding module object that `import` finds through
+# the finder `install_renamed` adds (which `import keras_vit` runs), so
+# `import keras_vit.optimizers` gets it; each name read from it is read from the new home, with a
 # DeprecationWarning at the line that reads it. A public name that left a module
 # still there (`MOVED`) is found by that module's `__getattr__`, which calls
 # `moved_name`, and warns likewise. Remove this section, and what uses it, in 0.3.
@@ -60,7 +63,8 @@ RENAMED = {
     "keras_vit.weight_mapping": "keras_vit.checkpoints",
     "keras_vit.datasets": "keras_vit.data",
     "keras_vit.resnet": "keras_vit.models.resnet",
-    "keras_vit.report": "keras_vit.training.report",
+    "keras_vit.report": "keras_vit.reports",
+    "keras_vit.training.report": "keras_vit.reports",
 }
 
 
@@ -104,7 +108,24 @@ def _forwarding_module(old, new):
     return module
 
 
+class _RenamedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds each renamed module as its forwarding module, when it is first imported."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in RENAMED:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return _forwarding_module(spec.name, RENAMED[spec.name])
+
+    def exec_module(self, module):
+        pass
+
+
 def install_renamed():
-    """Places a forwarding module for each renamed module in `sys.modules` (once)."""
-    for old, new in RENAMED.items():
-        sys.modules.setdefault(old, _forwarding_module(old, new))
+    """Lets `import` find a forwarding module for each renamed module (once). Nothing is
+    placed in `sys.modules` until an old name is imported, so `import keras_vit` loads no
+    module, real or forwarding, under a package it loads on first use (keras_vit.training)."""
+    if not any(isinstance(finder, _RenamedFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RenamedFinder())

@@ -20,7 +20,8 @@ import os
 import statistics
 import time
 
-from keras_vit.errors import ArgumentError
+from keras_vit._support.files import read_text
+from keras_vit.errors import ArgumentError, PathError
 
 __all__ = ["EXECUTION_MODES", "check_execution", "choose_jit_compile", "time_modes"]
 
@@ -123,8 +124,7 @@ def _cache_key(model, batch_shape, training):
 
     cpu, flags = "unknown CPU", []
     try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
+        info = read_text("/proc/cpuinfo", "the processor's description", PathError)
         cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
                     if ln.startswith("model name")), cpu)
         flags = sorted(set(next((ln.split(":", 1)[1].split() for ln in info.splitlines()
@@ -150,8 +150,7 @@ def _cache_path():
 
 def _read_choices():
     try:
-        with open(_cache_path(), encoding="utf-8") as f:
-            choices = json.load(f)
+        choices = json.loads(read_text(_cache_path(), "a cache of execution choices", PathError))
     except (OSError, ValueError):  # none yet, or unreadable: measure again
         return {}
     return choices if isinstance(choices, dict) else {}

@@ -1,5 +1,5 @@
-"""Streaming inference: `predict_images` and `evaluate`, one result per image, memory bounded
-by the batch.
+"""Streaming prediction: `predict_images`, one result per image, memory bounded by the batch
+(`keras_vit.evaluation` runs a held-out split through the same runners).
 
 Images flow through `tf.data` (files read and decoded in parallel by
 `keras_vit.preprocessing`'s one decode path, batched, prefetched) into a Keras
@@ -15,11 +15,12 @@ import os
 
 import numpy as np
 
-from keras_vit.errors import ArgumentError, DatasetError, ImageError
+from keras_vit._support.files import read_text
+from keras_vit.errors import ArgumentError, ImageError
 from keras_vit.execution import check_execution
 from keras_vit.preprocessing import IMAGE_EXTENSIONS, IMAGE_FORMATS, MAX_PIXELS
 
-__all__ = ["ImagePrediction", "predict_images", "evaluate", "image_files"]
+__all__ = ["ImagePrediction", "ImageFiles", "predict_images", "image_files"]
 
 LIST_SUFFIXES = (".txt", ".lst")  # a source with one of these names lists image paths
 DEFAULT_BATCH_SIZE = 32
@@ -41,6 +42,11 @@ class ImagePrediction:
     error: str | None = None
 
 
+class ImageFiles(list):
+    """The image paths `image_files` found: given to it again (or to `predict_images`), they
+    are used as they are, so a folder is walked once however many steps need its files."""
+
+
 def image_files(sources):
     """The image paths `sources` names, in order: files as given, folders by the image files
     under them (recursively, sorted), glob patterns by their matches (sorted), and text files
@@ -49,15 +55,17 @@ def image_files(sources):
     Raises `ImageError` for a source that names nothing; a path a list names is kept as
     given (a missing one becomes a failed result when it is read).
     """
+    if isinstance(sources, ImageFiles):
+        return sources
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
-    paths = []
+    paths = ImageFiles()
     for source in map(os.fspath, sources):
         if os.path.isdir(source):
             paths += _folder_images(source)
         elif os.path.isfile(source) and source.lower().endswith(LIST_SUFFIXES):
-            with open(source, encoding="utf-8") as f:
-                paths += [line.strip() for line in f if line.strip()]
+            text = read_text(source, "a list of image paths", ImageError)
+            paths += [line.strip() for line in text.splitlines() if line.strip()]
         elif os.path.isfile(source):
             paths.append(source)
         elif glob.has_magic(source) and glob.glob(source, recursive=True):
@@ -81,7 +89,8 @@ def _folder_images(folder):
 
 def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=None,
                    max_pixels=MAX_PIXELS, execution=None):
-    """An iterator of `ImagePrediction`s, one per image of `sources` (`image_files`), in order.
+    """An iterator of `ImagePrediction`s, one per image of `sources` (`image_files`, or the
+    `ImageFiles` it returned), in order.
 
     `model`: a Keras model, a `.keras` file, or an exported SavedModel folder (a version
     folder or its base; its `serve_bytes` signature decodes, with the pixel budget it was
@@ -91,168 +100,19 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     `execution`: how TensorFlow runs a Keras model on a CPU, "auto" (the faster of
     "graph" and "xla" on this machine, `keras_vit.execution`), "graph" or "xla".
     """
-    _check_positive(batch_size=batch_size, top=top)
+    check_positive(batch_size=batch_size, top=top)
     check_execution(execution)
     paths = image_files(sources)  # checked here, not when the first result is asked for
-    runner = _runner(model, batch_size, max_pixels, small=len(paths) <= batch_size,
+    runner = model_runner(model, batch_size, max_pixels, small=len(paths) <= batch_size,
                      execution=execution, images=len(paths))
     names = runner.names(labels)
     return (_result(path, probabilities, error, top, names)
             for path, (probabilities, error) in zip(paths, runner.run_files(paths)))
 
 
-def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, data_dir=None,
-             few_shot=None, few_shot_seed=0, execution=None):
-    """Accuracy and per-class precision, recall and F1 of `model` on `dataset`'s held-out split.
-
-    `model` as for `predict_images`; `dataset`: "digits", a folder of class sub-folders or a
-    TFDS name (`keras_vit.load_dataset`), or the `DatasetSplits` it returns, whose held-out
-    split (the one `train` reports on) is streamed through the model `batch_size` images at a
-    time. Returns the report (the schema of a training run's report.json: accuracy,
-    per_class, macro_avg, confusion_matrix, class_names; plus top5_accuracy for more than 5
-    classes and image_count). With `output` (a folder): writes report.json, predictions.csv
-    (one row per image: id, label, predicted, the `top` classes and probabilities) and
-    confusion.png there.
-
-    `few_shot=K` scores the paper's few-shot linear probe instead of the model's head: a
-    closed-form ridge regression (`keras_vit.analysis.fit_linear_probe`) from the frozen
-    model's pooled features to the classes, fitted on K training examples of each class
-    (drawn with `few_shot_seed`), then applied to the held-out split; predictions.csv then
-    holds the probe's scores, not probabilities. A Keras ViT only (a SavedModel keeps no
-    features). `execution` as for `predict_images`.
-    """
-    from keras_vit.data import DatasetSplits, load_dataset
-
-    _check_positive(batch_size=batch_size, top=top)
-    check_execution(execution)
-    splits = dataset if isinstance(dataset, DatasetSplits) else load_dataset(dataset,
-                                                                             data_dir=data_dir)
-    name = splits.name or str(dataset)
-    runner = _runner(model, batch_size, MAX_PIXELS, execution=execution, images=splits.num_test)
-    probe = None
-    if few_shot is not None:
-        _check_positive(few_shot=few_shot)
-        runner, probe = _few_shot_probe(runner, splits, few_shot, few_shot_seed, batch_size)
-    elif runner.classes != splits.num_classes:
-        raise DatasetError(f"The model has {runner.classes} classes but dataset {name!r} has "
-                           f"{splits.num_classes}; evaluate it on the dataset it was trained for.")
-    names = splits.class_names
-    ids, labels, results = _run_split(runner, splits.test)
-    rows, skipped = [], list(splits.skipped_files)
-    for item_id, label, (outputs, error) in zip(ids, labels, results):
-        if error is not None:
-            skipped.append(item_id)
-        else:
-            rows.append((item_id, label, outputs))
-    if not rows:
-        raise DatasetError(f"No image of dataset {name!r}'s held-out split could be read.")
-    if probe is not None:
-        scores = probe.pop("fitted").predict(np.stack([o for _, _, o in rows]))
-        rows = [(item_id, label, row) for (item_id, label, _), row in zip(rows, scores)]
-    report = _report(rows, names, name, skipped, _test_split_record(splits))
-    model_name = getattr(getattr(runner, "model", None), "name", None)
-    report["model"] = model_name.removesuffix("_features") if model_name else None
-    if probe is not None:
-        report["few_shot_probe"] = probe
-    if output is not None:
-        _write_evaluation(output, report, rows, names, top,
-                          score="probability" if probe is None else "score")
-    return report
-
-
-def _run_split(runner, examples):
-    """(ids, labels, results) of a split: a folder's files by path, in-memory examples (digits,
-    TFDS) by their index in the split."""
-    if examples.element_spec[0].dtype.name == "string":  # a folder's files
-        items = [(p.decode("utf-8"), int(y)) for p, y in examples.as_numpy_iterator()]
-        paths = [path for path, _ in items]
-        return paths, [y for _, y in items], runner.run_files(paths)
-    labels = [int(y) for _, y in examples.as_numpy_iterator()]
-    return [str(i) for i in range(len(labels))], labels, runner.run_examples(examples)
-
-
-def _few_shot_probe(runner, splits, shots, seed, batch_size):
-    """(a runner giving the model's pooled features, the probe's record with the fitted
-    ridge regression under "fitted"): fitted on `shots` training examples of each class."""
-    import tensorflow as tf
-
-    from keras_vit.analysis.few_shot import few_shot_indices, fit_linear_probe
-    from keras_vit.analysis.probe import feature_model
-
-    if not isinstance(runner, _KerasRunner):
-        raise ArgumentError("few_shot needs a Keras model: the probe reads the model's pooled "
-                            "features, which a SavedModel does not keep.")
-    features = _KerasRunner(feature_model(runner.model), batch_size, runner.max_pixels,
-                            outputs="raw", execution=runner.execution, images=splits.num_test)
-    labels = np.asarray([int(y) for _, y in splits.train.as_numpy_iterator()])
-    chosen = few_shot_indices(labels, shots, seed)
-    keep = np.zeros(len(labels), bool)
-    keep[chosen] = True
-    keep = tf.constant(keep)
-    train = splits.train.enumerate().filter(lambda i, example: keep[i]) \
-        .map(lambda i, example: example)
-    _, train_labels, results = _run_split(features, train)
-    pairs = [(outputs, label) for (outputs, error), label in zip(results, train_labels)
-             if error is None]
-    if len(pairs) < len(chosen):
-        raise DatasetError(f"{len(chosen) - len(pairs)} of the {len(chosen)} few-shot training "
-                           "images could not be read; fix or remove them.")
-    fitted = fit_linear_probe(np.stack([o for o, _ in pairs]), [y for _, y in pairs],
-                              num_classes=splits.num_classes)
-    return features, {"shots": shots, "seed": seed, "train_images": len(pairs),
-                      "l2_regularization": 1.0, "features": features.model.layers[-1].name,
-                      "fitted": fitted}
-
-
-def _test_split_record(splits):
-    """The split record of the examples evaluated: the test split alone, whose fingerprint
-    `compare` checks against a training run's (keras_vit.analysis.compare)."""
-    record = splits.split or {}
-    fingerprints = record.get("fingerprints", {})
-    return {"evaluated": "test", "test": record.get("test"),
-            "sizes": {"test": record.get("sizes", {}).get("test")},
-            "fingerprints": {"test": fingerprints["test"]} if "test" in fingerprints else {}}
-
-
-def _report(rows, names, dataset, skipped, split):
-    from keras_vit.training.report import classification_summary
-
-    labels = np.asarray([label for _, label, _ in rows])
-    probabilities = np.stack([p for _, _, p in rows])
-    report = {"dataset": dataset, "split": split, "image_count": len(rows),
-              **classification_summary(labels, probabilities.argmax(-1), names)}
-    if len(names) > 5:
-        top5 = np.argsort(-probabilities, axis=-1, kind="stable")[:, :5]
-        report["top5_accuracy"] = float(np.mean(np.any(top5 == labels[:, None], axis=-1)))
-    report["skipped_files"] = {"count": len(skipped), "files": skipped}
-    return report
-
-
-def _write_evaluation(output, report, rows, names, top, score="probability"):
-    import csv
-    import json
-
-    from keras_vit.atomic import atomic_open
-    from keras_vit.training.report import plot_confusion
-
-    os.makedirs(output, exist_ok=True)
-    with atomic_open(os.path.join(output, "report.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    k = min(top, len(names))
-    with atomic_open(os.path.join(output, "predictions.csv"), "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["id", "label", "predicted", *[f"top{i}_{what}" for i in range(1, k + 1)
-                                                       for what in ("class", score)]])
-        for item_id, label, probabilities in rows:
-            best = np.argsort(-probabilities, kind="stable")[:k]
-            writer.writerow([item_id, names[label], names[best[0]],
-                             *[value for i in best for value in (names[i],
-                                                                 f"{probabilities[i]:.6g}")]])
-    plot_confusion(np.asarray(report["confusion_matrix"]), names,
-                   os.path.join(output, "confusion.png"))
-
-
-def _check_positive(**values):
+def check_positive(**values):
+    """Raises ArgumentError for any of `values` that is not a positive int (shared with
+    keras_vit.evaluation)."""
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
             raise ArgumentError(f"{name} must be a positive int, got {value!r}.")
@@ -266,21 +126,21 @@ def _result(path, probabilities, error, top, names):
                                   for i in best], [int(i) for i in best], probabilities)
 
 
-def _runner(model, batch_size, max_pixels, small=False, execution=None, images=0):
+def model_runner(model, batch_size, max_pixels, small=False, execution=None, images=0):
+    """The runner for `model` (a Keras model, a `.keras` file or a SavedModel folder, loaded
+    through keras_vit.models.factory): `run_files` / `run_examples` give (outputs, error) per
+    image. Shared with keras_vit.evaluation."""
+    from keras_vit.models.factory import is_saved_model, load_keras
+
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
-        if os.path.isdir(model):
-            return _SavedModelRunner(model, batch_size)
+        if is_saved_model(model):
+            return SavedModelRunner(model, batch_size)
         if not model.endswith(".keras"):
             raise ArgumentError(f"model must be a Keras model, a .keras file or a SavedModel "
                                 f"folder, got {model!r}.")
-        import keras
-
-        import keras_vit.training.optimizers  # noqa: F401  (a train-made file names them)
-        if not os.path.isfile(model):
-            raise ArgumentError(f"No .keras file at {model}.")
-        model = keras.saving.load_model(model)
-    return _KerasRunner(model, batch_size, max_pixels, small, execution=execution, images=images)
+        model = load_keras(model)
+    return KerasRunner(model, batch_size, max_pixels, small, execution=execution, images=images)
 
 
 def _failure_message(path, read):
@@ -308,7 +168,7 @@ def _names_dict(names):
     return dict(enumerate(names)) if isinstance(names, (list, tuple)) else (names or {})
 
 
-class _KerasRunner:
+class KerasRunner:
     """Pixels decoded and resized in tf.data, then the Keras model, one batch at a time."""
 
     def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
@@ -429,11 +289,13 @@ class _KerasRunner:
         return self._compiled(x)
 
 
-class _SavedModelRunner:
+class SavedModelRunner:
     """File bytes read in tf.data, then the export's `serve_bytes` signature, a batch a call."""
 
     def __init__(self, folder, batch_size):
-        self.serve = load_serve_bytes(folder)
+        from keras_vit.models import factory
+
+        self.serve = factory.load_serve_bytes(folder)
         self.batch_size = batch_size
         self.exported_names = {}
         spec = self.serve.structured_outputs["probabilities"]
@@ -510,23 +372,3 @@ class _NamesWithExported(dict):
         if key in self:
             return self[key]
         return self.exported.get(key, default)
-
-
-def load_serve_bytes(folder):
-    """The `serve_bytes` signature of the SavedModel in `folder` (a version folder, or a base
-    folder of numbered versions: the highest)."""
-    import tensorflow as tf
-
-    if not os.path.isdir(folder):
-        raise ArgumentError(f"No SavedModel folder at {folder}.")
-    if not os.path.exists(os.path.join(folder, "saved_model.pb")):
-        versions = [int(n) for n in os.listdir(folder)
-                    if n.isdigit() and os.path.exists(os.path.join(folder, n, "saved_model.pb"))]
-        if not versions:
-            raise ArgumentError(f"{folder} holds no saved_model.pb, nor version folders with one.")
-        folder = os.path.join(folder, str(max(versions)))
-    signatures = tf.saved_model.load(folder).signatures
-    if "serve_bytes" not in signatures:
-        raise ArgumentError(f"{folder} has no serve_bytes signature (it has {sorted(signatures)}); "
-                            "export it with keras_vit.export_saved_model.")
-    return signatures["serve_bytes"]

@@ -127,3 +127,13 @@ def test_a_few_shot_probe_of_a_saved_model_is_refused_in_one_line(cli, tmp_path)
                   "--few-shot", "5", "--output", str(tmp_path / "out")])
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_evaluation_has_its_own_module_and_inference_streams_only():
+    """`keras_vit.evaluate` (and the few-shot probe) live in keras_vit.evaluation; inference.py
+    keeps streaming prediction only."""
+    from keras_vit import evaluation, inference
+
+    assert keras_vit.evaluate is evaluation.evaluate
+    assert not hasattr(inference, "evaluate") and not hasattr(inference, "_few_shot_probe")
+    assert "evaluate" not in inference.__all__

@@ -81,6 +81,46 @@ def test_predict_folder_writes_a_row_per_image(model_file, tmp_path, cli):
     assert [line["path"] for line in lines] == sorted(pixels) and len(lines[0]["labels"]) == 5
 
 
+def test_predict_folder_walks_the_folder_once(model_file, tmp_path, cli, monkeypatch):
+    """`keras-vit predict FOLDER` checks the sources first (a source naming nothing is the one
+    line) and predicts on the files that check found: os.walk runs once per folder, not once
+    for the check and again for the prediction. Counted, not timed."""
+    path, _ = model_file
+    write_images(str(tmp_path / "photos"), [f"{c}/{i}.png" for c in "ab" for i in range(3)])
+    walks = []
+    walk = os.walk
+
+    def counting(top, *args, **kwargs):
+        walks.append(os.fspath(top))
+        return walk(top, *args, **kwargs)
+    monkeypatch.setattr(inference.os, "walk", counting)
+    out = tmp_path / "preds.csv"
+    result = cli(["predict", str(tmp_path / "photos"), "--model", path, "--output", str(out)])
+    assert result.returncode == 0, result.stderr
+    assert walks == [str(tmp_path / "photos")]
+    assert len(out.read_text().splitlines()) == 1 + 6
+    # The library's own entry point: a list image_files made is used as it is.
+    walks.clear()
+    found = inference.image_files(str(tmp_path / "photos"))
+    assert len(list(keras_vit.predict_images(path, found))) == 6
+    assert walks == [str(tmp_path / "photos")]
+
+
+def test_a_list_file_is_read_through_the_one_read_path(tmp_path, monkeypatch):
+    """A .txt list of images is read by keras_vit._support.files (regular files only, a size
+    cap), not a bare open()."""
+    from keras_vit._support import files
+
+    listed = tmp_path / "list.txt"
+    listed.write_text("a.png\nb.png\n")
+    reads = []
+    read_text = files.read_text
+    monkeypatch.setattr(inference, "read_text",
+                        lambda p, *a, **k: reads.append(p) or read_text(p, *a, **k))
+    assert inference.image_files(str(listed)) == ["a.png", "b.png"]
+    assert reads == [str(listed)]
+
+
 def test_a_bad_image_is_a_row_with_its_error_and_exit_1(model_file, tmp_path, cli):
     path, model = model_file
     pixels = write_images(str(tmp_path / "photos"), ["a.png", "c.png", "d.png"])
@@ -110,7 +150,9 @@ def test_saved_model_predicts_a_batch_per_call(model_file, tmp_path, monkeypatch
     export = export_saved_model(model, str(tmp_path / "served"))
     pixels = write_images(str(tmp_path / "photos"), [f"{i}.png" for i in range(7)])
     calls = []
-    load = inference.load_serve_bytes
+    from keras_vit.models import factory
+
+    load = factory.load_serve_bytes
 
     def counting(folder):
         serve = load(folder)
@@ -120,7 +162,7 @@ def test_saved_model_predicts_a_batch_per_call(model_file, tmp_path, monkeypatch
             return serve(image_bytes=image_bytes)
         call.structured_outputs = serve.structured_outputs
         return call
-    monkeypatch.setattr(inference, "load_serve_bytes", counting)
+    monkeypatch.setattr(factory, "load_serve_bytes", counting)
 
     results = list(keras_vit.predict_images(export, str(tmp_path / "photos"), batch_size=3))
     assert calls == [3, 3, 1]

@@ -134,7 +134,8 @@ def test_public_api_only_grows():
     ("keras_vit.weight_mapping", "keras_vit.checkpoints", "load_weights"),
     ("keras_vit.datasets", "keras_vit.data", "make_pipeline"),
     ("keras_vit.resnet", "keras_vit.models.resnet", "ResNetV2"),
-    ("keras_vit.report", "keras_vit.training.report", "write_report"),
+    ("keras_vit.report", "keras_vit.reports", "write_report"),
+    ("keras_vit.training.report", "keras_vit.reports", "read_log"),
 ])
 def test_moved_modules_still_import_with_a_deprecation_warning(old, new, name):
     """Each name read from the old module warns, at the reading line, and is the new one."""

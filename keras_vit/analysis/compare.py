@@ -22,10 +22,10 @@ Folders on different datasets, classes or splits are refused (`DatasetError`, na
 differs): their numbers do not measure the same thing.
 """
 
-import json
 import os
 
 from keras_vit.errors import ArgumentError, DatasetError, PathNotFoundError
+from keras_vit.reports import read_log, read_report
 
 __all__ = ["compare_runs", "read_run"]
 
@@ -38,21 +38,7 @@ def read_run(folder):
     if not os.path.isfile(path):
         raise PathNotFoundError(f"{folder} has no report.json: not a training run or an "
                                 "evaluation folder.")
-    try:
-        with open(path, encoding="utf-8") as f:
-            report = json.load(f)
-    except (OSError, ValueError) as error:
-        raise DatasetError(f"{path} is not readable JSON ({error}).") from error
-    test = (report.get("split") or {}).get("fingerprints", {}).get("test") \
-        if isinstance(report, dict) else None
-    missing = [key for key in ("dataset", "class_names", "accuracy", "macro_avg", "per_class")
-               if not isinstance(report, dict) or key not in report]
-    if missing or not test:
-        what = ", ".join(missing + ([] if test else ["split.fingerprints.test"]))
-        raise DatasetError(f"{path} lacks {what}: written by an older keras_vit? Train or "
-                           "evaluate again to compare it.")
-    from keras_vit.training.report import read_log
-
+    report = read_report(path)
     return {"folder": folder, "report": report,
             "log": read_log(os.path.join(folder, "log.csv"))}
 
@@ -127,11 +113,10 @@ def _gflops(run):
     path = os.path.join(run["folder"], "model.keras")
     if not os.path.isfile(path):
         return None
-    import keras  # keras_vit's layers are registered: this module is inside keras_vit
-
     from keras_vit.analysis.flops import forward_flops
+    from keras_vit.models.factory import load_keras
 
-    flops = forward_flops(keras.saving.load_model(path, compile=False))  # no optimizer needed
+    flops = forward_flops(load_keras(path, compile=False))  # no optimizer needed
     return None if flops is None else flops / 1e9
 
 

@@ -14,9 +14,8 @@ import argparse
 import itertools
 import os
 import sys
-import zipfile
 
-from keras_vit.errors import CheckpointError, CommandError, KerasViTError
+from keras_vit.errors import CommandError, KerasViTError
 
 __all__ = ["CommandError", "Parser", "add_model_options", "add_max_pixels_option",
            "add_execution_option", "load_model",
@@ -208,35 +207,24 @@ def given_model_options(args):
 
 
 def load_model(args):
-    """The model `--model` (with --weights, --image-size, --classes) names."""
-    import keras
-
-    from keras_vit.models import build
+    """The model `--model` (with --weights, --image-size, --classes) names, through
+    `keras_vit.models.factory`; sizes that cannot fit here are refused naming their flag."""
+    from keras_vit.models.factory import build, load_keras
 
     if args.model.endswith(".keras"):
         given = given_model_options(args)
         if given:
             raise CommandError(f"{args.model} is a saved model; {', '.join(given)} cannot change it.")
-        if not os.path.isfile(args.model):
-            raise CommandError(f"No .keras file at {args.model}.")
-        if not zipfile.is_zipfile(args.model):  # Keras would call it "File not found"
-            raise CheckpointError(f"{args.model} is not a .keras file (a zip): truncated, or "
-                                  "another kind of file?")
-        # A model.keras from `keras-vit train` names its optimizer (keras_vit's SGD or AdamW),
-        # which `import keras_vit` registers; under the command keras_vit loads on first use.
+        # A model.keras from `keras-vit train` names its optimizer (keras_vit's SGD or
+        # AdamW), which `import keras_vit` registers; under the command keras_vit loads on
+        # first use, so it is registered here.
         import keras_vit.training.optimizers  # noqa: F401
-        try:
-            return keras.saving.load_model(args.model)
-        except (ValueError, KeyError, OSError, zipfile.BadZipFile, EOFError) as error:
-            # Keras' errors for a torn or foreign file (a truncated zip, no config.json, an
-            # unknown class); the first line says which.
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise CheckpointError(f"{args.model} is not a .keras model keras_vit can load "
-                                  f"({type(error).__name__}: {reason}).") from error
-    from keras_vit._sizes import check_fits
+        return load_keras(args.model)
+    from keras_vit.models.memory import check_fits
     from keras_vit.variants import get_architecture
 
     architecture = get_architecture(args.model)  # a ViT variant, or a BiT ("BiT-R50x1")
+    # The constructors check too; here the batch joins in, and the flag is named.
     check_fits(architecture, args.image_size, args.classes, getattr(args, "batch_size", None) or 1)
     return build(architecture, weights=args.weights, image_size=args.image_size,
                  classes=args.classes)

@@ -153,7 +153,9 @@ def predict(args):
 
     if args.top <= 0:
         raise CommandError(f"--top must be positive, got {args.top}.")
-    image_files(args.images)  # first: a source that names nothing is the one line
+    # First: a source that names nothing is the one line; the files found are predicted on
+    # as they are (a folder is walked once).
+    images = image_files(args.images)
     labels = None
     labels_file = args.labels or (None if args.saved_model else labels_beside(args.model))
     if labels_file:
@@ -163,7 +165,7 @@ def predict(args):
         given = given_model_options(args)
         if given:
             raise CommandError(f"{', '.join(given)} apply to --model, not to --saved-model.")
-        return predict_images(args.saved_model, args.images, args.batch_size, args.top, labels)
+        return predict_images(args.saved_model, images, args.batch_size, args.top, labels)
     model = load_model(args)  # first: a refused --model, --image-size or --classes is the one line
     if not args.model.endswith(".keras") and args.weights is None:
         warn("keras-vit predict", f"--model {args.model} without --weights has random weights, so "
@@ -171,5 +173,5 @@ def predict(args):
     if labels is not None and len(labels) != int(model.output_shape[-1]):
         raise CommandError(f"--labels names {len(labels)} classes, but the model has "
                            f"{int(model.output_shape[-1])}.")
-    return predict_images(model, args.images, args.batch_size, args.top, labels, args.max_pixels,
+    return predict_images(model, images, args.batch_size, args.top, labels, args.max_pixels,
                           execution=args.execution)

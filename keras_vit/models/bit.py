@@ -9,7 +9,15 @@ import keras
 from keras_vit.checkpoints import load_weights, resolve_weights
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.resnet import PreActBottleneckUnit, bit_conv, bit_group_norm
-from keras_vit.models.vit import _input_arguments, _positive_int, _size_argument
+from keras_vit.models.arguments import (
+    classes_argument,
+    flag_argument,
+    input_arguments,
+    name_argument,
+    positive_int,
+    size_argument,
+)
+from keras_vit.models.memory import check_fits
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, rescaling_arguments
 from keras_vit.variants import BIT_VARIANTS, bit_constructor_names, get_bit_variant
 
@@ -59,12 +67,13 @@ def BiT(variant, weights=None, image_size=None, include_top=True, classes=None, 
         [-1, 1] (see `keras_vit.preprocess_input`) to logits `(batch, classes)`
         or features.
     """
-    image_size, channels = _input_arguments(input_shape, input_tensor, image_size, channels)
-    if not isinstance(include_preprocessing, bool):
-        raise ArgumentError(f"include_preprocessing must be True or False, got {include_preprocessing!r}.")
+    image_size, channels = input_arguments(input_shape, input_tensor, image_size, channels)
+    flag_argument("include_preprocessing", include_preprocessing)
+    flag_argument("include_top", include_top)
+    name_argument(name)
     variant = get_bit_variant(variant)
-    image_size = _size_argument(image_size) or (224, 224)
-    channels = _positive_int("channels", channels)
+    image_size = size_argument(image_size) or (224, 224)
+    channels = positive_int("channels", channels)
     if pooling not in _POOLINGS:
         raise ArgumentError(f'pooling must be "avg", "max" or None, got {pooling!r}.')
     if include_top and pooling == "max":
@@ -72,11 +81,8 @@ def BiT(variant, weights=None, image_size=None, include_top=True, classes=None, 
                             'the global mean ("avg").')
     if not include_top and classifier_activation is not None:
         raise ArgumentError("classifier_activation applies to the head; it needs include_top=True.")
-    if classes is not None:
-        if not include_top:
-            raise ArgumentError(f"classes={classes!r} sets the size of the head, which "
-                                "include_top=False leaves out; drop classes, or keep the top.")
-        classes = _positive_int("classes", classes)
+    classes = classes_argument(classes, include_top)
+    check_fits(variant, image_size, classes)  # before any weights are read or arrays made
     source = resolve_weights(variant, weights, image_size)
     with contextlib.closing(source) if source is not None else contextlib.nullcontext():
         if classes is None:

@@ -7,6 +7,7 @@ import keras
 from keras_vit.checkpoints import load_resnet_weights, resolve_weights
 from keras_vit.errors import ArgumentError
 from keras_vit.layers import ResNetTrunk
+from keras_vit.models.arguments import name_argument, positive_int, size_argument
 from keras_vit.variants import get_variant
 
 __all__ = ["ResNetV2"]
@@ -36,9 +37,10 @@ def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, 
     if not variant.is_hybrid:
         raise ArgumentError(f"{variant.short_name} has no ResNet; use a hybrid variant such as "
                             '"R50+B/16", "R26+S/32" or "R+Ti/16".')
-    if isinstance(image_size, int):
-        image_size = (image_size, image_size)
-    shape = (None, None) if image_size is None else tuple(image_size)
+    image_size = size_argument(image_size)
+    channels = positive_int("channels", channels)
+    name_argument(name)
+    shape = (None, None) if image_size is None else image_size
     images = keras.Input((*shape, channels), name="images")
     source = resolve_weights(variant, weights)
     with contextlib.closing(source) if source is not None else contextlib.nullcontext():

@@ -3,10 +3,8 @@
 import contextlib
 import dataclasses
 import inspect
-import numbers
 
 import keras
-import numpy as np
 
 from keras_vit.checkpoints import load_weights, resolve_weights
 from keras_vit.errors import ArgumentError
@@ -19,6 +17,15 @@ from keras_vit.layers import (
     TransformerBlock,
 )
 from keras_vit.layers.transformer import LAYER_NORM_EPSILON
+from keras_vit.models.arguments import (
+    classes_argument,
+    flag_argument,
+    input_arguments,
+    name_argument,
+    positive_int,
+    size_argument,
+)
+from keras_vit.models.memory import check_fits
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, rescaling_arguments
 from keras_vit.variants import VARIANTS, constructor_names, get_variant
 
@@ -102,19 +109,17 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         `include_preprocessing=True`) to logits `(batch, classes)`, pooled
         features `(batch, D)` or tokens `(batch, n, D)`.
     """
-    image_size, channels = _input_arguments(input_shape, input_tensor, image_size, channels)
-    if not isinstance(include_preprocessing, bool):
-        raise ArgumentError(f"include_preprocessing must be True or False, got {include_preprocessing!r}.")
+    image_size, channels = input_arguments(input_shape, input_tensor, image_size, channels)
+    flag_argument("include_preprocessing", include_preprocessing)
+    flag_argument("include_top", include_top)
+    name_argument(name)
     if isinstance(pooling, str) and pooling in _POOLING_ALIASES:
         pooling = _POOLING_ALIASES[pooling]
     variant = get_variant(variant)
-    image_size = _size_argument(image_size)
-    channels = _positive_int("channels", channels)
-    if classes is not None:
-        if not include_top:
-            raise ArgumentError(f"classes={classes!r} sets the size of the head, which "
-                                "include_top=False leaves out; drop classes, or keep the top.")
-        classes = _positive_int("classes", classes)
+    image_size = size_argument(image_size)
+    channels = positive_int("channels", channels)
+    classes = classes_argument(classes, include_top)
+    check_fits(variant, image_size, classes)  # before any weights are read or arrays made
     source = resolve_weights(variant, weights, image_size)
     # A user's file is held open from here to the load: the file checked is the file read.
     with contextlib.closing(source) if source is not None else contextlib.nullcontext():
@@ -148,64 +153,15 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
     return model
 
 
-def _input_arguments(input_shape, input_tensor, image_size, channels):
-    """keras.applications' input_shape and input_tensor as (image_size, channels)."""
-    if input_tensor is not None:
-        if not keras.backend.is_keras_tensor(input_tensor):
-            raise ArgumentError("input_tensor must be a Keras tensor (keras.Input(...) or a layer's "
-                                f"output), got {type(input_tensor).__name__}.")
-        tensor_shape = tuple(input_tensor.shape[1:])
-        if input_shape is not None and tuple(input_shape) != tensor_shape:
-            raise ArgumentError(f"input_shape {tuple(input_shape)} differs from input_tensor's "
-                                f"shape {tensor_shape}; give one of them.")
-        input_shape = tensor_shape
-    if input_shape is None:
-        return image_size, channels
-    if (isinstance(input_shape, str) or not hasattr(input_shape, "__len__") or len(input_shape) != 3
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in input_shape)):
-        raise ArgumentError("input_shape must be (height, width, channels) with fixed positive sizes "
-                            f"(a ViT's position embeddings are per patch), got {input_shape!r}.")
-    height, width, depth = input_shape
-    if image_size is not None:
-        size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-        if size != (height, width):
-            raise ArgumentError(f"image_size {image_size!r} differs from input_shape {tuple(input_shape)}; "
-                                "give one of them.")
-    if channels not in (3, depth):  # 3 is the default: input_shape decides
-        raise ArgumentError(f"channels={channels} differs from input_shape {tuple(input_shape)}; "
-                            "give one of them.")
-    return (height, width), depth
-
-
 def _default_name(variant):
     # TensorFlow scope names reject "+"; the AugReg file names spell it "_" too (R50_L_32).
     return variant.name.replace("+", "_")
 
 
-def _positive_int(name, value):
-    """`value` as an int (NumPy integers too); a bool, float or non-positive value is an error."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
-            or value <= 0:
-        raise ArgumentError(f"{name} must be a positive int, got {value!r}.")
-    return int(value)
-
-
-def _size_argument(image_size):
-    """None, or `image_size` as (height, width) of ints; 32.0 or (32, "32") is an error."""
-    if image_size is None:
-        return None
-    pair = (image_size, image_size) if not isinstance(image_size, (tuple, list)) else image_size
-    if len(pair) != 2 or any(isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral)
-                             or s <= 0 for s in pair):
-        raise ArgumentError(f"image_size must be a positive int or (height, width) of ints, got "
-                            f"{image_size!r}.")
-    return tuple(int(s) for s in pair)
-
-
 def _image_size(image_size, source, variant):
     if image_size is None:
         image_size = source.resolution if source and source.resolution else 224
-    image_size = _size_argument(image_size)
+    image_size = size_argument(image_size)
     if variant.is_hybrid:
         _check_hybrid_image_size(variant, image_size)
         return image_size

@@ -34,7 +34,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_vit._support.files import read_text
+from keras_vit._support.files import MAX_IMAGE_BYTES, read_file, read_text
 from keras_vit.atomic import atomic_open, atomic_path, remove_temporaries
 from keras_vit.errors import RunConflictError
 
@@ -108,11 +108,8 @@ def _check_json(path):
 
 
 def _check_png(path):
-    with open(path, "rb") as f:
-        head = f.read(8)
-        f.seek(max(0, os.path.getsize(path) - len(_PNG_END)))
-        tail = f.read()
-    if head != b"\x89PNG\r\n\x1a\n" or tail != _PNG_END:
+    data = read_file(path, "a PNG figure", RunConflictError, MAX_IMAGE_BYTES)
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[-len(_PNG_END):] != _PNG_END:
         return "not a whole PNG"
     return None
 

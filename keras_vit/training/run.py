@@ -51,7 +51,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit._sizes import check_fits
+from keras_vit import reports as report
 from keras_vit._support.files import read_text
 from keras_vit.atomic import atomic_open
 from keras_vit.data import VALIDATION_FRACTION, get_preset, load_dataset, make_pipeline
@@ -59,8 +59,9 @@ from keras_vit.data.splitting import SPLIT_SEED
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
 from keras_vit.execution import check_execution, choose_jit_compile
 from keras_vit.models import ViT
+from keras_vit.models.memory import check_fits
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
-from keras_vit.training import report, resume
+from keras_vit.training import resume
 from keras_vit.training.distribute import multi_worker_fit
 from keras_vit.training.placement import get_placement
 from keras_vit.training.prebuild import build_training_state

@@ -4,11 +4,13 @@ The harness runs on each entry of `keras_vit.VARIANTS` (plain, gap and hybrid):
 
     (a) the exact parameter count at full size, from `EXPECTED_PARAMS`;
     (b) a forward pass, with every shape along the way checked;
-    (c) a `.keras` round trip (default safe_mode) giving identical outputs;
     (d) a strict load of a random official-layout file written by the
         independent oracle (tests/oracle.py), values checked against the file.
 
-(b)-(d) run on a one-block copy of a variant (same width, patch, pooling and
+(c), the `.keras` round trip, is tests/model_checks.py's, run over every table by
+tests/models/test_tables.py with `save_npz` -> strict reload and the counts.
+
+(b) and (d) run on a one-block copy of a variant (same width, patch, pooling and
 ResNet trunk) at a small image size, and on the full variant under `-m slow`.
 The default suite runs them on `DEFAULT_HARNESS`, one variant for each way the
 model is put together (class token, global average pool, hybrid with and
@@ -23,7 +25,6 @@ import inspect
 import pathlib
 import re
 
-import keras
 import numpy as np
 import pytest
 
@@ -175,29 +176,6 @@ def test_forward_pass_shapes(name, full):
         assert "resnet" not in [layer.name for layer in model.layers]
     logits = model(_images(2, image_size)).numpy()
     assert logits.shape == (2, 7) and np.all(np.isfinite(logits))
-
-
-# --- (c) .keras round trip ------------------------------------------------------------------
-
-@pytest.mark.parametrize("name,full", HARNESS)
-def test_keras_file_round_trip(name, full, tmp_path):
-    variant, size = _harness_variant(name, full)
-    model = keras_vit.ViT(variant, image_size=size, classes=7)
-    rng = np.random.default_rng(0)
-    for w in model.weights:  # every weight random, the zero-initialised head too
-        w.assign((0.05 * rng.standard_normal(w.shape)).astype("float32"))
-    x = _images(2, (size, size))
-    expected = model(x).numpy()
-    assert np.abs(expected).max() > 0  # the outputs carry the weights
-    path = tmp_path / "model.keras"
-    model.save(path)
-    restored = keras.saving.load_model(path)  # safe_mode stays on: no Lambda layers, no pickles
-    np.testing.assert_array_equal(restored(x).numpy(), expected)
-    assert [layer.name for layer in restored.layers] == [layer.name for layer in model.layers]
-    if variant.is_hybrid:
-        trunk = restored.get_layer("resnet")
-        assert type(trunk).__name__ == "ResNetTrunk"
-        assert tuple(trunk.stages) == tuple(variant.resnet_stages)
 
 
 # --- (d) strict load of an official-layout file --------------------------------------------

@@ -1,4 +1,13 @@
-"""The evaluation report of a training run: report.json, curves.png and confusion.png."""
+"""report.json, the one schema of a run's results: written by `train` (with curves.png and
+confusion.png) and `evaluate` (with predictions.csv), read by `compare`.
+
+Its fields: `dataset`, `class_names` (the head's order), `split` (the split record, with
+`fingerprints.test`), `accuracy`, `macro_avg` {precision, recall, f1}, `per_class` {class
+name: {precision, recall, f1, support}}, `confusion_matrix` (rows true classes, columns
+predicted), `skipped_files`; and, by who wrote it, `model`, `weights`, `recipe`,
+`parameters`, `gflops_per_image`, `train_seconds`, `images_per_second`, `epochs_logged`,
+`top5_accuracy`, `image_count`, `few_shot_probe`. `REQUIRED` are what `read_report` insists on.
+"""
 
 import csv
 import io
@@ -9,9 +18,13 @@ import numpy as np
 
 from keras_vit._support.files import read_text
 from keras_vit.atomic import atomic_open, atomic_path
-from keras_vit.errors import RunConflictError
+from keras_vit.errors import DatasetError, RunConflictError
 
-__all__ = ["classification_summary", "write_report", "read_log", "plot_curves", "plot_confusion"]
+__all__ = ["REQUIRED", "classification_summary", "write_report", "write_json", "read_report",
+           "read_log", "plot_curves", "plot_confusion"]
+
+# What `compare` needs of every report.json (and `split.fingerprints.test`).
+REQUIRED = ("dataset", "class_names", "accuracy", "macro_avg", "per_class")
 
 
 def classification_summary(labels, predictions, class_names):
@@ -54,11 +67,33 @@ def write_report(output, labels, predictions, class_names, run_info, skipped_fil
     log = read_log(os.path.join(output, "log.csv"))
     report["epochs_logged"] = len(log)
     report["train_seconds"] = float(sum(float(r.get("seconds") or 0) for r in log))
-    with atomic_open(os.path.join(output, "report.json"), "w") as f:
-        json.dump(report, f, indent=2)
+    write_json(output, report)
     plot_curves(log, os.path.join(output, "curves.png"))
     plot_confusion(np.asarray(report["confusion_matrix"]), class_names,
                    os.path.join(output, "confusion.png"))
+    return report
+
+
+def write_json(output, report):
+    """Writes `report` as `output`/report.json (atomically: a reader sees the old or the new)."""
+    with atomic_open(os.path.join(output, "report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+
+
+def read_report(path):
+    """The report.json at `path`, checked for the `REQUIRED` fields and the test split's
+    fingerprint; `DatasetError` names what is missing or unreadable."""
+    try:
+        report = json.loads(read_text(path, "a report.json", DatasetError))
+    except (OSError, ValueError) as error:
+        raise DatasetError(f"{path} is not readable JSON ({error}).") from error
+    test = (report.get("split") or {}).get("fingerprints", {}).get("test") \
+        if isinstance(report, dict) else None
+    missing = [key for key in REQUIRED if not isinstance(report, dict) or key not in report]
+    if missing or not test:
+        what = ", ".join(missing + ([] if test else ["split.fingerprints.test"]))
+        raise DatasetError(f"{path} lacks {what}: written by an older keras_vit? Train or "
+                           "evaluate again to compare it.")
     return report
 
 

@@ -10,6 +10,9 @@ would otherwise end in an allocator's traceback or the kernel's OOM killer.
 Sizes under it may still not fit (the optimizer's state, a GPU's smaller memory):
 the command line turns the out-of-memory error they raise into one line instead
 (keras_vit/cli/common.py).
+
+`ViT` and `BiT` call it first thing (with a batch of one), so a library call is refused
+as early as the command; the command and `train` call it again with their batch size.
 """
 
 import math
