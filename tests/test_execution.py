@@ -195,7 +195,11 @@ def test_a_digits_run_trains_under_xla(tmp_path):
     """The whole of `train` under XLA (test_training_compiles_with_the_chosen_mode shows the
     mode reaching compile in the default run; this one pays for XLA compiling the step)."""
     report = keras_vit.train("digits", epochs=1, output=str(tmp_path / "run"), execution="xla")
-    assert report["jit_compile"] is True and report["accuracy"] > 0.2
+    assert report["jit_compile"] is True
+    # No guessed threshold on one epoch's quality (tests/conftest.py, the shared digits run): the
+    # accuracy the report states is the one its own confusion matrix holds.
+    matrix = np.asarray(report["confusion_matrix"])
+    assert matrix.sum() == 360 and report["accuracy"] == pytest.approx(np.trace(matrix) / 360)
 
 
 def test_export_compiles_the_model_with_xla_only_when_asked(tmp_path, monkeypatch):
