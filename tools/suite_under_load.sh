@@ -17,5 +17,7 @@ PYTHON="${PYTHON:-python}"
 BURNER=$!
 # Killed however the run ends: success, a failing test, or Ctrl-C.
 trap 'kill "$BURNER" 2>/dev/null || true; wait "$BURNER" 2>/dev/null || true' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 echo "suite_under_load: process $BURNER burns a core for the whole run" >&2
 "$PYTHON" -m pytest --durations=15 "$@"
