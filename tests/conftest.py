@@ -137,8 +137,8 @@ def cli(capsys):
 # its stdout is the command's own. Training it once instead of in each test saves a run each.
 # A shared fixture that trains must train enough for every test that reads it: two epochs make
 # a run whose outputs every reader checks, but whose quality is low and varies (test accuracy
-# 0.32 to 0.46 over the seeds `python -m benchmarks.digits_seeds --epochs 2 --seeds ...`
-# measured; one probe of its features got 0.489 against a guessed 0.5). So a reader compares two
+# 0.306 to 0.456 over 28 runs of `python -m benchmarks.digits_seeds --epochs 2 --seeds ...`;
+# one probe of its features got 0.489 against a guessed 0.5). So a reader compares two
 # code paths on the run rather than assert its quality; the one bound on it
 # (tests/training/test_run.py) comes from that measured distribution with a margin. A test that
 # needs a well-trained model trains its own, or this fixture trains longer for all.

@@ -29,7 +29,14 @@ def read_log(output):
 
 
 def test_short_digits_run_writes_every_output(digits_run):
-    """The shared two-epoch run (tests/conftest.py); its report read back from report.json."""
+    """The shared two-epoch run (tests/conftest.py); its report read back from report.json.
+
+    Its one bound on quality comes from a measured distribution, not a guess:
+    `python -m benchmarks.digits_seeds --epochs 2 --seeds $(seq 0 23)` and seeds 10 to 13 again
+    (28 runs, 2026-11-25, 2-core machine, loaded and quiet) gave test accuracy 0.306 to 0.456,
+    runs of one seed differing by up to 0.033 (TensorFlow's thread order). The bound 0.2 sits
+    0.106 below the observed minimum: over 4 binomial standard deviations of a 360-image score
+    (0.024 at 0.3), and twice chance (0.1)."""
     output = digits_run[0]
     for name in OUTPUTS:
         assert os.path.exists(os.path.join(output, name)), name
@@ -53,7 +60,7 @@ def test_short_digits_run_writes_every_output(digits_run):
     labels = np.array([y for _, y in splits.test.as_numpy_iterator()])
     assert np.mean(predictions == labels) == pytest.approx(report["accuracy"], abs=1e-9)
     assert np.trace(matrix) / matrix.sum() == pytest.approx(report["accuracy"])
-    assert report["accuracy"] > 0.2  # two epochs already learn something (chance: 0.1)
+    assert report["accuracy"] > 0.2  # observed minimum 0.306 over 28 runs (the docstring)
 
 
 def test_folder_with_corrupt_file_trains_and_reports_it(tmp_path):
