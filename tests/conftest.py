@@ -52,6 +52,45 @@ LONGEST_MODULES = (
 )
 
 
+# Every assertion on elapsed time in the default suite, in one place (issue 31). The suite's
+# outcome must not depend on the machine's load: a claim about speed is a benchmark's
+# (benchmarks/, its figure on docs/performance.md), and a test counts work instead (bytes read,
+# decoder calls, modules imported). What stays are bounds on hostile or offline input, "refused
+# in under N seconds", where the behaviour they replaced took minutes or for ever; each keeps a
+# margin of at least 10x over its measured time. Measured 2026-11-25 on the 2-core machine under
+# one burnt core (tools/suite_under_load.sh) beside three other engineers' jobs (load average
+# 10 to 14, heavier than the suite's own): the measured time, the bound, the margin.
+# tests/test_time_bounds.py fails on a time assertion in a test not listed here, and on an
+# entry that names no test.
+TIME_BOUNDS = {
+    "tests/checkpoints/test_cache.py::test_a_dead_or_trickling_server_is_refused_within_the_stall_timeout":
+        "1.18 s (the 1 s stall timeout); bound 12 s; 10x",
+    "tests/checkpoints/test_cache.py::test_slow_headers_and_a_silent_server_are_refused_at_their_deadlines":
+        "10.05 s (the 10 s deadlines); bound 110 s; 11x",
+    "tests/checkpoints/test_download.py::test_offline_error_appears_within_ten_seconds":
+        "0.30 s; bound 10 s; 33x",
+    "tests/checkpoints/test_formats.py::test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked":
+        "0.0008 s (the offline hf:// refusal, inside its script); bound 10 s; over 1000x",
+    "tests/checkpoints/test_loader.py::test_hostile_checkpoint_is_refused_by_name_and_changes_nothing":
+        "0.042 s (the cheap refusals); bound 1 s; 24x",
+    "tests/checkpoints/test_safetensors_headers.py::test_a_large_header_is_parsed_in_one_linear_pass":
+        "3.3 s (40,000 entries, the load alone); bound 60 s; 18x",
+    "tests/cli/test_hostile_arguments.py::test_a_hostile_command_is_bounded_and_changes_nothing":
+        "per case, at most 0.11 s for the 5 s bounds and 2.2 s for the 30 s ones; 13x or more",
+    "tests/data/test_image_files.py::test_image_cases_decode_as_pillow_shows_them_within_their_bound":
+        "0.58 s (the palette BMP, the slowest case); bound 6 s; 10x",
+    "tests/data/test_image_files.py::test_paths_that_are_not_regular_files_are_refused_unopened":
+        "13.7 s (a FIFO among a folder's images, TensorFlow's first use); a blocked open is "
+        "waited for 300 s; 22x",
+    "tests/data/test_image_files.py::test_serve_bytes_walks_a_gif_of_many_sub_blocks_fast_in_bounded_memory":
+        "0.13 s; bound 1.5 s; 11x",
+    "tests/data/test_pipeline.py::test_tfds_offline_fails_fast_with_advice":
+        "3.5 s; bound 40 s; 11x",
+    "tests/data/test_pixel_budget.py::test_serve_bytes_refuses_bombs_fast_with_bounded_memory":
+        "0.013 s (the slowest request); bound 1 s; 77x",
+}
+
+
 def pytest_collection_modifyitems(config, items):
     renamed = [name for name in LONGEST_MODULES
                if not os.path.exists(os.path.join(ROOT, "tests", name))]
@@ -96,6 +135,13 @@ def cli(capsys):
 # The one finished digits run every test that only reads a trained run shares (or copies
 # before changing it): `keras-vit train --dataset digits --epochs 2`, in a fresh process so
 # its stdout is the command's own. Training it once instead of in each test saves a run each.
+# A shared fixture that trains must train enough for every test that reads it: two epochs make
+# a run whose outputs every reader checks, but whose quality is low and varies (test accuracy
+# 0.306 to 0.456 over 28 runs of `python -m benchmarks.digits_seeds --epochs 2 --seeds ...`;
+# one probe of its features got 0.489 against a guessed 0.5). So a reader compares two
+# code paths on the run rather than assert its quality; the one bound on it
+# (tests/training/test_run.py) comes from that measured distribution with a margin. A test that
+# needs a well-trained model trains its own, or this fixture trains longer for all.
 DIGITS_RUN = ["-m", "keras_vit.cli", "train", "--dataset", "digits", "--epochs", "2"]
 
 

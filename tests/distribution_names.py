@@ -7,10 +7,9 @@ the docs and every notebook agree with these constants.
 """
 
 DISTRIBUTION = "keras-vit-zoo"
-REPOSITORY = "https://github.com/keras-vit/keras_vit"
 # The name the release workflow (.github/workflows/release.yml) publishes to PyPI. An extra
 # is spelled `pip install "keras-vit-zoo[hub]"` (never `keras_vit[...]`: pip would find the
 # other project).
 INSTALL = f"pip install {DISTRIBUTION}"
 
-__all__ = ["DISTRIBUTION", "REPOSITORY", "INSTALL"]
+__all__ = ["DISTRIBUTION", "INSTALL"]

@@ -173,6 +173,16 @@ def test_pipeline_benchmark_quick_mode_times_both_pipelines(capsys):
     assert "| keras_vit |" in capsys.readouterr().out
 
 
+def test_folder_ready_benchmark_quick_mode_reports_its_ratio(capsys):
+    """benchmarks/folder_ready.py in quick mode (the full run: docs/performance.md)."""
+    from benchmarks import folder_ready
+
+    result = folder_ready.main(["--quick"])
+    assert result["images"] == 24 and result["ready_seconds"] > 0 and result["decode_pass_seconds"] > 0
+    assert result["ratio"] == pytest.approx(result["ready_seconds"] / result["decode_pass_seconds"])
+    assert f"ready / decode pass {result['ratio']:.3f}" in capsys.readouterr().out
+
+
 def _check_scale_report(out, sizes, image_sizes, batches, pipeline_batch):
     """What `benchmarks.scale` must have written to `out`: every measurement of every size,
     the model grid, the plots as PNG files Pillow reads."""

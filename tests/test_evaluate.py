@@ -79,7 +79,8 @@ def test_a_few_shot_probe_is_the_papers_probe_on_the_models_features(digits_run,
     that `pooled_features` computes here from the same images (another code path: Keras'
     predict on arrays this test prepares). Features computed two ways differ by float32
     rounding (about 1e-6 relative), which can flip only a prediction whose top two ridge
-    scores are that close: at most one of 360 is allowed to differ."""
+    scores are that close: at most one of 360 is allowed to differ. No threshold on the accuracy
+    itself: the shared two-epoch run's quality varies (0.489 once against a guessed 0.5)."""
     import keras
     from sklearn.metrics import accuracy_score
 
@@ -118,7 +119,14 @@ def test_a_few_shot_probe_is_the_papers_probe_on_the_models_features(digits_run,
     expected = few_shot_linear_eval(train_features, train_labels, test_features, test_labels,
                                     shots=10, seed=0, num_classes=10)
     assert abs(report["accuracy"] - expected) <= 1 / 360 + 1e-12, (report["accuracy"], expected)
-    assert expected > 0.5  # the trained features separate the digits far above chance (0.1)
+    # Example by example, not only in total: scored against the command's predictions as if they
+    # were the labels, the probe here gets the fraction of the 360 on which the two paths agree.
+    # Whatever the run's quality (it varies from run to run), the two paths must agree.
+    assert [int(r["label"]) for r in rows] == list(test_labels)  # the same examples, in order
+    agreement = few_shot_linear_eval(train_features, train_labels, test_features,
+                                     np.asarray([int(r["predicted"]) for r in rows]),
+                                     shots=10, seed=0, num_classes=10)
+    assert agreement >= 1 - 1 / 360 - 1e-12, agreement
 
 
 def test_a_few_shot_probe_of_a_saved_model_is_refused_in_one_line(cli, tmp_path):

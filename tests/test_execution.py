@@ -6,6 +6,7 @@ on which mode this CPU prefers; these tests set the mode they test.
 """
 
 import json
+import math
 import os
 
 import keras
@@ -130,7 +131,7 @@ def test_timing_runs_both_modes_and_they_compute_the_same():
     for training in (False, True):
         seconds = execution.time_modes(model, SHAPE, training=training, rounds=1)
         assert set(seconds) == {"graph", "xla"}
-        assert all(0 < s < 60 for s in seconds.values())
+        assert all(s > 0 and math.isfinite(s) for s in seconds.values())  # no bound on speed
     x = tf.random.uniform(SHAPE, -1, 1, seed=1)
     graph = tf.function(lambda x: model(x, training=False), autograph=False)(x).numpy()
     xla = tf.function(lambda x: model(x, training=False), jit_compile=True,
@@ -194,7 +195,11 @@ def test_a_digits_run_trains_under_xla(tmp_path):
     """The whole of `train` under XLA (test_training_compiles_with_the_chosen_mode shows the
     mode reaching compile in the default run; this one pays for XLA compiling the step)."""
     report = keras_vit.train("digits", epochs=1, output=str(tmp_path / "run"), execution="xla")
-    assert report["jit_compile"] is True and report["accuracy"] > 0.2
+    assert report["jit_compile"] is True
+    # No guessed threshold on one epoch's quality (tests/conftest.py, the shared digits run): the
+    # accuracy the report states is the one its own confusion matrix holds.
+    matrix = np.asarray(report["confusion_matrix"])
+    assert matrix.sum() == 360 and report["accuracy"] == pytest.approx(np.trace(matrix) / 360)
 
 
 def test_export_compiles_the_model_with_xla_only_when_asked(tmp_path, monkeypatch):

@@ -45,7 +45,6 @@ def test_offline_download_fails_fast_and_says_what_to_do(tmp_path):
     code = ("import keras_vit\n"
             "try:\n    keras_vit.ViT_B16(weights='imagenet21k')\n"
             "except keras_vit.WeightsUnavailableError as e:\n    print('ERROR', e)\n")
-    start = time.monotonic()
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120, env={"KERAS_HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
                                               "TF_CPP_MIN_LOG_LEVEL": "3",
@@ -56,9 +55,8 @@ def test_offline_download_fails_fast_and_says_what_to_do(tmp_path):
     assert checkpoint.url in out
     assert str(tmp_path / "keras_vit" / "vit_models" / "imagenet21k" / "ViT-B_16.npz") in out
     assert "copy it to the cache path" in out and "weights='/path/to/file.npz'" in out
-    # Process start and TensorFlow import take several seconds on 2 cores; the
-    # failure itself is timed inside the process by the next test.
-    assert time.monotonic() - start < 120
+    # Not timed: process start and TensorFlow's import are most of it (54 s once under load);
+    # the failure itself is timed in-process by the next test.
 
 
 def test_offline_error_appears_within_ten_seconds(tmp_path, monkeypatch):

@@ -82,19 +82,24 @@ def _escape(words):
 
 
 def test_a_large_header_is_parsed_in_one_linear_pass(tmp_path):
-    """400,000 entries (a 30 MB header) after a valid file's: checked and refused for its
-    one bad entry in a few seconds. A pass over the entries per entry would take hours; the
-    bound is 60 s, far above a linear pass on any machine that runs this suite."""
+    """40,000 entries (a 3 MB header) after a valid file's: checked and refused for its one bad
+    entry in seconds. A pass over the entries per entry (1.6e9 entry visits) would take an hour;
+    the bound is 60 s. Only the load is timed (the model is built first): a hostile-input bound,
+    registered in tests/conftest.py TIME_BOUNDS with its measured time and margin. (400,000
+    entries took 40 s of this bound under a loaded suite: the size was cut, not the bound.)"""
     header = {f"extra.{i}": {"dtype": "F32", "shape": [0], "data_offsets": [16, 16]}
-              for i in range(400_000)}
+              for i in range(40_000)}
     header.update(GOOD)
     header["last"] = {"dtype": "F32", "shape": "oops", "data_offsets": [16, 16]}
     path = _file(tmp_path / "big.safetensors", header)
-    assert path.stat().st_size > 25e6
+    assert path.stat().st_size > 2.5e6
+    model = keras_vit.ViT(TINY)
     start = time.monotonic()
     with pytest.raises(keras_vit.CheckpointError, match="'last' has a shape"):
-        keras_vit.ViT(TINY, weights=str(path))
-    assert time.monotonic() - start < 60
+        keras_vit.load_weights(model, str(path))
+    elapsed = time.monotonic() - start
+    print(f"refused in {elapsed:.2f} s")
+    assert elapsed < 60, f"{elapsed:.1f} s"
 
 
 def test_the_well_formed_file_is_read(tmp_path):

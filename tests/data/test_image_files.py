@@ -72,22 +72,24 @@ PALETTE_BMP = encode(noise(9, 13).quantize(16), "BMP")
 class ImageCase:
     name: str
     data: bytes
-    seconds: float  # the bound on load_image, eagerly (the old GIF walk: 109 s for 2 KB)
+    # The bound on load_image, eagerly (the old GIF walk: 109 s for 2 KB): 6 s, over 10x the
+    # slowest case under load (0.58 s, the palette BMP; tests/conftest.py TIME_BOUNDS).
+    seconds: float
     refused: str = ""  # the one line's reason; "" when the pixels must equal Pillow's
 
 
 IMAGE_CASES = [
-    ImageCase("GIF, 1,000 one-byte comment sub-blocks (2 KB)", gif_with_comment(1000), 3.0),
-    ImageCase("GIF, 100,000 one-byte comment sub-blocks (200 KB)", gif_with_comment(100_000), 3.0),
-    ImageCase("GIF, 4,000 full comment sub-blocks (1 MB)", gif_with_comment(4000, 255), 3.0),
-    ImageCase("GIF as Pillow writes it, 240 x 320 noise", encode(noise(240, 320), "GIF"), 3.0),
-    ImageCase("8-bit palette BMP", PALETTE_BMP, 3.0),
-    ImageCase("8-bit palette BMP, top-down rows", bmp_top_down(PALETTE_BMP), 3.0),
-    ImageCase("1-bit BMP, width not a multiple of 8", encode(noise(7, 11).convert("1"), "BMP"), 3.0),
-    ImageCase("grey BMP (a 256-grey palette)", encode(noise(6, 5).convert("L"), "BMP"), 3.0),
-    ImageCase("RLE8-compressed palette BMP", with_byte(PALETTE_BMP, 30, 1), 3.0,
+    ImageCase("GIF, 1,000 one-byte comment sub-blocks (2 KB)", gif_with_comment(1000), 6.0),
+    ImageCase("GIF, 100,000 one-byte comment sub-blocks (200 KB)", gif_with_comment(100_000), 6.0),
+    ImageCase("GIF, 4,000 full comment sub-blocks (1 MB)", gif_with_comment(4000, 255), 6.0),
+    ImageCase("GIF as Pillow writes it, 240 x 320 noise", encode(noise(240, 320), "GIF"), 6.0),
+    ImageCase("8-bit palette BMP", PALETTE_BMP, 6.0),
+    ImageCase("8-bit palette BMP, top-down rows", bmp_top_down(PALETTE_BMP), 6.0),
+    ImageCase("1-bit BMP, width not a multiple of 8", encode(noise(7, 11).convert("1"), "BMP"), 6.0),
+    ImageCase("grey BMP (a 256-grey palette)", encode(noise(6, 5).convert("L"), "BMP"), 6.0),
+    ImageCase("RLE8-compressed palette BMP", with_byte(PALETTE_BMP, 30, 1), 6.0,
               refused="cannot be decoded: the image is a compressed or truncated palette BMP"),
-    ImageCase("truncated palette BMP", PALETTE_BMP[:-20], 3.0,
+    ImageCase("truncated palette BMP", PALETTE_BMP[:-20], 6.0,
               refused="cannot be decoded: the image is a compressed or truncated palette BMP"),
 ]
 
@@ -215,16 +217,15 @@ def test_paths_that_are_not_regular_files_are_refused_unopened(name, run, status
     before = snapshot(user_files)
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.update(status=run(user_files)), daemon=True)
-    start = time.perf_counter()
     thread.start()
-    thread.join(timeout=60)
-    assert "status" in outcome, f"{name}: still blocked after 60 s"
-    seconds = time.perf_counter() - start
+    # A blocked open never returns: 300 s tells it from the slowest case under load (13.7 s, the
+    # FIFO among a folder's images, TensorFlow's first use; tests/conftest.py TIME_BOUNDS).
+    thread.join(timeout=300)
+    assert "status" in outcome, f"{name}: still blocked after 300 s"
     err = capsys.readouterr().err.strip()
     assert outcome["status"] == status, (name, err)
     if message:
         assert message in err and len(err.splitlines()) == 1, err
-    assert seconds < 30, seconds
     assert snapshot(user_files) == before  # nothing written, nothing read away from a FIFO
 
 
@@ -269,7 +270,8 @@ def test_serve_bytes_walks_a_gif_of_many_sub_blocks_fast_in_bounded_memory(serve
     request = served["requests"][0]
     print("\n", {k: v for k, v in request.items() if k != "logits"})
     assert request["outcome"] == "served" and request["next_served"], request
-    assert request["seconds"] < 0.5, request
+    # 36 s a request before; 0.13 s under load, and 1.5 s is over 10x that (TIME_BOUNDS).
+    assert request["seconds"] < 1.5, request
     assert request["peak_growth_mb"] < 50, request
 
 

@@ -107,7 +107,8 @@ def test_tfds_offline_fails_fast_with_advice(tmp_path):
     with pytest.raises(data.DatasetUnavailableError) as error:
         data.load_tfds("tf_flowers", data_dir=str(tmp_path))
     elapsed = time.perf_counter() - start
-    assert elapsed < 30, f"took {elapsed:.1f} s"
+    # A hostile-input bound (tests/conftest.py TIME_BOUNDS): 3.5 s under load, 40 s over 10x.
+    assert elapsed < 40, f"took {elapsed:.1f} s"
     message = str(error.value)
     for needed in ("'tf_flowers'", "manual", "--dataset PATH", "--data-dir"):
         assert needed in message

@@ -29,7 +29,14 @@ def read_log(output):
 
 
 def test_short_digits_run_writes_every_output(digits_run):
-    """The shared two-epoch run (tests/conftest.py); its report read back from report.json."""
+    """The shared two-epoch run (tests/conftest.py); its report read back from report.json.
+
+    Its one bound on quality comes from a measured distribution, not a guess:
+    `python -m benchmarks.digits_seeds --epochs 2 --seeds $(seq 0 23)` and seeds 10 to 13 again
+    (28 runs, 2026-11-25, 2-core machine, loaded and quiet) gave test accuracy 0.306 to 0.456,
+    runs of one seed differing by up to 0.033 (TensorFlow's thread order). The bound 0.2 sits
+    0.106 below the observed minimum: over 4 binomial standard deviations of a 360-image score
+    (0.024 at 0.3), and twice chance (0.1)."""
     output = digits_run[0]
     for name in OUTPUTS:
         assert os.path.exists(os.path.join(output, name)), name
@@ -53,7 +60,7 @@ def test_short_digits_run_writes_every_output(digits_run):
     labels = np.array([y for _, y in splits.test.as_numpy_iterator()])
     assert np.mean(predictions == labels) == pytest.approx(report["accuracy"], abs=1e-9)
     assert np.trace(matrix) / matrix.sum() == pytest.approx(report["accuracy"])
-    assert report["accuracy"] > 0.2  # two epochs already learn something (chance: 0.1)
+    assert report["accuracy"] > 0.2  # observed minimum 0.306 over 28 runs (the docstring)
 
 
 def test_folder_with_corrupt_file_trains_and_reports_it(tmp_path):
@@ -165,19 +172,18 @@ def test_resume_after_sigkill(tmp_path):
 def test_cli_tfds_offline_message(tmp_path):
     if data.datasets._internet_reachable():
         pytest.skip("this machine is online; the offline path cannot be exercised")
-    start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "keras_vit.cli", "train", "--dataset", "tf_flowers",
          "--data-dir", str(tmp_path), "--output", str(tmp_path / "run")],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"},
         capture_output=True, text=True, timeout=120)
-    elapsed = time.perf_counter() - start
     assert result.returncode == 2
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("keras-vit train: error: ") and result.stderr.count("keras-vit train: error") == 1
     assert "tf_flowers" in error and "--dataset PATH" in error
-    # Most of the time is importing TensorFlow; the dataset check itself takes seconds.
-    assert elapsed < 60, f"took {elapsed:.1f} s"
+    # Not timed: most of this process's time is importing TensorFlow (56 s of a 60 s bound once,
+    # under load). That the offline check itself fails fast is timed in-process by
+    # tests/data/test_pipeline.py::test_tfds_offline_fails_fast_with_advice.
 
 
 # --- hostile arguments and data (issue 17): exit 2, one line, nothing left behind ------------
