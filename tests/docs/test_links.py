@@ -4,11 +4,13 @@ link to a file in the repository, or a link to a site known to exist (issue 31: 
 a repository)."""
 
 import configparser
+import json
 import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+NOTEBOOKS = sorted((ROOT / "tutorials").glob("*.ipynb"))
 # The places the pages link to today, each a real site or a real owner's folder on one: the
 # official checkpoints' buckets, the Hub, TensorFlow's own repository, the papers. A new one is
 # added here after checking that it exists.
@@ -23,6 +25,7 @@ KNOWN = (
     "https://keras.io/",
     "https://www.tensorflow.org/",
     "https://pypi.org/project/",
+    "https://colab.research.google.com/",
 )
 # Markdown links `[text](target "title")`, images alike, and autolinks `<https://...>`.
 MARKDOWN_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|<(https?://[^>\s]+)>")
@@ -71,6 +74,17 @@ def test_every_link_in_the_pages_leads_somewhere():
            for target in links(page.read_text(encoding="utf-8"))
            if (why := problem(target, page))]
     assert not bad, bad
+
+
+def _markdown_of(notebook):
+    return "\n\n".join("".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"]
+                       if cell["cell_type"] == "markdown")
+
+
+def test_every_link_in_the_tutorials_leads_somewhere():
+    bad = [(notebook.name, target, why) for notebook in NOTEBOOKS
+           for target in links(_markdown_of(notebook)) if (why := problem(target, notebook))]
+    assert NOTEBOOKS and not bad, bad
 
 
 def test_the_metadata_links_only_to_known_sites():
