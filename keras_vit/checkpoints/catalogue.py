@@ -29,6 +29,7 @@ from keras_vit.checkpoints.errors import CheckpointError, WeightsUnavailableErro
 from keras_vit.checkpoints.formats import is_checkpoint_path, numerics_of, open_checkpoint
 from keras_vit.checkpoints.layout import (
     BIT_HEAD_KERNEL_KEY,
+    CLS_KEY,
     HEAD_KERNEL_KEY,
     POS_EMBED_KEY,
     PRE_LOGITS_KERNEL_KEY,
@@ -328,7 +329,7 @@ def _summary(shapes, variant):
     arrays = {k: _Shape(s) for k, s in shapes.items()}
     head = shapes.get(HEAD_KERNEL_KEY) or shapes.get(BIT_HEAD_KERNEL_KEY)
     pre, pos = shapes.get(PRE_LOGITS_KERNEL_KEY), shapes.get(POS_EMBED_KEY)
-    grid = pos and square_grid(pos[1] - ("cls" in shapes))
+    grid = pos and square_grid(pos[1] - (CLS_KEY in shapes))
     return {"architecture": describe_architecture(arrays), "classes": head[-1] if head else None,
             "pre_logits width": pre[-1] if pre else None,
             "resolution": grid[0] * variant.total_stride if grid else None}
