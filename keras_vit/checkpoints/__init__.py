@@ -1,6 +1,8 @@
 """Weights: the catalogue of official checkpoints, their key layout, and the strict loader.
 
-    catalogue.py     tags -> files: look-up, download, cache, checksums
+    catalogue.py     the weight sets as `Checkpoint` records, and tag look-up
+    cache.py         where each file lives: downloads, checksum pins, hub snapshots, the
+                     contents check before use
     layout.py        the one place the official keys are spelled; the table of official
                      keys -> model variables, and the accepted alternative spellings
     loader.py        the one strict, all-or-nothing loader (trunk-only is a filter)
