@@ -26,7 +26,8 @@ __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_ke
            "LN0_SCALE", "LN0_BIAS", "LN2_SCALE", "LN2_BIAS", "QUERY_KERNEL", "QUERY_BIAS",
            "KEY_KERNEL", "KEY_BIAS", "VALUE_KERNEL", "VALUE_BIAS", "OUT_KERNEL", "OUT_BIAS",
            "MLP0_KERNEL", "MLP0_BIAS", "MLP1_KERNEL", "MLP1_BIAS", "TRUNK_ROOT_KERNEL",
-           "TRUNK_ROOT_SCALE", "TRUNK_ROOT_BIAS", "UNIT", "UNIT_PARTS"]
+           "TRUNK_ROOT_SCALE", "TRUNK_ROOT_BIAS", "UNIT", "UNIT_PARTS", "UNIT_CONV_KERNEL",
+           "UNIT_NORM"]
 
 # The official keys, as released (pre-Linen names); "{i}" is an encoder block's index, "{s}"
 # and "{u}" a hybrid trunk's stage and unit (both from 1). Every other module names a key
@@ -56,6 +57,8 @@ TRUNK_ROOT_SCALE, TRUNK_ROOT_BIAS = "gn_root/scale", "gn_root/bias"
 UNIT = "block{s}/unit{u}"
 # A unit's convolutions and their GroupNorms, by name: conv1 + gn1 ... conv_proj + gn_proj.
 UNIT_PARTS = (("conv1", "gn1"), ("conv2", "gn2"), ("conv3", "gn3"), ("conv_proj", "gn_proj"))
+UNIT_CONV_KERNEL = {conv: f"{UNIT}/{conv}/kernel" for conv, _ in UNIT_PARTS}
+UNIT_NORM = {norm: (f"{UNIT}/{norm}/scale", f"{UNIT}/{norm}/bias") for _, norm in UNIT_PARTS}
 # BiT's release files (big_transfer): every key under "resnet/".
 BIT_ROOT_KEY = "resnet/root_block/standardized_conv2d/kernel"  # (7, 7, 3, 64 * width)
 BIT_HEAD_KERNEL_KEY = "resnet/head/conv2d/kernel"  # (1, 1, features, classes)

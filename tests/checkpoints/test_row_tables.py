@@ -44,7 +44,8 @@ from keras_vit.checkpoints.layout import (
     TRUNK_ROOT_BIAS,
     TRUNK_ROOT_KERNEL,
     TRUNK_ROOT_SCALE,
-    UNIT,
+    UNIT_CONV_KERNEL,
+    UNIT_NORM,
     UNIT_PARTS,
     VALUE_BIAS,
     VALUE_KERNEL,
@@ -83,11 +84,11 @@ def official_hybrid(seed=1):
     arrays[EMBEDDING_KERNEL] = rng.standard_normal((1, 1, 32, D)).astype(np.float32)
     shapes = {TRUNK_ROOT_KERNEL: (7, 7, 3, 8), TRUNK_ROOT_SCALE: (8,), TRUNK_ROOT_BIAS: (8,)}
     for s, (cin, width) in enumerate(((8, 4), (16, 8)), start=1):
-        unit = UNIT.format(s=s, u=1)
         for (conv, norm), (kh, i, o) in zip(UNIT_PARTS, ((1, cin, width), (3, width, width),
                                                            (1, width, 4 * width), (1, cin, 4 * width))):
-            shapes.update({f"{unit}/{conv}/kernel": (kh, kh, i, o), f"{unit}/{norm}/scale": (o,),
-                           f"{unit}/{norm}/bias": (o,)})
+            scale, bias = (key.format(s=s, u=1) for key in UNIT_NORM[norm])
+            shapes.update({UNIT_CONV_KERNEL[conv].format(s=s, u=1): (kh, kh, i, o), scale: (o,),
+                           bias: (o,)})
     arrays.update({k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()})
     return arrays
 

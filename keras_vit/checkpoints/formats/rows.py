@@ -163,8 +163,8 @@ def from_official(table, arrays, format_name):
         if key in used:
             continue
         for row, source, officials in compiled:
-            fields = officials[0].match(key) if len(officials) == 1 else next(
-                (f for t in officials if (f := t.match(key)) is not None), None)
+            # `key` may be any part of a fused row: its fields name the whole row.
+            fields = next((f for t in officials if (f := t.match(key)) is not None), None)
             if fields is None:
                 continue
             keys = [t.fill(fields) for t in officials]

@@ -44,7 +44,8 @@ from keras_vit.checkpoints.layout import (
     TRUNK_ROOT_BIAS,
     TRUNK_ROOT_KERNEL,
     TRUNK_ROOT_SCALE,
-    UNIT,
+    UNIT_CONV_KERNEL,
+    UNIT_NORM,
     UNIT_PARTS,
 )
 from keras_vit.layers.resnet import GROUP_NORM_GROUPS
@@ -233,9 +234,10 @@ def _trunk_rows():
             KeyRow(_BACKBONE + "embedder.norm.weight", TRUNK_ROOT_SCALE),
             KeyRow(_BACKBONE + "embedder.norm.bias", TRUNK_ROOT_BIAS)]
     for conv, norm in UNIT_PARTS:
-        rows += [KeyRow(f"{unit}{names[conv]}.weight", f"{UNIT}/{conv}/kernel", CONV),
-                 KeyRow(f"{unit}{names[norm]}.weight", f"{UNIT}/{norm}/scale"),
-                 KeyRow(f"{unit}{names[norm]}.bias", f"{UNIT}/{norm}/bias")]
+        scale, bias = UNIT_NORM[norm]
+        rows += [KeyRow(f"{unit}{names[conv]}.weight", UNIT_CONV_KERNEL[conv], CONV),
+                 KeyRow(f"{unit}{names[norm]}.weight", scale),
+                 KeyRow(f"{unit}{names[norm]}.bias", bias)]
     return tuple(rows)
 
 
