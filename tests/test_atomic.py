@@ -17,7 +17,7 @@ from keras_vit.atomic import TEMP_PREFIX, atomic_path, publish_folder, temporary
 from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY
 from keras_vit.checkpoints.formats.safetensors import read_safetensors
 from keras_vit.checkpoints.formats.timm import official_to_timm
-from keras_vit.checkpoints.writers import official_arrays
+from keras_vit.checkpoints.layout import official_arrays
 from keras_vit.variants import Variant
 from tests.conftest import ROOT
 

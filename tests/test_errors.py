@@ -56,7 +56,9 @@ NOT_THE_USERS = {
         "caught by the catalogue's download, which raises WeightsUnavailableError naming the file",
     ("keras_vit/checkpoints/download.py", "stream", "ConnectionError"):
         "caught by the catalogue's download, which raises WeightsUnavailableError naming the file",
-    ("keras_vit/checkpoints/catalogue.py", "_hub_snapshot", "ImportError"):
+    ("keras_vit/checkpoints/catalogue.py", "__getattr__", "AttributeError"):
+        "the attribute protocol (OpenedCheckpoint's fields are its record's): Python expects it",
+    ("keras_vit/checkpoints/cache.py", "hub_snapshot", "ImportError"):
         "a missing optional dependency: Python's own signal, the message gives the pip line",
     ("keras_vit/checkpoints/formats/keras_hub.py", "read_keras_hub", "ImportError"):
         "a missing optional dependency: Python's own signal, the message gives the pip line",

@@ -1,12 +1,14 @@
 """Weights: the catalogue of official checkpoints, their key layout, and the strict loader.
 
-    catalogue.py     tags -> files: look-up, download, cache, checksums
-    layout.py        the one table of official keys -> model variables, and the accepted
-                     alternative spellings of those keys
+    catalogue.py     the weight sets as `Checkpoint` records, and tag look-up
+    cache.py         where each file lives: downloads, checksum pins, hub snapshots, the
+                     contents check before use
+    layout.py        the one place the official keys are spelled; the table of official
+                     keys -> model variables, and the accepted alternative spellings
     loader.py        the one strict, all-or-nothing loader (trunk-only is a filter)
-    formats/         readers: official .npz, timm safetensors, transformers (ViT and
-                     ViTHybrid) and keras-hub directories, each into the official keys
-    writers.py       save_npz / save_safetensors: a model back out, atomically
+    formats/         one module per format: its reader, its row table to and from the
+                     official keys (formats/rows.py applies them), and its writer where
+                     keras_vit writes it (save_npz in npz.py, save_safetensors in timm.py)
 """
 
 from keras_vit.checkpoints.catalogue import (
@@ -19,10 +21,10 @@ from keras_vit.checkpoints.catalogue import (
                                              resolve_weights,
 )
 from keras_vit.checkpoints.errors import CheckpointError, WeightsUnavailableError
-from keras_vit.checkpoints.formats.npz import inspect_npz, read_npz
+from keras_vit.checkpoints.formats.npz import inspect_npz, read_npz, save_npz
+from keras_vit.checkpoints.formats.timm import save_safetensors
 from keras_vit.checkpoints.layout import describe_architecture, layout, normalize_keys
 from keras_vit.checkpoints.loader import load_resnet_weights, load_weights
-from keras_vit.checkpoints.writers import save_npz, save_safetensors
 
 __all__ = ["Checkpoint", "catalogue", "find_checkpoint", "list_models", "resolve_weights",
            "pin_checksum",

@@ -1,57 +1,26 @@
-"""The catalogue of checkpoints: look-up, download into a cache, checks before use.
+"""The catalogue of checkpoints: what each weight set is (a `Checkpoint` record), and look-up.
 
-The catalogue itself is data (`catalogue.json` beside this file). Official
-files are cached under `$KERAS_HOME/keras_vit/` (default `~/.keras/keras_vit/`),
-as Keras caches its own downloads, at a path that mirrors the file's URL
-(`vit_models/imagenet21k/ViT-B_16.npz`, `bit_models/BiT-M-R50x1.npz`), so two
-tags' files never share a path. Hub entries (`hf://owner/name`) live in huggingface_hub's own cache.
-
-Every file, downloaded or found in the cache, is checked against its entry
-(architecture, classes, pre_logits width, resolution) from its headers before
-it is used; a download becomes visible at its cache path only whole and
-checked, so an interrupted or wrong download leaves nothing a later call uses.
+The catalogue itself is data (`catalogue.json` beside this file). Where a file lives, its
+download, checksum pins and the checks before use are the cache's (`cache.py`); a record only
+asks it. A user's own file is opened once when resolved, and its open reader travels beside
+its record (`OpenedCheckpoint`), never inside it.
 """
 
 import dataclasses
 import functools
-import hashlib
-import http.client
 import json
 import os
 from importlib import resources
 
-from keras_vit._support.files import read_text
 from keras_vit._support.paths import cache_dir
-from keras_vit.atomic import atomic_open, atomic_path
-from keras_vit.checkpoints import download
-from keras_vit.checkpoints.download import redact
-from keras_vit.checkpoints.errors import CheckpointError, WeightsUnavailableError
+from keras_vit.checkpoints import cache
+from keras_vit.checkpoints.cache import pin_checksum
+from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import is_checkpoint_path, numerics_of, open_checkpoint
-from keras_vit.checkpoints.layout import (
-    BIT_HEAD_KERNEL_KEY,
-    HEAD_KERNEL_KEY,
-    POS_EMBED_KEY,
-    PRE_LOGITS_KERNEL_KEY,
-    describe_architecture,
-    square_grid,
-)
 from keras_vit.errors import ArgumentError, ArgumentTypeError, PathNotFoundError
 
-__all__ = ["Checkpoint", "catalogue", "find_checkpoint", "list_models", "resolve_weights",
-           "pin_checksum",
-           "cache_dir", "OFFICIAL_BASE_URL", "OFFICIAL_BASE_URLS", "WEIGHTS_URL_ENV"]
-
-# The prefix of every official URL, and the variable that points it at a mirror. BiT's files
-# live in a sibling bucket; their names (BiT-M-R50x1.npz, ...) never clash with the ViT
-# files' (imagenet21k/..., augreg/...), so one mirror folder can stand for both buckets.
-OFFICIAL_BASE_URL = "https://storage.googleapis.com/vit_models"
-OFFICIAL_BASE_URLS = (OFFICIAL_BASE_URL, "https://storage.googleapis.com/bit_models")
-WEIGHTS_URL_ENV = "KERAS_VIT_WEIGHTS_URL"
-# A download never writes more than its entry's declared size and this margin; an entry
-# that declares no size is capped at UNDECLARED_SIZE_CAP (the largest official file,
-# ViT-H/14's, is 2.4 GiB).
-SIZE_MARGIN = 1.02
-UNDECLARED_SIZE_CAP = 4 << 30
+__all__ = ["Checkpoint", "OpenedCheckpoint", "catalogue", "find_checkpoint", "list_models",
+           "resolve_weights", "pin_checksum", "cache_dir"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +48,6 @@ class Checkpoint:
     # A hybrid's ResNet numerics where the source's library differs from the official code
     # (keras_vit.layers.ResNetTrunk's arguments); None: official.
     trunk_numerics: dict | None = dataclasses.field(default=None, compare=False)
-    # A user's own file, opened once when resolved: the load reads that same open file.
-    reader: object = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def filename(self):
@@ -89,25 +56,16 @@ class Checkpoint:
     @property
     def cache_key(self):
         """The file's path inside the cache, unique per source: the URL's path."""
-        url = self.url
-        base = _official_base(url)
-        if base:  # vit_models/imagenet21k/ViT-B_16.npz, bit_models/BiT-M-R50x1.npz
-            return base.rsplit("/", 1)[1] + "/" + url[len(base) + 1:]
-        scheme, _, rest = url.partition("://")
-        return rest.replace(":", "_")
+        return cache.cache_key(self)
 
     @property
     def cached_path(self):
-        return os.path.join(cache_dir(), *self.cache_key.split("/"))
+        return cache.cached_path(self)
 
     @property
     def download_url(self):
         """The URL, with the official prefix replaced by $KERAS_VIT_WEIGHTS_URL when set."""
-        mirror = os.environ.get(WEIGHTS_URL_ENV, "").rstrip("/")
-        base = _official_base(self.url)
-        if mirror and base:
-            return mirror + self.url[len(base):]
-        return self.url
+        return cache.download_url(self)
 
     @property
     def numerics(self):
@@ -119,15 +77,14 @@ class Checkpoint:
     def open(self):
         """The open `CheckpointReader` of the file, checked against this entry, downloaded
         first if needed; close it when done (`close`)."""
-        if self.reader is not None:
-            return self.reader
-        path = self.local_path or (_hub_snapshot_of(self) if self.hub else _download(self))
+        if self.local_path:
+            return open_checkpoint(self.local_path)
+        path = cache.hub_snapshot_of(self) if self.hub else cache.cached_file(self)
         reader = open_checkpoint(path)
         try:
-            if not self.local_path:
-                check_contents(self, reader)  # on every use: the file is what the entry says
-            if not self.local_path and not self.hub and not (self.sha256 or _pins().get(self.cache_key)):
-                _pin_first_use(self)
+            cache.check_contents(self, reader)  # on every use: the file is what the entry says
+            if not self.hub and not cache.is_pinned(self):
+                cache.pin_first_use(self)
         except BaseException:
             reader.close()
             raise
@@ -142,14 +99,30 @@ class Checkpoint:
         return reader.path
 
     def close(self):
-        """Closes the file a user's path was opened as, if it was."""
-        if self.reader is not None:
-            self.reader.close()
+        """Nothing to close: a record holds no open file (`OpenedCheckpoint` does)."""
 
 
-def _official_base(url):
-    """The official bucket prefix `url` starts with, or None."""
-    return next((base for base in OFFICIAL_BASE_URLS if url.startswith(base + "/")), None)
+@dataclasses.dataclass(frozen=True)
+class OpenedCheckpoint:
+    """A user's own file, opened once when resolved, beside its `Checkpoint` record: the load
+    reads the very file whose headers were checked. Its fields are the record's."""
+
+    checkpoint: Checkpoint
+    reader: object
+
+    def __getattr__(self, name):  # the record's fields: classes, numerics, normalization, ...
+        if name.startswith("__") or name in ("checkpoint", "reader"):
+            raise AttributeError(name)  # copy and pickle probe before the fields exist
+        return getattr(self.checkpoint, name)
+
+    def open(self):
+        return self.reader
+
+    def path(self):
+        return self.checkpoint.local_path
+
+    def close(self):
+        self.reader.close()
 
 
 @functools.cache
@@ -231,189 +204,13 @@ def _local_checkpoint(variant, path, **fields):
     except BaseException:
         reader.close()
         raise
-    return Checkpoint(variant=variant.name, tag="file", url=None, classes=info.classes,
-                      resolution=info.resolution(variant), local_path=path,
-                      representation_size=info.representation_size, format=info.format,
-                      layer_norm_epsilon=info.layer_norm_epsilon,
-                      approximate_gelu=info.approximate_gelu, normalization=info.normalization,
-                      trunk_numerics=info.trunk_numerics, reader=reader, **fields)
-
-
-def _pins_path():
-    return os.path.join(cache_dir(), "checksums.json")
-
-
-def _pins():
-    try:
-        return json.loads(read_text(_pins_path(), "a checksum record", CheckpointError))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def pin_checksum(key, sha256):
-    """Records the sha256 a cached checkpoint file must have; later loads verify it.
-
-    `key` is the file's path inside the cache (`Checkpoint.cache_key`, e.g.
-    "vit_models/imagenet21k/ViT-B_16.npz"). Without a pin, keras_vit records
-    the hash of a file the first time it uses it (after checking its contents
-    against its entry), so a file that changes in the cache afterwards is caught.
-    """
-    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower()):
-        raise ArgumentError(f"A sha256 is 64 hexadecimal digits, got {sha256!r}.")
-    pins = _pins()
-    pins[key] = sha256.lower()
-    with atomic_open(_pins_path(), "w") as f:  # never a half-written pin file
-        json.dump(pins, f, indent=1)
-
-
-def _download(checkpoint):
-    """The cached file of `checkpoint`, fetched first when absent or not the pinned file
-    (`Checkpoint.open` checks its contents)."""
-    expected = checkpoint.sha256 or _pins().get(checkpoint.cache_key)
-    path = checkpoint.cached_path
-    if not (os.path.exists(path) and (not expected or _sha256(path) == expected)):
-        _fetch(checkpoint, path, expected)
-    return path
-
-
-def _pin_first_use(checkpoint):
-    """Trust on first use, after the contents check: a later change to the file is caught."""
-    try:
-        pin_checksum(checkpoint.cache_key, _sha256(checkpoint.cached_path))
-    except OSError:  # a read-only cache: the file is checked on every use anyway
-        pass
-
-
-def check_contents(checkpoint, reader, shown_path=None):
-    """Raises `CheckpointError` when the file (a path, or an open `CheckpointReader`) is not
-    what `checkpoint` declares."""
-    from keras_vit.variants import get_architecture
-
-    variant = get_architecture(checkpoint.variant)
-    shown = shown_path or getattr(reader, "path", reader)
-    try:
-        if isinstance(reader, (str, os.PathLike)):
-            with open_checkpoint(reader, checkpoint.format) as opened:
-                info = opened.info()
-        elif reader.format.name != checkpoint.format:
-            raise CheckpointError(f"{reader.path} is a {reader.format.name} checkpoint, not the "
-                                  f"{checkpoint.format} file expected.")
-        else:
-            info = reader.info()
-    except CheckpointError as error:
-        raise CheckpointError(f"{shown} is not a readable {checkpoint.format} checkpoint, so it "
-                              f"cannot be the {checkpoint.tag!r} {checkpoint.variant} weights "
-                              f"({error}); it was not used.") from error
-    found = _summary(info.shapes, variant)
-    wanted = {"architecture": _architecture(variant), "classes": checkpoint.classes,
-              "pre_logits width": checkpoint.representation_size,
-              "resolution": checkpoint.resolution}
-    wrong = [f"{k} {found[k]} where the entry says {v}" for k, v in wanted.items()
-             if found[k] != v]
-    if wrong:
-        raise CheckpointError(
-            f"{shown} is not the {checkpoint.tag!r} {checkpoint.variant} file its catalogue "
-            f"entry describes: it has {'; '.join(wrong)}. It was not used; delete it and call "
-            f"again to fetch the right file.")
-
-
-def _architecture(variant):
-    if hasattr(variant, "units"):  # a BiTVariant; the words describe_bit uses
-        return f"{variant.name} (depth {variant.depth}, width {variant.width}, units {variant.units})"
-    return f"{variant.name} (width {variant.width}, depth {variant.depth}, patch {variant.patch_size})"
-
-
-def _summary(shapes, variant):
-    """What a checkpoint's official-key shapes say, in the terms of a catalogue entry."""
-    arrays = {k: _Shape(s) for k, s in shapes.items()}
-    head = shapes.get(HEAD_KERNEL_KEY) or shapes.get(BIT_HEAD_KERNEL_KEY)
-    pre, pos = shapes.get(PRE_LOGITS_KERNEL_KEY), shapes.get(POS_EMBED_KEY)
-    grid = pos and square_grid(pos[1] - ("cls" in shapes))
-    return {"architecture": describe_architecture(arrays), "classes": head[-1] if head else None,
-            "pre_logits width": pre[-1] if pre else None,
-            "resolution": grid[0] * variant.total_stride if grid else None}
-
-
-class _Shape:
-    """Stands for an array where only its shape is known (header-only checks)."""
-
-    def __init__(self, shape):
-        self.shape, self.ndim = tuple(shape), len(shape)
-
-
-def _fetch(checkpoint, path, expected):
-    """Downloads the file to `path` through a private temporary file, renamed into place only
-    when whole, of the pinned sha256 and of the entry's contents."""
-    url = checkpoint.download_url
-    shown = redact(url)  # a mirror's credentials never reach a message
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    except OSError as error:
-        raise _not_writable(path, shown, error) from error
-    try:
-        with atomic_path(path) as partial:  # also removes what killed downloads of `path` left
-            try:
-                handle = open(partial, "wb")
-            except OSError as error:
-                raise _not_writable(path, shown, error) from error
-            with handle:
-                download.stream(url, handle, _size_limit(checkpoint))
-            if expected and _sha256(partial) != expected:
-                raise WeightsUnavailableError(
-                    f"The file downloaded from {shown} does not have the sha256 recorded for "
-                    f"{path} ({expected}); it was not kept. If the file changed on purpose, "
-                    f"delete that entry from {_pins_path()} and call again.")
-            try:
-                check_contents(checkpoint, partial, shown_path=f"the file downloaded from {shown}")
-            except CheckpointError as error:
-                hint = (" (it is an HTML page: a proxy or login page? set "
-                        f"{WEIGHTS_URL_ENV} to a mirror, or copy the file to {path} by hand)"
-                        if _looks_like_html(partial) else "")
-                raise WeightsUnavailableError(f"{error}{hint}") from error
-    except (OSError, http.client.HTTPException) as error:  # URLError, timeouts, refused or cut
-        # connections, a full disk
-        raise WeightsUnavailableError(_offline_message(checkpoint, error)) from error
-
-
-def _size_limit(checkpoint):
-    """The most bytes a download of `checkpoint` may write."""
-    if checkpoint.size_mib:
-        return int(checkpoint.size_mib * (1 << 20) * SIZE_MARGIN) + (1 << 20)
-    return UNDECLARED_SIZE_CAP
-
-
-def _not_writable(path, url, error):
-    return WeightsUnavailableError(
-        f"Cannot write {path} ({error.strerror or error}): the cache is not writable; set "
-        f"KERAS_HOME to a writable directory, or copy the file from {url} to {path} by hand.")
-
-
-def _looks_like_html(path):
-    with open(path, "rb") as f:
-        start = f.read(512).lstrip().lower()
-    return start.startswith((b"<!doctype html", b"<html"))
-
-
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _offline_message(checkpoint, error):
-    size = f" ({checkpoint.size_mib:.0f} MiB)" if checkpoint.size_mib else ""
-    path = checkpoint.cached_path
-    old = os.path.join(cache_dir(), checkpoint.filename)
-    stale = (f" (The old-layout file {old} was not used: that flat layout gave two tags' files "
-             "one name.)" if os.path.exists(old) else "")
-    gs = checkpoint.url.replace("https://storage.googleapis.com/", "gs://")
-    return (f"Could not download the {checkpoint.tag!r} weights for {checkpoint.variant}{size} "
-            f"from {redact(checkpoint.download_url)} ({error}). Without network access, fetch the file on "
-            f"another machine (`gsutil cp {gs} .` or a browser) and copy it to the cache path "
-            f"{path}, set {WEIGHTS_URL_ENV} to a mirror, or pass the file's path as "
-            f"weights='/path/to/file.npz'.{stale}")
+    record = Checkpoint(variant=variant.name, tag="file", url=None, classes=info.classes,
+                        resolution=info.resolution(variant), local_path=path,
+                        representation_size=info.representation_size, format=info.format,
+                        layer_norm_epsilon=info.layer_norm_epsilon,
+                        approximate_gelu=info.approximate_gelu, normalization=info.normalization,
+                        trunk_numerics=info.trunk_numerics, **fields)
+    return OpenedCheckpoint(record, reader)
 
 
 def _hub_checkpoint(variant, weights):
@@ -428,27 +225,5 @@ def _hub_checkpoint(variant, weights):
     if others:
         raise CheckpointError(f"{weights} holds {' or '.join(others)} weights (catalogue), not "
                               f"{variant.name}; build {others[0]} to use them.")
-    return _local_checkpoint(variant, _hub_snapshot(repo, revision or None, weights), hub=repo,
+    return _local_checkpoint(variant, cache.hub_snapshot(repo, revision or None, weights), hub=repo,
                              revision=revision or None)
-
-
-def _hub_snapshot_of(checkpoint):
-    at = f"@{checkpoint.revision}" if checkpoint.revision else ""
-    return _hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}{at}")
-
-
-def _hub_snapshot(repo, revision, weights):
-    try:
-        import huggingface_hub
-    except ImportError as error:
-        raise ImportError(f"weights={weights!r} needs huggingface_hub: "
-                          'pip install "keras-vit-zoo[hub]".') from error
-    try:  # only the config and the safetensors weights: pickled files are never fetched
-        return huggingface_hub.snapshot_download(
-            repo, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.h5"])
-    except Exception as error:  # the hub raises many kinds; all mean "not here"
-        cause = " ".join(str(error).split())  # one line, however the hub formats it
-        raise WeightsUnavailableError(
-            f"Could not fetch {weights} through huggingface_hub ({type(error).__name__}: "
-            f"{cause}). Offline, download the repository elsewhere (`hf download {repo}`) into "
-            "the Hugging Face cache ($HF_HOME), or pass the directory's path as weights=.") from error

@@ -20,11 +20,45 @@ from keras_vit.variants import VARIANTS
 __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "is_head_key",
            "square_grid", "describe_architecture", "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
            "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "TRUNK_PREFIXES", "released_shape",
-           "BIT_ROOT_KEY", "BIT_HEAD_KERNEL_KEY", "bit_rows", "is_bit_model", "describe_bit"]
+           "BIT_ROOT_KEY", "BIT_HEAD_KERNEL_KEY", "bit_rows", "is_bit_model", "describe_bit",
+           "official_arrays", "EMBEDDING_KERNEL", "EMBEDDING_BIAS", "CLS_KEY", "ENCODER_NORM_SCALE",
+           "ENCODER_NORM_BIAS", "PRE_LOGITS_BIAS_KEY", "HEAD_BIAS_KEY", "BLOCK", "ATTENTION",
+           "LN0_SCALE", "LN0_BIAS", "LN2_SCALE", "LN2_BIAS", "QUERY_KERNEL", "QUERY_BIAS",
+           "KEY_KERNEL", "KEY_BIAS", "VALUE_KERNEL", "VALUE_BIAS", "OUT_KERNEL", "OUT_BIAS",
+           "MLP0_KERNEL", "MLP0_BIAS", "MLP1_KERNEL", "MLP1_BIAS", "TRUNK_ROOT_KERNEL",
+           "TRUNK_ROOT_SCALE", "TRUNK_ROOT_BIAS", "UNIT", "UNIT_PARTS", "UNIT_CONV_KERNEL",
+           "UNIT_NORM"]
 
+# The official keys, as released (pre-Linen names); "{i}" is an encoder block's index, "{s}"
+# and "{u}" a hybrid trunk's stage and unit (both from 1). Every other module names a key
+# through these: the format tables (formats/*.py) are rows of these templates.
+EMBEDDING_KERNEL, EMBEDDING_BIAS = "embedding/kernel", "embedding/bias"
+CLS_KEY = "cls"
 POS_EMBED_KEY = "Transformer/posembed_input/pos_embedding"
-HEAD_KERNEL_KEY = "head/kernel"  # (features, classes): the head's class count
+ENCODER_NORM_SCALE = "Transformer/encoder_norm/scale"
+ENCODER_NORM_BIAS = "Transformer/encoder_norm/bias"
 PRE_LOGITS_KERNEL_KEY = "pre_logits/kernel"  # (D, representation size)
+PRE_LOGITS_BIAS_KEY = "pre_logits/bias"
+HEAD_KERNEL_KEY = "head/kernel"  # (features, classes): the head's class count
+HEAD_BIAS_KEY = "head/bias"
+BLOCK = "Transformer/encoderblock_{i}"
+ATTENTION = BLOCK + "/MultiHeadDotProductAttention_1"
+LN0_SCALE, LN0_BIAS = BLOCK + "/LayerNorm_0/scale", BLOCK + "/LayerNorm_0/bias"
+LN2_SCALE, LN2_BIAS = BLOCK + "/LayerNorm_2/scale", BLOCK + "/LayerNorm_2/bias"
+QUERY_KERNEL, QUERY_BIAS = ATTENTION + "/query/kernel", ATTENTION + "/query/bias"
+KEY_KERNEL, KEY_BIAS = ATTENTION + "/key/kernel", ATTENTION + "/key/bias"
+VALUE_KERNEL, VALUE_BIAS = ATTENTION + "/value/kernel", ATTENTION + "/value/bias"
+OUT_KERNEL, OUT_BIAS = ATTENTION + "/out/kernel", ATTENTION + "/out/bias"
+MLP0_KERNEL, MLP0_BIAS = BLOCK + "/MlpBlock_3/Dense_0/kernel", BLOCK + "/MlpBlock_3/Dense_0/bias"
+MLP1_KERNEL, MLP1_BIAS = BLOCK + "/MlpBlock_3/Dense_1/kernel", BLOCK + "/MlpBlock_3/Dense_1/bias"
+# The hybrids' ResNet trunk.
+TRUNK_ROOT_KERNEL = "conv_root/kernel"
+TRUNK_ROOT_SCALE, TRUNK_ROOT_BIAS = "gn_root/scale", "gn_root/bias"
+UNIT = "block{s}/unit{u}"
+# A unit's convolutions and their GroupNorms, by name: conv1 + gn1 ... conv_proj + gn_proj.
+UNIT_PARTS = (("conv1", "gn1"), ("conv2", "gn2"), ("conv3", "gn3"), ("conv_proj", "gn_proj"))
+UNIT_CONV_KERNEL = {conv: f"{UNIT}/{conv}/kernel" for conv, _ in UNIT_PARTS}
+UNIT_NORM = {norm: (f"{UNIT}/{norm}/scale", f"{UNIT}/{norm}/bias") for _, norm in UNIT_PARTS}
 # BiT's release files (big_transfer): every key under "resnet/".
 BIT_ROOT_KEY = "resnet/root_block/standardized_conv2d/kernel"  # (7, 7, 3, 64 * width)
 BIT_HEAD_KERNEL_KEY = "resnet/head/conv2d/kernel"  # (1, 1, features, classes)
@@ -225,23 +259,45 @@ def _attention_rows(prefix, attention):
 
 
 def describe_architecture(arrays):
-    """A human description of the architecture a checkpoint's arrays belong to."""
+    """A human description of the architecture a checkpoint's arrays belong to; `arrays` maps
+    official keys to arrays, headers or bare shapes (a header-only check has no arrays)."""
     if BIT_ROOT_KEY in arrays:
-        return describe_bit({k: tuple(a.shape) for k, a in arrays.items()})
-    kernel = arrays.get("embedding/kernel")
-    if kernel is None or kernel.ndim != 4:
+        return describe_bit({k: tuple(getattr(a, "shape", a)) for k, a in arrays.items()})
+    kernel = arrays.get(EMBEDDING_KERNEL)
+    kernel = None if kernel is None else tuple(getattr(kernel, "shape", kernel))
+    if kernel is None or len(kernel) != 4:
         return None
     depth = len({m.group(1) for k in arrays if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))})
-    hybrid = "conv_root/kernel" in arrays
+    hybrid = TRUNK_ROOT_KERNEL in arrays
     for v in VARIANTS.values():
-        found = (kernel.shape[3], depth, kernel.shape[0], hybrid, "cls" in arrays)
+        found = (kernel[3], depth, kernel[0], hybrid, CLS_KEY in arrays)
         if (v.width, v.depth, v.patch_size, v.is_hybrid, v.classifier == "token") == found \
-                and (not hybrid or kernel.shape[2] == v.trunk_channels):
-            return f"{v.name} (width {v.width}, depth {depth}, patch {kernel.shape[0]})"
-    return f"a ViT of width {kernel.shape[3]}, depth {depth}, patch {kernel.shape[0]}"
+                and (not hybrid or kernel[2] == v.trunk_channels):
+            return f"{v.name} (width {v.width}, depth {depth}, patch {kernel[0]})"
+    return f"a ViT of width {kernel[3]}, depth {depth}, patch {kernel[0]}"
 
 
 def released_shape(key, shape):
     """The shape `key` has in released files: hybrids store GroupNorm parameters (1, 1, 1, C)."""
     is_group_norm = is_trunk_key(key) and key.split("/")[-2].startswith("gn")
     return (1, 1, 1, *shape) if is_group_norm else tuple(shape)
+
+
+def official_arrays(model):
+    """{official key: NumPy array} of every weight of `model`, in the released shapes: the
+    rows of `layout` run backwards, so a written model reloads bit-identically.
+
+    Refuses a model holding a NaN or an infinity (a diverged run): every loader, keras_vit's
+    included, refuses such a file, so it is never written.
+    """
+    arrays = {}
+    for row in layout(model):
+        value = np.asarray(row.variable.numpy(), dtype=np.float32)
+        if not np.all(np.isfinite(value)):
+            bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
+            raise CheckpointError(f"{model.name}: the weight {row.variable.path} holds {bad} NaN or "
+                                  "infinite values (a diverged run?); nothing was written.")
+        parts = np.split(value, len(row.keys), axis=-1) if len(row.keys) > 1 else [value]
+        for key, part, shape in zip(row.keys, parts, row.shapes):
+            arrays[key] = part.reshape(released_shape(key, shape))
+    return arrays

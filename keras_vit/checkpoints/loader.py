@@ -272,11 +272,6 @@ def _num_prefix_tokens(model):
     return model.get_layer("posembed_input").num_prefix_tokens if "posembed_input" in names else 0
 
 
-def _head_fits(arrays, head_rows):
-    return all(k in arrays and tuple(arrays[k].shape) == tuple(s)
-               for row in head_rows for k, s in zip(row.keys, row.shapes))
-
-
 def _posembed_problem(found, expected, num_prefix, file_grid, model):
     if len(found) != 3 or found[0] != 1 or found[2] != expected[2]:
         return "width differs"

@@ -31,6 +31,7 @@ from tests.conftest import ROOT
 from tests.oracle import random_vit_npz
 
 cat = importlib.import_module("keras_vit.checkpoints.catalogue")
+cache = importlib.import_module("keras_vit.checkpoints.cache")
 download = importlib.import_module("keras_vit.checkpoints.download")
 
 TI = get_variant("Ti/16")
@@ -123,7 +124,7 @@ def server(tmp_path, monkeypatch):
 
 def _serve(server, checkpoint, arrays_writer):
     """Writes a file at the URL path of `checkpoint` on `server`; returns its arrays."""
-    rel = checkpoint.url[len(cat.OFFICIAL_BASE_URL) + 1:]
+    rel = checkpoint.url[len(cache.OFFICIAL_BASE_URL) + 1:]
     path = os.path.join(server.root, *rel.split("/"))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     return arrays_writer(path), "/" + rel
@@ -176,7 +177,7 @@ def test_download_loads_the_served_file_and_pins_it(server):
     model = keras_vit.ViT_Ti16(weights=TAG)
     np.testing.assert_array_equal(model.get_layer("cls").cls.numpy(), arrays["cls"])
     pins = json.loads(open(os.path.join(cat.cache_dir(), "checksums.json")).read())
-    assert pins[checkpoint.cache_key] == cat._sha256(checkpoint.cached_path)
+    assert pins[checkpoint.cache_key] == cache._sha256(checkpoint.cached_path)
     keras_vit.ViT_Ti16(weights=TAG)  # a cache hit: no second request
     assert len(server.requests) == 1
 
@@ -414,7 +415,7 @@ def test_an_endless_body_stops_at_the_declared_size_and_leaves_nothing(server):
     server.modes[url_path] = "endless"
     written = io.BytesIO()
     with pytest.raises(ConnectionError, match="more than the"):
-        download.stream(server.url + url_path, written, cat._size_limit(checkpoint))
+        download.stream(server.url + url_path, written, cache._size_limit(checkpoint))
     assert declared <= len(written.getvalue()) <= 1.1 * declared
     # Through the catalogue: one line, nothing left in the cache.
     with pytest.raises(keras_vit.WeightsUnavailableError) as info:

@@ -1,7 +1,6 @@
 """Strict checkpoint loading, plain and hybrid: layouts, resizing, every kind of bad file,
 and the one place the official key layout is spelled."""
 
-import ast
 import dataclasses
 import io
 import pathlib
@@ -518,64 +517,3 @@ def test_position_embedding_resizes_to_the_hybrid_grid(hybrid_checkpoint):
     posembed = model.get_layer("posembed_input")
     assert posembed.grid_size == (7, 7)
     assert tuple(posembed.pos_embedding.shape) == (1, 1 + 49, 64)
-
-
-# --- the official key layout is spelled in one module -----------------------------------------
-
-# Fragments of official checkpoint key paths. A string literal of keras_vit's code (docstrings
-# aside) holding one of them, with a "/" (so layer names such as "posembed_input" are not
-# keys), spells the layout; only keras_vit/checkpoints/layout.py may.
-KEY_FRAGMENTS = ("Transformer/", "encoderblock_", "encoder_norm/", "posembed_input/",
-                 "MultiHeadDotProductAttention_", "MlpBlock_", "LayerNorm_", "Dense_0/", "Dense_1/",
-                 "embedding/", "/unit", "gn_root/", "conv_root/", "gn_proj/", "conv_proj/",
-                 "head/", "pre_logits/")
-LAYOUT_MODULE = "keras_vit/checkpoints/layout.py"
-# Each format module spells its own translation onto the official keys (timm's "blocks.N.attn"
-# -> "Transformer/encoderblock_N/..."); nothing else in the package does.
-TRANSLATIONS = {f"keras_vit/checkpoints/formats/{name}.py" for name in
-                ("timm", "transformers", "transformers_hybrid", "keras_hub", "torch_layout")}
-
-
-def _key_literals(path):
-    """(literal, line) of every string literal of a module, f-strings with {} for their
-    fields, that holds a key fragment; docstrings are prose and are skipped."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    docstrings = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                docstrings.add(id(body[0].value))
-    found, inside_fstrings = [], set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.JoinedStr):
-            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
-            inside_fstrings.update(id(v) for v in node.values)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if id(node) in docstrings or id(node) in inside_fstrings:
-                continue
-            text = node.value
-        else:
-            continue
-        if "/" in text and any(f in text for f in KEY_FRAGMENTS):
-            found.append((text, node.lineno))
-    return found
-
-
-def _package_key_literals():
-    return {str(p.relative_to(ROOT)): _key_literals(p)
-            for p in sorted((ROOT / "keras_vit").rglob("*.py"))}
-
-
-def test_the_official_key_layout_is_spelled_in_one_module_and_the_translations():
-    literals = _package_key_literals()
-    outside = [f"{module}:{line}: {text!r}" for module, found in literals.items()
-               if module != LAYOUT_MODULE and module not in TRANSLATIONS for text, line in found]
-    assert not outside, ("official checkpoint keys spelled outside " + LAYOUT_MODULE
-                         + " and the format translations (import them from there):\n"
-                         + "\n".join(outside))
-    # The scan does see the layout where it is spelled.
-    in_layout = " ".join(text for text, _ in literals[LAYOUT_MODULE])
-    for fragment in ("Transformer/", "MultiHeadDotProductAttention_", "MlpBlock_3/", "/unit",
-                     "gn_root/", "conv_root/", "posembed_input/", "head/", "embedding/"):
-        assert fragment in in_layout, fragment

@@ -12,7 +12,7 @@ import pytest
 import keras_vit
 from keras_vit.checkpoints import formats
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.writers import official_arrays
+from keras_vit.checkpoints.layout import official_arrays
 from keras_vit.variants import Variant
 from tests.conftest import ROOT
 

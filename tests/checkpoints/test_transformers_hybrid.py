@@ -29,7 +29,7 @@ import pytest
 import keras_vit
 from keras_vit import CheckpointError
 from keras_vit.checkpoints.formats import detect_format, inspect_checkpoint
-from keras_vit.checkpoints.formats.base import ShapeOnly, Source
+from keras_vit.checkpoints.formats.base import Source, shape_stand_ins
 from keras_vit.checkpoints.formats.transformers_hybrid import (
     TRUNK_NUMERICS,
     hybrid_variant,
@@ -144,7 +144,7 @@ def test_the_full_size_r50_b16_key_set_maps_to_the_official_layout(tmp_path):
     record = json.loads((DATA / "vit_hybrid_r50_b16_keys.json").read_text())
     shapes = {name: tuple(shape) for name, shape in record["keys"]}
     variant = VARIANTS["R50+ViT-B_16"]
-    translated = vit_hybrid_to_official(ShapeOnly.of(shapes), heads=variant.heads)
+    translated = vit_hybrid_to_official(shape_stand_ins(shapes), heads=variant.heads)
     assert len(translated) == len(shapes)
     assert {k: v.shape for k, v in translated.items()} == official_hybrid_shapes(
         variant, variant.token_grid((384, 384)), 1000)

@@ -11,7 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints import find_checkpoint
-from keras_vit.checkpoints.catalogue import WEIGHTS_URL_ENV
+from keras_vit.checkpoints.cache import WEIGHTS_URL_ENV
 from keras_vit.variants import BIT_VARIANTS, get_bit_variant
 from tests.checkpoints.test_cache import server  # noqa: F401  the HTTP mirror on 127.0.0.1
 from tests.oracle import import_timm, official_bit_arrays, random_vit_npz, run_timm

@@ -11,7 +11,8 @@ Each defines `FORMAT` (a `base.CheckpointFormat`): how it recognises a path, how
 it opens it, the numerics of its library. Beside them: `base.py` (the reader
 every load goes through), `safetensors.py` (the container, read and written
 with NumPy), `npz_metadata.py` (keras_vit's record in its own .npz files),
-`torch_layout.py` (what the PyTorch formats share), `config_values.py`.
+`rows.py` (converters as tables: each format's key rows, applied in either direction),
+`config_values.py`.
 
 A load detects the format once and opens each file once (`open_checkpoint`).
 Adding a format is one module defining `FORMAT` and one line in `FORMATS`.

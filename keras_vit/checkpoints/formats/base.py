@@ -30,7 +30,7 @@ from keras_vit.checkpoints.layout import (
 from keras_vit.normalization import OFFICIAL_NORMALIZATION
 
 __all__ = ["ArrayHeader", "CheckpointInfo", "CheckpointFormat", "CheckpointReader", "ArraysReader",
-           "Source", "ShapeOnly", "OFFICIAL_NORMALIZATION", "normalization_from",
+           "Source", "shape_stand_ins", "OFFICIAL_NORMALIZATION", "normalization_from",
            "channel_values"]
 
 
@@ -222,30 +222,12 @@ def normalization_from(path, mean, std):
     return mean, std
 
 
-class ShapeOnly:
-    """An array stand-in carrying only a shape, for translating headers with the formats'
-    own translation code (transposes, slices and reshapes are all it does)."""
-
-    def __init__(self, shape):
-        self.shape = tuple(shape)
-        self.ndim = len(self.shape)
-
-    @property
-    def T(self):
-        return ShapeOnly(self.shape[::-1])
-
-    def transpose(self, *axes):
-        return ShapeOnly(tuple(self.shape[a] for a in axes))
-
-    def __getitem__(self, index):
-        return ShapeOnly(np.empty((self.shape[0], 0))[index].shape[:1] + self.shape[1:])
-
-    def reshape(self, shape):
-        return ShapeOnly(shape)
-
-    @staticmethod
-    def of(shapes):
-        return {k: ShapeOnly(s) for k, s in shapes.items()}
+def shape_stand_ins(shapes):
+    """{key: a float32 array of that shape} that holds no memory (every element is one zero,
+    np.broadcast_to): a format's rows run on these translate headers with the very transforms
+    that translate arrays, without reading or allocating any."""
+    zero = np.zeros((), np.float32)
+    return {k: np.broadcast_to(zero, tuple(s)) for k, s in shapes.items()}
 
 
 def refuse_special_files(path):

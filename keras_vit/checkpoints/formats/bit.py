@@ -16,6 +16,8 @@ from keras_vit.checkpoints.layout import BIT_ROOT_KEY
 
 __all__ = ["FORMAT"]
 
+_ROOT_BLOCK = BIT_ROOT_KEY.rsplit("/", 2)[0]  # resnet/root_block
+
 
 class BiTReader(NpzReader):
     """An `NpzReader` whose keys are big_transfer's, as stored."""
@@ -41,6 +43,6 @@ def _recognises(source):
 
 
 FORMAT = CheckpointFormat(
-    name="bit", description="BiT .npz (big_transfer's release: resnet/root_block/...)",
+    name="bit", description=f"BiT .npz (big_transfer's release: {_ROOT_BLOCK}/...)",
     recognises=_recognises, open=BiTReader,
     numerics=(None, None))  # no GELU, no LayerNorm: BiT's numbers are fixed (layers/resnet.py)

@@ -26,10 +26,38 @@ from keras_vit.checkpoints.formats.base import (
     normalization_from,
 )
 from keras_vit.checkpoints.formats.config_values import check_config_values, check_object
-from keras_vit.checkpoints.layout import HEAD_KERNEL_KEY, POS_EMBED_KEY, PRE_LOGITS_KERNEL_KEY
+from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, KeyRow, from_official, to_official
+from keras_vit.checkpoints.layout import (
+    CLS_KEY,
+    EMBEDDING_BIAS,
+    EMBEDDING_KERNEL,
+    ENCODER_NORM_BIAS,
+    ENCODER_NORM_SCALE,
+    HEAD_BIAS_KEY,
+    HEAD_KERNEL_KEY,
+    KEY_BIAS,
+    KEY_KERNEL,
+    LN0_BIAS,
+    LN0_SCALE,
+    LN2_BIAS,
+    LN2_SCALE,
+    MLP0_BIAS,
+    MLP0_KERNEL,
+    MLP1_BIAS,
+    MLP1_KERNEL,
+    OUT_BIAS,
+    OUT_KERNEL,
+    POS_EMBED_KEY,
+    PRE_LOGITS_BIAS_KEY,
+    PRE_LOGITS_KERNEL_KEY,
+    QUERY_BIAS,
+    QUERY_KERNEL,
+    VALUE_BIAS,
+    VALUE_KERNEL,
+)
 
-__all__ = ["FORMAT", "read_keras_hub", "keras_hub_config", "task_config", "keras_hub_key",
-           "keras_hub_shapes"]
+__all__ = ["FORMAT", "KERAS_HUB_ROWS", "read_keras_hub", "keras_hub_config", "task_config",
+           "keras_hub_to_official", "official_to_keras_hub", "keras_hub_shapes"]
 
 
 def _recognises(source):
@@ -53,8 +81,6 @@ def _open(source):
                           layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6),
                           normalization=_normalization(directory))
     arrays = read_keras_hub(directory, has_task=task is not None)
-    if POS_EMBED_KEY in arrays and arrays[POS_EMBED_KEY].ndim == 2:
-        arrays[POS_EMBED_KEY] = arrays[POS_EMBED_KEY][None]
     return ArraysReader(arrays, path=directory, source=source, format=FORMAT, info=info)
 
 
@@ -142,10 +168,7 @@ def read_keras_hub(directory, has_task):
         model = keras_hub.models.ImageClassifier.from_preset(directory)
     else:
         model = keras_hub.models.Backbone.from_preset(directory)
-    out = {}
-    for variable in model.weights:
-        out[keras_hub_key(variable.path)] = np.asarray(variable.numpy())
-    return out
+    return keras_hub_to_official({v.path: np.asarray(v.numpy()) for v in model.weights})
 
 
 FORMAT = CheckpointFormat(
@@ -154,40 +177,64 @@ FORMAT = CheckpointFormat(
     recognises=_recognises, open=_open, numerics=(False, 1e-6))
 
 
-_KERAS_HUB_BLOCK = {"ln_1/gamma": "LayerNorm_0/scale", "ln_1/beta": "LayerNorm_0/bias",
-          "ln_2/gamma": "LayerNorm_2/scale", "ln_2/beta": "LayerNorm_2/bias",
-          "mlp/dense_1/kernel": "MlpBlock_3/Dense_0/kernel",
-          "mlp/dense_1/bias": "MlpBlock_3/Dense_0/bias",
-          "mlp/dense_2/kernel": "MlpBlock_3/Dense_1/kernel",
-          "mlp/dense_2/bias": "MlpBlock_3/Dense_1/bias",
-          "mha/attention_output/kernel": "MultiHeadDotProductAttention_1/out/kernel",
-          "mha/attention_output/bias": "MultiHeadDotProductAttention_1/out/bias"}
+_BLOCK = "vit_encoder/transformer_block_{i+1}"  # keras-hub counts blocks from 1
+_EMBEDDING = "vit_patching_and_embedding"
+# keras-hub's ViT, row by row (formats/rows.py): its variable paths, whose layouts are the
+# official ones but for the position embedding's missing batch axis.
+KERAS_HUB_ROWS = (
+    KeyRow(f"{_EMBEDDING}/class_token", CLS_KEY),
+    KeyRow(f"{_EMBEDDING}/patch_embedding/kernel", EMBEDDING_KERNEL),
+    KeyRow(f"{_EMBEDDING}/patch_embedding/bias", EMBEDDING_BIAS),
+    KeyRow(f"{_EMBEDDING}/position_embedding/embeddings", POS_EMBED_KEY, ADD_BATCH_AXIS),
+    KeyRow(f"{_BLOCK}/ln_1/gamma", LN0_SCALE),
+    KeyRow(f"{_BLOCK}/ln_1/beta", LN0_BIAS),
+    KeyRow(f"{_BLOCK}/mha/query/kernel", QUERY_KERNEL),
+    KeyRow(f"{_BLOCK}/mha/query/bias", QUERY_BIAS),
+    KeyRow(f"{_BLOCK}/mha/key/kernel", KEY_KERNEL),
+    KeyRow(f"{_BLOCK}/mha/key/bias", KEY_BIAS),
+    KeyRow(f"{_BLOCK}/mha/value/kernel", VALUE_KERNEL),
+    KeyRow(f"{_BLOCK}/mha/value/bias", VALUE_BIAS),
+    KeyRow(f"{_BLOCK}/mha/attention_output/kernel", OUT_KERNEL),
+    KeyRow(f"{_BLOCK}/mha/attention_output/bias", OUT_BIAS),
+    KeyRow(f"{_BLOCK}/ln_2/gamma", LN2_SCALE),
+    KeyRow(f"{_BLOCK}/ln_2/beta", LN2_BIAS),
+    KeyRow(f"{_BLOCK}/mlp/dense_1/kernel", MLP0_KERNEL),
+    KeyRow(f"{_BLOCK}/mlp/dense_1/bias", MLP0_BIAS),
+    KeyRow(f"{_BLOCK}/mlp/dense_2/kernel", MLP1_KERNEL),
+    KeyRow(f"{_BLOCK}/mlp/dense_2/bias", MLP1_BIAS),
+    KeyRow("vit_encoder/ln/gamma", ENCODER_NORM_SCALE),
+    KeyRow("vit_encoder/ln/beta", ENCODER_NORM_BIAS),
+    # keras-hub's classifier names its pre_logits layer and variables as the official ones.
+    KeyRow(PRE_LOGITS_KERNEL_KEY, PRE_LOGITS_KERNEL_KEY),
+    KeyRow(PRE_LOGITS_BIAS_KEY, PRE_LOGITS_BIAS_KEY),
+    KeyRow("predictions/kernel", HEAD_KERNEL_KEY),
+    KeyRow("predictions/bias", HEAD_BIAS_KEY),
+    # Older keras-hub classifiers named the head output_dense.
+    KeyRow("output_dense/kernel", HEAD_KERNEL_KEY, read_only=True),
+    KeyRow("output_dense/bias", HEAD_BIAS_KEY, read_only=True),
+)
+# The layers a variable path is read from (a model nested in another adds its own name before).
+_ROOTS = re.compile(r"(?:.*/)?((?:vit_patching_and_embedding|vit_encoder|pre_logits|predictions"
+                    r"|output_dense)/.+)")
 
 
-def keras_hub_key(path):
-    m = re.search(r"transformer_block_(\d+)/(.+)$", path)
-    if m:
-        b = f"Transformer/encoderblock_{int(m.group(1)) - 1}"
-        rest = m.group(2)
-        if rest in _KERAS_HUB_BLOCK:
-            return f"{b}/{_KERAS_HUB_BLOCK[rest]}"
-        qkv = re.fullmatch(r"mha/(query|key|value)/(kernel|bias)", rest)
-        if qkv:
-            return f"{b}/MultiHeadDotProductAttention_1/{qkv.group(1)}/{qkv.group(2)}"
-    for suffix, key in (("class_token", "cls"), ("patch_embedding/kernel", "embedding/kernel"),
-                        ("patch_embedding/bias", "embedding/bias"),
-                        ("vit_encoder/ln/gamma", "Transformer/encoder_norm/scale"),
-                        ("vit_encoder/ln/beta", "Transformer/encoder_norm/bias"),
-                        ("pre_logits/kernel", "pre_logits/kernel"),
-                        ("pre_logits/bias", "pre_logits/bias"),
-                        ("output_dense/kernel", "head/kernel"), ("output_dense/bias", "head/bias"),
-                        ("predictions/kernel", "head/kernel"), ("predictions/bias", "head/bias")):
-        if path.endswith(suffix):
-            return key
-    if path.endswith("position_embedding/embeddings"):
-        return "Transformer/posembed_input/pos_embedding"
-    return "keras_hub:" + path  # the strict loader names it as unexpected
+def keras_hub_to_official(arrays):
+    """{keras-hub variable path: array} -> official-key arrays; a path no row takes passes
+    through (prefixed "keras_hub:"), for the strict loader to name as unexpected."""
+    roots = {}
+    for path in arrays:
+        m = _ROOTS.fullmatch(path)
+        roots[m.group(1) if m else path] = path
+    out = to_official(KERAS_HUB_ROWS, {k: arrays[p] for k, p in roots.items()},
+                      unknown_prefix="keras_hub:")
+    return {(f"keras_hub:{roots[k[len('keras_hub:'):]]}" if k.startswith("keras_hub:") else k): v
+            for k, v in out.items()}
 
+
+def official_to_keras_hub(arrays):
+    """Official-key arrays -> keras-hub ViT variable paths (a backbone, and its classifier's
+    pre_logits and head)."""
+    return from_official(KERAS_HUB_ROWS, arrays, "keras-hub")
 
 
 def keras_hub_shapes(config, task_config=None):
@@ -198,11 +245,12 @@ def keras_hub_shapes(config, task_config=None):
     h, w, c = config["image_shape"]
     p = p if isinstance(p, int) else p[0]
     has_cls = config.get("use_class_token", True)
-    shapes = {"embedding/kernel": (p, p, c, d), POS_EMBED_KEY: (1, (h // p) * (w // p) + has_cls, d)}
+    shapes = {EMBEDDING_KERNEL: (p, p, c, d),
+              POS_EMBED_KEY: (1, (h // p) * (w // p) + has_cls, d)}
     if has_cls:
-        shapes["cls"] = (1, 1, d)
+        shapes[CLS_KEY] = (1, 1, d)
     for i in range(config["num_layers"]):
-        shapes[f"Transformer/encoderblock_{i}/LayerNorm_0/scale"] = (d,)
+        shapes[LN0_SCALE.format(i=i)] = (d,)
     if task_config is not None:
         hidden = task_config.get("intermediate_dim")
         if hidden:

@@ -9,10 +9,12 @@ The file is opened once (`NpzFile`); headers and arrays come from that one open.
 """
 
 import math
+import os
 import zipfile
 
 import numpy as np
 
+from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import (
     OFFICIAL_NORMALIZATION,
@@ -21,11 +23,18 @@ from keras_vit.checkpoints.formats.base import (
     CheckpointInfo,
     CheckpointReader,
 )
-from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY, parse_metadata
+from keras_vit.checkpoints.formats.npz_metadata import (
+    METADATA_KEY,
+    metadata_array,
+    model_metadata,
+    parse_metadata,
+)
 from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX
-from keras_vit.checkpoints.layout import normalize_keys
+from keras_vit.checkpoints.layout import normalize_keys, official_arrays
+from keras_vit.errors import ArgumentError
 
-__all__ = ["FORMAT", "NpzFile", "read_npz", "read_npz_headers", "inspect_npz", "PICKLE_PROBLEM"]
+__all__ = ["FORMAT", "NpzFile", "read_npz", "read_npz_headers", "inspect_npz", "save_npz",
+           "PICKLE_PROBLEM"]
 
 PICKLE_PROBLEM = ("object arrays, which need pickle to load (official checkpoints hold plain "
                   "numeric arrays, and keras_vit never unpickles: it can run code)")
@@ -196,3 +205,18 @@ def inspect_npz(path):
 
     with NpzReader(Source(path)) as reader:
         return reader.info()
+
+
+def save_npz(model, path):
+    """Writes `model` as an official-layout `.npz` (vit_jax's `checkpoint.load`, timm's npz
+    loader and keras_vit all read it; a BiT in big_transfer's layout, which timm's ResNetV2
+    loader reads), atomically (a kill at any moment leaves the old file or the new one), with
+    keras_vit's record of its numerics and grid (npz_metadata.py), which only keras_vit reads."""
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        raise ArgumentError(f"save_npz writes an .npz file; got the path {path!r}.")
+    arrays = official_arrays(model)
+    arrays[METADATA_KEY] = metadata_array(model_metadata(model))  # numerics and grid
+    with atomic_open(path, "wb") as file:
+        np.savez(file, **arrays)
+    return path

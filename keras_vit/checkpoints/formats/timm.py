@@ -9,7 +9,6 @@ its mean/std.
 """
 
 import os
-import re
 
 import numpy as np
 
@@ -19,16 +18,58 @@ from keras_vit.checkpoints.formats.base import (
     CheckpointFormat,
     CheckpointInfo,
     CheckpointReader,
-    ShapeOnly,
     normalization_from,
+    shape_stand_ins,
 )
 from keras_vit.checkpoints.formats.config_values import check_object
-from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX, open_safetensors
-from keras_vit.checkpoints.formats.torch_layout import from_torch, split_heads
+from keras_vit.checkpoints.formats.rows import (
+    CONV,
+    FUSED_QKV,
+    FUSED_QKV_BIAS,
+    HEADS_OUT,
+    LINEAR,
+    KeyRow,
+    from_official,
+    to_official,
+)
+from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX, open_safetensors, write_safetensors
+from keras_vit.checkpoints.layout import (
+    CLS_KEY,
+    EMBEDDING_BIAS,
+    EMBEDDING_KERNEL,
+    ENCODER_NORM_BIAS,
+    ENCODER_NORM_SCALE,
+    HEAD_BIAS_KEY,
+    HEAD_KERNEL_KEY,
+    KEY_BIAS,
+    KEY_KERNEL,
+    LN0_BIAS,
+    LN0_SCALE,
+    LN2_BIAS,
+    LN2_SCALE,
+    MLP0_BIAS,
+    MLP0_KERNEL,
+    MLP1_BIAS,
+    MLP1_KERNEL,
+    OUT_BIAS,
+    OUT_KERNEL,
+    POS_EMBED_KEY,
+    PRE_LOGITS_KERNEL_KEY,
+    QUERY_BIAS,
+    QUERY_KERNEL,
+    VALUE_BIAS,
+    VALUE_KERNEL,
+    is_trunk_key,
+    official_arrays,
+)
 from keras_vit.errors import ArgumentError
 from keras_vit.variants import timm_variant
 
-__all__ = ["FORMAT", "timm_to_official", "official_to_timm", "weights_file", "open_weights"]
+__all__ = ["FORMAT", "TIMM_ROWS", "timm_to_official", "official_to_timm", "save_safetensors",
+           "weights_file", "open_weights"]
+
+# The stem of timm's hybrid (ResNet + ViT) models, which keras_vit does not read from timm.
+_HYBRID_STEM = "patch_embed.backbone.stem.conv.weight"
 
 
 def weights_file(source):
@@ -52,7 +93,7 @@ def open_weights(source):
 def _recognises(source):
     weights = open_weights(source)
     return weights is not None and ("patch_embed.proj.weight" in weights.shapes
-                                    or "patch_embed.backbone.stem.conv.weight" in weights.shapes)
+                                    or _HYBRID_STEM in weights.shapes)
 
 
 class TimmReader(CheckpointReader):
@@ -63,7 +104,7 @@ class TimmReader(CheckpointReader):
         self._config = check_object(f"{source.folder}/config.json", config) if config is not None else {}
 
     def headers(self, heads=None):
-        shapes = timm_to_official(ShapeOnly.of(self._weights.shapes), heads, source=self.path)
+        shapes = timm_to_official(shape_stand_ins(self._weights.shapes), heads, source=self.path)
         return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
 
     def read(self, keys, heads=None):
@@ -89,95 +130,58 @@ FORMAT = CheckpointFormat(
     recognises=_recognises, open=TimmReader, numerics=(False, 1e-6), write="save_safetensors")
 
 
-_POS, _NORM = "Transformer/posembed_input/pos_embedding", "Transformer/encoder_norm"
-_TIMM_TOP = {"patch_embed.proj.weight": "embedding/kernel", "patch_embed.proj.bias": "embedding/bias",
-             "cls_token": "cls", "pos_embed": _POS, "norm.weight": f"{_NORM}/scale",
-             "norm.bias": f"{_NORM}/bias", "head.weight": "head/kernel", "head.bias": "head/bias"}
+# timm's VisionTransformer state dict, row by row (formats/rows.py applies it both ways).
+TIMM_ROWS = (
+    KeyRow("patch_embed.proj.weight", EMBEDDING_KERNEL, CONV),
+    KeyRow("patch_embed.proj.bias", EMBEDDING_BIAS),
+    KeyRow("cls_token", CLS_KEY),
+    KeyRow("pos_embed", POS_EMBED_KEY),
+    KeyRow("blocks.{i}.norm1.weight", LN0_SCALE),
+    KeyRow("blocks.{i}.norm1.bias", LN0_BIAS),
+    KeyRow("blocks.{i}.attn.qkv.weight", (QUERY_KERNEL, KEY_KERNEL, VALUE_KERNEL), FUSED_QKV),
+    KeyRow("blocks.{i}.attn.qkv.bias", (QUERY_BIAS, KEY_BIAS, VALUE_BIAS), FUSED_QKV_BIAS),
+    KeyRow("blocks.{i}.attn.proj.weight", OUT_KERNEL, HEADS_OUT),
+    KeyRow("blocks.{i}.attn.proj.bias", OUT_BIAS),
+    KeyRow("blocks.{i}.norm2.weight", LN2_SCALE),
+    KeyRow("blocks.{i}.norm2.bias", LN2_BIAS),
+    KeyRow("blocks.{i}.mlp.fc1.weight", MLP0_KERNEL, LINEAR),
+    KeyRow("blocks.{i}.mlp.fc1.bias", MLP0_BIAS),
+    KeyRow("blocks.{i}.mlp.fc2.weight", MLP1_KERNEL, LINEAR),
+    KeyRow("blocks.{i}.mlp.fc2.bias", MLP1_BIAS),
+    KeyRow("norm.weight", ENCODER_NORM_SCALE),
+    KeyRow("norm.bias", ENCODER_NORM_BIAS),
+    KeyRow("head.weight", HEAD_KERNEL_KEY, LINEAR),
+    KeyRow("head.bias", HEAD_BIAS_KEY),
+)
+
+
 def timm_to_official(sd, heads=None, source="the checkpoint"):
     """timm arrays -> official-key arrays, attention split into `heads` heads (None: kept
     (D, D), enough for header checks). Keys it does not know pass through unchanged
     (prefixed "timm:"), so that the strict loader names them as unexpected."""
-    if "patch_embed.backbone.stem.conv.weight" in sd:
+    if _HYBRID_STEM in sd:
         raise CheckpointError(f"{source} is a timm hybrid (ResNet + ViT) state dict; keras_vit reads "
                               "hybrids from the official .npz layout only.")
-    out = {}
-    for key, a in sd.items():
-        m = re.fullmatch(r"blocks\.(\d+)\.(.+)", key)
-        if m:
-            _block_to_official(out, f"Transformer/encoderblock_{m.group(1)}", m.group(2), a, key,
-                               heads)
-        elif key in _TIMM_TOP:
-            out[_TIMM_TOP[key]] = from_torch(_TIMM_TOP[key], a)
-        else:
-            out["timm:" + key] = a
-    return out
-
-
-def _block_to_official(out, b, rest, a, key, heads):
-    ln = {"norm1": "LayerNorm_0", "norm2": "LayerNorm_2"}
-    mha = f"{b}/MultiHeadDotProductAttention_1"
-    m = re.fullmatch(r"(norm1|norm2)\.(weight|bias)", rest)
-    if m:
-        out[f"{b}/{ln[m.group(1)]}/{'scale' if m.group(2) == 'weight' else 'bias'}"] = a
-    elif rest in ("attn.qkv.weight", "attn.qkv.bias"):
-        d = a.shape[0] // 3
-        for j, name in enumerate(("query", "key", "value")):
-            part = a[j * d:(j + 1) * d]
-            if rest.endswith("weight"):
-                out[f"{mha}/{name}/kernel"] = split_heads(part.T, heads, axis=1)
-            else:
-                out[f"{mha}/{name}/bias"] = split_heads(part, heads, axis=0)
-    elif rest == "attn.proj.weight":
-        out[f"{mha}/out/kernel"] = split_heads(a.T, heads, axis=0)
-    elif rest == "attn.proj.bias":
-        out[f"{mha}/out/bias"] = a
-    elif m := re.fullmatch(r"mlp\.fc([12])\.(weight|bias)", rest):
-        dense = f"{b}/MlpBlock_3/Dense_{int(m.group(1)) - 1}"
-        if m.group(2) == "weight":
-            out[f"{dense}/kernel"] = a.T
-        else:
-            out[f"{dense}/bias"] = a
-    else:
-        out["timm:" + key] = a
+    return to_official(TIMM_ROWS, sd, heads, unknown_prefix="timm:")
 
 
 def official_to_timm(arrays):
     """Official-key arrays (heads split as (D, H, hd)) -> timm's VisionTransformer keys."""
-    if "conv_root/kernel" in arrays:
+    if any(is_trunk_key(k) for k in arrays):
         raise ArgumentError("save_safetensors writes timm's plain ViT layout; a hybrid's ResNet trunk "
                             "has no equivalent there. Use save_npz, which timm's npz loader reads.")
-    if "pre_logits/kernel" in arrays:
+    if PRE_LOGITS_KERNEL_KEY in arrays:
         raise ArgumentError("timm's ViT layout has no pre_logits layer; save this model with "
                             "save_npz, or build it with representation_size=None.")
-    sd = {"patch_embed.proj.weight": arrays["embedding/kernel"].transpose(3, 2, 0, 1),
-          "patch_embed.proj.bias": arrays["embedding/bias"],
-          "pos_embed": arrays["Transformer/posembed_input/pos_embedding"],
-          "norm.weight": arrays["Transformer/encoder_norm/scale"],
-          "norm.bias": arrays["Transformer/encoder_norm/bias"]}
-    if "cls" in arrays:
-        sd["cls_token"] = arrays["cls"]
-    i = 0
-    while f"Transformer/encoderblock_{i}/LayerNorm_0/scale" in arrays:
-        b, t = f"Transformer/encoderblock_{i}", f"blocks.{i}"
-        mha = f"{b}/MultiHeadDotProductAttention_1"
-        d = arrays[f"{b}/LayerNorm_0/scale"].shape[0]
-        sd[f"{t}.norm1.weight"] = arrays[f"{b}/LayerNorm_0/scale"]
-        sd[f"{t}.norm1.bias"] = arrays[f"{b}/LayerNorm_0/bias"]
-        sd[f"{t}.norm2.weight"] = arrays[f"{b}/LayerNorm_2/scale"]
-        sd[f"{t}.norm2.bias"] = arrays[f"{b}/LayerNorm_2/bias"]
-        qkv = ("query", "key", "value")
-        sd[f"{t}.attn.qkv.weight"] = np.concatenate(
-            [arrays[f"{mha}/{n}/kernel"].reshape(d, d).T for n in qkv])
-        sd[f"{t}.attn.qkv.bias"] = np.concatenate([arrays[f"{mha}/{n}/bias"].reshape(d) for n in qkv])
-        sd[f"{t}.attn.proj.weight"] = arrays[f"{mha}/out/kernel"].reshape(d, d).T
-        sd[f"{t}.attn.proj.bias"] = arrays[f"{mha}/out/bias"]
-        for j in (0, 1):
-            sd[f"{t}.mlp.fc{j + 1}.weight"] = arrays[f"{b}/MlpBlock_3/Dense_{j}/kernel"].T
-            sd[f"{t}.mlp.fc{j + 1}.bias"] = arrays[f"{b}/MlpBlock_3/Dense_{j}/bias"]
-        i += 1
-    if "head/kernel" in arrays:
-        sd["head.weight"] = arrays["head/kernel"].T
-        sd["head.bias"] = arrays["head/bias"]
+    sd = from_official(TIMM_ROWS, arrays, "timm")
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sd.items()}
 
 
+def save_safetensors(model, path):
+    """Writes a plain keras_vit ViT as timm's VisionTransformer state dict (safetensors),
+    atomically. Hybrids and models with pre_logits have no timm equivalent: use save_npz."""
+    path = os.fspath(path)
+    if not path.endswith(".safetensors"):
+        raise ArgumentError(f"save_safetensors writes a .safetensors file; got the path {path!r}.")
+    write_safetensors(official_to_timm(official_arrays(model)), path, metadata={"format": "pt"})
+    return path

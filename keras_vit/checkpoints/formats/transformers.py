@@ -11,7 +11,6 @@ in-memory one (`vit.layers.N.attention.q_proj`) are read.
 """
 
 import os
-import re
 
 import numpy as np
 
@@ -21,17 +20,53 @@ from keras_vit.checkpoints.formats.base import (
     CheckpointFormat,
     CheckpointInfo,
     CheckpointReader,
-    ShapeOnly,
     normalization_from,
+    shape_stand_ins,
 )
 from keras_vit.checkpoints.formats.config_values import check_config_values, check_object
+from keras_vit.checkpoints.formats.rows import (
+    CONV,
+    HEADS_BIAS,
+    HEADS_IN,
+    HEADS_OUT,
+    LINEAR,
+    KeyRow,
+    from_official,
+    to_official,
+)
 from keras_vit.checkpoints.formats.timm import open_weights
-from keras_vit.checkpoints.formats.torch_layout import from_torch, split_heads
+from keras_vit.checkpoints.layout import (
+    CLS_KEY,
+    EMBEDDING_BIAS,
+    EMBEDDING_KERNEL,
+    ENCODER_NORM_BIAS,
+    ENCODER_NORM_SCALE,
+    HEAD_BIAS_KEY,
+    HEAD_KERNEL_KEY,
+    KEY_BIAS,
+    KEY_KERNEL,
+    LN0_BIAS,
+    LN0_SCALE,
+    LN2_BIAS,
+    LN2_SCALE,
+    MLP0_BIAS,
+    MLP0_KERNEL,
+    MLP1_BIAS,
+    MLP1_KERNEL,
+    OUT_BIAS,
+    OUT_KERNEL,
+    POS_EMBED_KEY,
+    PRE_LOGITS_BIAS_KEY,
+    PRE_LOGITS_KERNEL_KEY,
+    QUERY_BIAS,
+    QUERY_KERNEL,
+    VALUE_BIAS,
+    VALUE_KERNEL,
+)
 
-__all__ = ["FORMAT", "read_config", "transformers_to_official", "processor_normalization",
+__all__ = ["FORMAT", "TRANSFORMERS_ROWS", "read_config", "transformers_to_official",
+           "official_to_transformers", "processor_normalization",
            "TRANSFORMERS_COUNTS"]
-
-_POS, _NORM = "Transformer/posembed_input/pos_embedding", "Transformer/encoder_norm"
 
 
 def _recognises(source):
@@ -47,7 +82,7 @@ class TransformersReader(CheckpointReader):
         self._weights = open_weights(source)
 
     def headers(self, heads=None):
-        shapes = transformers_to_official(ShapeOnly.of(self._weights.shapes), heads)
+        shapes = transformers_to_official(shape_stand_ins(self._weights.shapes), heads)
         return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
 
     def read(self, keys, heads=None):
@@ -114,56 +149,67 @@ TRANSFORMERS_COUNTS = ("hidden_size", "num_hidden_layers", "num_attention_heads"
                        "intermediate_size", "image_size", "patch_size", "num_channels")
 
 
-_TRANSFORMERS_TOP = {
-    "embeddings.patch_embeddings.projection.weight": "embedding/kernel",
-    "embeddings.patch_embeddings.projection.bias": "embedding/bias",
-    "embeddings.cls_token": "cls", "embeddings.position_embeddings": _POS,
-    "layernorm.weight": f"{_NORM}/scale", "layernorm.bias": f"{_NORM}/bias",
-    "pooler.dense.weight": "pre_logits/kernel", "pooler.dense.bias": "pre_logits/bias",
-    "classifier.weight": "head/kernel", "classifier.bias": "head/bias",
-}
+def _block_rows(layer, names, read_only=False):
+    """The rows of one encoder block, `layer` its key prefix; `names` maps each official
+    part to transformers' name of it (the released names, or transformers 5's)."""
+    parts = ((names[0], QUERY_KERNEL, QUERY_BIAS, HEADS_IN),
+             (names[1], KEY_KERNEL, KEY_BIAS, HEADS_IN),
+             (names[2], VALUE_KERNEL, VALUE_BIAS, HEADS_IN),
+             (names[3], OUT_KERNEL, OUT_BIAS, HEADS_OUT),
+             (names[4], MLP0_KERNEL, MLP0_BIAS, LINEAR),
+             (names[5], MLP1_KERNEL, MLP1_BIAS, LINEAR))
+    rows = []
+    for name, kernel, bias, transform in parts:
+        rows += [KeyRow(f"{layer}.{name}.weight", kernel, transform, read_only),
+                 KeyRow(f"{layer}.{name}.bias", bias, HEADS_BIAS if transform is HEADS_IN else None,
+                        read_only)]
+    for name, scale, bias in (("layernorm_before", LN0_SCALE, LN0_BIAS),
+                              ("layernorm_after", LN2_SCALE, LN2_BIAS)):
+        rows += [KeyRow(f"{layer}.{name}.weight", scale, read_only=read_only),
+                 KeyRow(f"{layer}.{name}.bias", bias, read_only=read_only)]
+    return rows
 
 
-_TRANSFORMERS_BLOCK = {
-    "attention.attention.query": "q", "attention.q_proj": "q",
-    "attention.attention.key": "k", "attention.k_proj": "k",
-    "attention.attention.value": "v", "attention.v_proj": "v",
-    "attention.output.dense": "o", "attention.o_proj": "o",
-    "layernorm_before": "ln0", "layernorm_after": "ln2",
-    "intermediate.dense": "fc1", "mlp.fc1": "fc1", "output.dense": "fc2", "mlp.fc2": "fc2",
-}
+# query, key, value, output projection, MLP in, MLP out: as released (and written), then as
+# transformers 5 names them in memory.
+_RELEASED_NAMES = ("attention.attention.query", "attention.attention.key",
+                   "attention.attention.value", "attention.output.dense", "intermediate.dense",
+                   "output.dense")
+_V5_NAMES = ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention.o_proj",
+             "mlp.fc1", "mlp.fc2")
+
+# transformers' ViT, row by row (formats/rows.py), keys without the classifier model's "vit."
+# prefix (`transformers_to_official` removes it).
+TRANSFORMERS_ROWS = (
+    KeyRow("embeddings.patch_embeddings.projection.weight", EMBEDDING_KERNEL, CONV),
+    KeyRow("embeddings.patch_embeddings.projection.bias", EMBEDDING_BIAS),
+    KeyRow("embeddings.cls_token", CLS_KEY),
+    KeyRow("embeddings.position_embeddings", POS_EMBED_KEY),
+    *_block_rows("encoder.layer.{i}", _RELEASED_NAMES),
+    # transformers 5's in-memory names: read, never written (its norms are named as released).
+    *_block_rows("layers.{i}", _V5_NAMES, read_only=True),
+    KeyRow("layernorm.weight", ENCODER_NORM_SCALE),
+    KeyRow("layernorm.bias", ENCODER_NORM_BIAS),
+    # ViTModel's tanh pooler is the official pre_logits (the in21k files were converted so).
+    KeyRow("pooler.dense.weight", PRE_LOGITS_KERNEL_KEY, LINEAR),
+    KeyRow("pooler.dense.bias", PRE_LOGITS_BIAS_KEY),
+    KeyRow("classifier.weight", HEAD_KERNEL_KEY, LINEAR),
+    KeyRow("classifier.bias", HEAD_BIAS_KEY),
+)
 
 
 def transformers_to_official(sd, heads=None):
-    out = {}
-    for key, a in sd.items():
-        name = key.removeprefix("vit.")
-        m = re.fullmatch(r"(?:encoder\.layer|layers)\.(\d+)\.(.+)\.(weight|bias)", name)
-        if m and m.group(2) in _TRANSFORMERS_BLOCK:
-            _transformers_block(out, f"Transformer/encoderblock_{m.group(1)}",
-                                _TRANSFORMERS_BLOCK[m.group(2)], m.group(3), a, heads)
-        elif name in _TRANSFORMERS_TOP:
-            out[_TRANSFORMERS_TOP[name]] = from_torch(_TRANSFORMERS_TOP[name], a)
-        else:
-            out["transformers:" + key] = a  # the strict loader names it as unexpected
-    return out
+    """transformers ViT arrays -> official-key arrays, attention split into `heads` heads.
+    Keys it does not know pass through (prefixed "transformers:"), for the strict loader."""
+    stripped = {key.removeprefix("vit."): key for key in sd}
+    out = to_official(TRANSFORMERS_ROWS, {k: sd[key] for k, key in stripped.items()}, heads,
+                      unknown_prefix="transformers:")
+    # An unknown key is named as stored, "vit." included.
+    return {(f"transformers:{stripped[k[len('transformers:'):]]}"
+             if k.startswith("transformers:") else k): v for k, v in out.items()}
 
 
-def _transformers_block(out, b, part, kind, a, heads):
-    mha = f"{b}/MultiHeadDotProductAttention_1"
-    if part in ("ln0", "ln2"):
-        out[f"{b}/LayerNorm_{part[2]}/{'scale' if kind == 'weight' else 'bias'}"] = a
-    elif part in ("q", "k", "v"):
-        name = {"q": "query", "k": "key", "v": "value"}[part]
-        if kind == "weight":
-            out[f"{mha}/{name}/kernel"] = split_heads(a.T, heads, axis=1)
-        else:
-            out[f"{mha}/{name}/bias"] = split_heads(a, heads, axis=0)
-    elif part == "o":
-        out[f"{mha}/out/{'kernel' if kind == 'weight' else 'bias'}"] = \
-            split_heads(a.T, heads, axis=0) if kind == "weight" else a
-    else:
-        dense = f"{b}/MlpBlock_3/Dense_{int(part[2]) - 1}"
-        out[f"{dense}/{'kernel' if kind == 'weight' else 'bias'}"] = a.T if kind == "weight" else a
-
-
+def official_to_transformers(arrays):
+    """Official-key arrays -> transformers ViT keys (as `ViTModel` stores them, and its
+    classifier's `classifier`)."""
+    return from_official(TRANSFORMERS_ROWS, arrays, "transformers")

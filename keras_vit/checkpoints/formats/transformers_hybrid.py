@@ -20,7 +20,6 @@ pre-activation or dilated trunk, other padding, another group count) is refused.
 
 import dataclasses
 import os
-import re
 
 import numpy as np
 
@@ -30,21 +29,30 @@ from keras_vit.checkpoints.formats.base import (
     CheckpointFormat,
     CheckpointInfo,
     CheckpointReader,
-    ShapeOnly,
+    shape_stand_ins,
 )
 from keras_vit.checkpoints.formats.config_values import check_config_values, check_object
+from keras_vit.checkpoints.formats.rows import CONV, KeyRow, from_official, to_official
 from keras_vit.checkpoints.formats.timm import open_weights
-from keras_vit.checkpoints.formats.torch_layout import from_torch
 from keras_vit.checkpoints.formats.transformers import (
     TRANSFORMERS_COUNTS,
+    TRANSFORMERS_ROWS,
     processor_normalization,
     transformers_to_official,
+)
+from keras_vit.checkpoints.layout import (
+    TRUNK_ROOT_BIAS,
+    TRUNK_ROOT_KERNEL,
+    TRUNK_ROOT_SCALE,
+    UNIT_CONV_KERNEL,
+    UNIT_NORM,
+    UNIT_PARTS,
 )
 from keras_vit.layers.resnet import GROUP_NORM_GROUPS
 from keras_vit.variants import VARIANTS, Variant
 
 __all__ = ["FORMAT", "TRUNK_NUMERICS", "read_hybrid_config", "hybrid_variant",
-           "vit_hybrid_to_official"]
+           "vit_hybrid_to_official", "official_to_vit_hybrid", "HYBRID_ROWS"]
 
 # The trunk's numerics in transformers' BiT backbone (modeling_bit.py), as ResNetTrunk's
 # arguments: BitGroupNormActivation's default eps; WeightStandardizedConv2d, built with
@@ -81,7 +89,7 @@ class TransformersHybridReader(CheckpointReader):
         self._weights = open_weights(source)
 
     def headers(self, heads=None):
-        shapes = vit_hybrid_to_official(ShapeOnly.of(self._weights.shapes), heads)
+        shapes = vit_hybrid_to_official(shape_stand_ins(self._weights.shapes), heads)
         return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
 
     def read(self, keys, heads=None):
@@ -216,45 +224,42 @@ def hybrid_variant(config):
     return variant
 
 
-_UNIT = re.compile(r"encoder\.stages\.(\d+)\.layers\.(\d+)\."
-                   r"(conv[123]|norm[123]|downsample\.conv|downsample\.norm)\.(weight|bias)")
-_UNIT_PART = {"conv1": "conv1", "conv2": "conv2", "conv3": "conv3", "norm1": "gn1",
-              "norm2": "gn2", "norm3": "gn3", "downsample.conv": "conv_proj",
-              "downsample.norm": "gn_proj"}
+def _trunk_rows():
+    """The BiT trunk's rows: the stem, then each unit's convolutions (no bias) and GroupNorms;
+    transformers counts stages and units from 0, the official keys from 1."""
+    unit = _BACKBONE + "encoder.stages.{s-1}.layers.{u-1}."
+    names = {"conv1": "conv1", "conv2": "conv2", "conv3": "conv3", "conv_proj": "downsample.conv",
+             "gn1": "norm1", "gn2": "norm2", "gn3": "norm3", "gn_proj": "downsample.norm"}
+    rows = [KeyRow(_STEM_KEY, TRUNK_ROOT_KERNEL, CONV),
+            KeyRow(_BACKBONE + "embedder.norm.weight", TRUNK_ROOT_SCALE),
+            KeyRow(_BACKBONE + "embedder.norm.bias", TRUNK_ROOT_BIAS)]
+    for conv, norm in UNIT_PARTS:
+        scale, bias = UNIT_NORM[norm]
+        rows += [KeyRow(f"{unit}{names[conv]}.weight", UNIT_CONV_KERNEL[conv], CONV),
+                 KeyRow(f"{unit}{names[norm]}.weight", scale),
+                 KeyRow(f"{unit}{names[norm]}.bias", bias)]
+    return tuple(rows)
+
+
+# ViTHybrid, row by row (formats/rows.py): the BiT trunk, then transformers' plain ViT.
+_TRUNK_ROWS = _trunk_rows()
+HYBRID_ROWS = (*_TRUNK_ROWS, *TRANSFORMERS_ROWS)
 
 
 def vit_hybrid_to_official(sd, heads=None):
     """ViTHybrid arrays -> official-key arrays, attention split into `heads` heads. Keys it
     does not know pass through (prefixed "transformers:"), for the strict loader to name."""
-    out, vit = {}, {}
-    for key, a in sd.items():
-        name = key.removeprefix("vit.")
-        if not name.startswith(_BACKBONE):
-            vit[key] = a
-            continue
-        official = _trunk_key(name[len(_BACKBONE):])
-        if official is None:
-            out["transformers:" + key] = a
-        else:
-            out[official] = from_torch(official, a) if official.endswith("/kernel") else a
-    out.update(transformers_to_official(vit, heads))
+    trunk = {k.removeprefix("vit."): k for k in sd if k.removeprefix("vit.").startswith(_BACKBONE)}
+    out = to_official(_TRUNK_ROWS, {k: sd[stored] for k, stored in trunk.items()}, heads,
+                      unknown_prefix="transformers:")
+    # An unknown key is named as stored, "vit." included.
+    out = {(f"transformers:{trunk[k[len('transformers:'):]]}" if k.startswith("transformers:")
+            else k): v for k, v in out.items()}
+    stored = set(trunk.values())
+    out.update(transformers_to_official({k: a for k, a in sd.items() if k not in stored}, heads))
     return out
 
 
-def _trunk_key(name):
-    """The official key of a BiT trunk parameter ("embedder.norm.weight" -> "gn_root/scale"),
-    or None for a name the hybrids' trunk does not have."""
-    stem = {"embedder.convolution.weight": "conv_root/kernel",
-            "embedder.norm.weight": "gn_root/scale", "embedder.norm.bias": "gn_root/bias"}
-    if name in stem:
-        return stem[name]
-    m = _UNIT.fullmatch(name)
-    if m is None:
-        return None
-    stage, unit, part, kind = m.groups()
-    part = _UNIT_PART[part]
-    if part.startswith("conv"):
-        if kind != "weight":
-            return None  # the trunk's convolutions have no bias
-        return f"block{int(stage) + 1}/unit{int(unit) + 1}/{part}/kernel"
-    return f"block{int(stage) + 1}/unit{int(unit) + 1}/{part}/{'scale' if kind == 'weight' else 'bias'}"
+def official_to_vit_hybrid(arrays):
+    """Official-key arrays -> ViTHybrid keys (as `ViTHybridModel` stores them)."""
+    return from_official(HYBRID_ROWS, arrays, "transformers ViTHybrid")

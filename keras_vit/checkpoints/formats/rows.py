@@ -1,0 +1,181 @@
+"""Converters as tables: a format's keys are rows of (source template, official template(s),
+transform), and one function applies the rows in either direction.
+
+A template names one array per block: "{i}" an encoder block, "{s}"/"{u}" a trunk stage and
+unit, numbered as the official keys number them; a source that counts otherwise says so in
+its own template ("stages.{s-1}", "transformer_block_{i+1}"). A transform holds a forward
+(source array -> official array, or arrays when one source array fuses several) and its
+inverse, side by side, so reading a format and writing it cannot drift apart. A second row
+for the same official keys is an alternative spelling the reader accepts and the writer never
+uses (`read_only`).
+"""
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+import numpy as np
+
+from keras_vit.errors import ArgumentError
+
+__all__ = ["Transform", "KeyRow", "to_official", "from_official", "COPY", "LINEAR", "CONV",
+           "HEADS_IN", "HEADS_BIAS", "HEADS_OUT", "FUSED_QKV", "FUSED_QKV_BIAS",
+           "ADD_BATCH_AXIS"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    """How one source array becomes its official array(s), and back."""
+
+    name: str
+    forward: Callable  # (source array, heads or None) -> official array (a list for fused rows)
+    inverse: Callable  # official array (a list for fused rows) -> source array
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyRow:
+    """One source array and the official key(s) it holds."""
+
+    source: str  # "blocks.{i}.attn.qkv.weight"
+    official: tuple  # ("Transformer/encoderblock_{i}/.../query/kernel", ...): one key, or the parts
+    transform: Transform = None  # None: copied as it is
+    read_only: bool = False  # an alternative spelling: read, never written
+
+    def __post_init__(self):
+        if isinstance(self.official, str):
+            object.__setattr__(self, "official", (self.official,))
+        if self.transform is None:
+            object.__setattr__(self, "transform", COPY)
+
+
+def split_heads(a, heads, axis):
+    """(.., D, ..) -> (.., heads, D // heads, ..) at `axis`: the official attention shapes.
+    `heads` None (a header check that needs no heads) or not dividing D: kept, and the loader
+    names the shape mismatch."""
+    if heads is None or a.shape[axis] % heads:
+        return a
+    shape = list(a.shape)
+    shape[axis:axis + 1] = [heads, shape[axis] // heads]
+    return a.reshape(shape)
+
+
+def _from_conv(a, heads):
+    # torch (out, in, kh, kw) -> (kh, kw, in, out); another rank is passed on for the loader to
+    # name its shape.
+    return a.transpose(2, 3, 1, 0) if a.ndim == 4 else a
+
+
+def _fused_parts(a):
+    third = a.shape[0] // 3
+    return [a[j * third:(j + 1) * third] for j in range(3)]
+
+
+COPY = Transform("copy", lambda a, heads: a, lambda a: a)
+# torch Linear (out, in) <-> a Dense kernel (in, out).
+LINEAR = Transform("linear", lambda a, heads: a.T, lambda a: a.T)
+CONV = Transform("conv", _from_conv, lambda a: a.transpose(3, 2, 0, 1))
+# A torch query/key/value Linear (D, D) <-> the official (D, heads, head_dim) kernel.
+HEADS_IN = Transform("heads_in", lambda a, heads: split_heads(a.T, heads, axis=1),
+                     lambda a: a.reshape(a.shape[0], -1).T)
+HEADS_BIAS = Transform("heads_bias", lambda a, heads: split_heads(a, heads, axis=0),
+                       lambda a: a.reshape(-1))
+# The output projection (D, D) <-> the official (heads, head_dim, D).
+HEADS_OUT = Transform("heads_out", lambda a, heads: split_heads(a.T, heads, axis=0),
+                      lambda a: a.reshape(-1, a.shape[-1]).T)
+# timm's fused qkv Linear (3D, D) <-> the official query, key and value kernels.
+FUSED_QKV = Transform(
+    "fused_qkv", lambda a, heads: [HEADS_IN.forward(p, heads) for p in _fused_parts(a)],
+    lambda parts: np.concatenate([HEADS_IN.inverse(p) for p in parts]))
+FUSED_QKV_BIAS = Transform(
+    "fused_qkv_bias", lambda a, heads: [HEADS_BIAS.forward(p, heads) for p in _fused_parts(a)],
+    lambda parts: np.concatenate([HEADS_BIAS.inverse(p) for p in parts]))
+# keras-hub's position embedding (tokens, D) <-> the official (1, tokens, D).
+ADD_BATCH_AXIS = Transform("add_batch_axis", lambda a, heads: a[None] if a.ndim == 2 else a,
+                           lambda a: a[0])
+
+
+_FIELD = re.compile(r"\{(\w+)([+-]\d+)?\}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Template:
+    """A key template compiled once: matched against keys, and filled in."""
+
+    text: str
+    pattern: re.Pattern
+    offsets: dict  # field -> what the template adds to the official number
+
+    @classmethod
+    def of(cls, text):
+        parts, offsets, at = [], {}, 0
+        for m in _FIELD.finditer(text):
+            parts.append(re.escape(text[at:m.start()]))
+            name = m.group(1)
+            parts.append(f"(?P={name})" if name in offsets else f"(?P<{name}>\\d+)")
+            offsets[name] = int(m.group(2) or 0)
+            at = m.end()
+        parts.append(re.escape(text[at:]))
+        return cls(text, re.compile("".join(parts)), offsets)
+
+    def match(self, key):
+        """The official numbering of `key`'s fields ({"i": 3}), or None when it is not one."""
+        m = self.pattern.fullmatch(key)
+        if m is None:
+            return None
+        fields = {name: int(m.group(name)) - offset for name, offset in self.offsets.items()}
+        return fields if all(v >= 0 for v in fields.values()) else None
+
+    def fill(self, fields):
+        return _FIELD.sub(lambda m: str(fields[m.group(1)] + int(m.group(2) or 0)), self.text)
+
+
+def _compiled(table):
+    return [(row, _Template.of(row.source), [_Template.of(k) for k in row.official])
+            for row in table]
+
+
+def to_official(table, arrays, heads=None, unknown_prefix="source:"):
+    """{source key: array} -> {official key: array} through `table`'s rows. `heads` splits
+    the attention arrays of formats that fuse heads (None keeps them (D, D): enough for a
+    check of which keys are there). A key no row takes passes through as `unknown_prefix` +
+    key, for the strict loader to name as unexpected."""
+    compiled = _compiled(table)
+    out = {}
+    for key, array in arrays.items():
+        for row, source, officials in compiled:
+            fields = source.match(key)
+            if fields is not None:
+                values = row.transform.forward(array, heads)
+                values = values if len(officials) > 1 else [values]
+                out.update((t.fill(fields), v) for t, v in zip(officials, values))
+                break
+        else:
+            out[unknown_prefix + key] = array
+    return out
+
+
+def from_official(table, arrays, format_name):
+    """{official key: array} -> {source key: array} through `table`'s written rows (the inverse
+    of `to_official`). An official key no row writes is refused: the format has no place for it."""
+    compiled = [c for c in _compiled(table) if not c[0].read_only]
+    out, used = {}, set()
+    for key in arrays:
+        if key in used:
+            continue
+        for row, source, officials in compiled:
+            # `key` may be any part of a fused row: its fields name the whole row.
+            fields = next((f for t in officials if (f := t.match(key)) is not None), None)
+            if fields is None:
+                continue
+            keys = [t.fill(fields) for t in officials]
+            absent = [k for k in keys if k not in arrays]
+            if absent:
+                raise ArgumentError(f"{format_name} stores {', '.join(keys)} as one array; "
+                                    f"{', '.join(absent)} is missing.")
+            parts = [arrays[k] for k in keys]
+            out[source.fill(fields)] = row.transform.inverse(parts if len(keys) > 1 else parts[0])
+            used.update(keys)
+            break
+        else:
+            raise ArgumentError(f"The weight {key} has no place in the {format_name} layout.")
+    return out
