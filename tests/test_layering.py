@@ -1,7 +1,7 @@
-"""analysis/, inference.py and evaluation.py stand below training: they read report.json
-through keras_vit.reports and load models through keras_vit.models.factory, and import
-nothing from keras_vit.training (checked on the source, so an import inside a function
-counts too)."""
+"""Layers point down: analysis/, inference.py and evaluation.py stand below training (they read
+report.json through keras_vit.reports and load models through keras_vit.models.factory), and
+execution.py below the checkpoints package (its cache folder comes from _support/paths.py).
+Checked on the source, so an import inside a function counts too."""
 
 import ast
 import pathlib
@@ -25,9 +25,12 @@ def imported_modules(source):
     return found
 
 
+def _from(package, source):
+    return sorted(m for m in imported_modules(source) if m == package or m.startswith(package + "."))
+
+
 def _from_training(source):
-    return sorted(m for m in imported_modules(source)
-                  if m == "keras_vit.training" or m.startswith("keras_vit.training."))
+    return _from("keras_vit.training", source)
 
 
 def test_analysis_inference_and_evaluation_import_nothing_from_training():
@@ -46,3 +49,8 @@ def test_the_import_scan_sees_an_import_inside_a_function():
     assert _from_training(source) == ["keras_vit.training", "keras_vit.training.optimizers",
                                       "keras_vit.training.report",
                                       "keras_vit.training.report.read_log"]
+
+
+def test_execution_imports_nothing_from_the_checkpoints_package():
+    assert _from("keras_vit.checkpoints", (PACKAGE / "execution.py").read_text("utf-8")) == []
+    assert _from("keras_vit.checkpoints", "from keras_vit.checkpoints.cache import x") != []
