@@ -105,6 +105,9 @@ def _load_from(model, reader, trunk_only):
             elif headers[key].problem:
                 continue  # reported below, with what is wrong with the member
             elif key == POS_EMBED_KEY:
+                found = headers[key].shape
+                if metadata.get("grid") is None and len(found) == 3 and found[2] == shape[2]:
+                    _file_grid(found[1] - num_prefix, None, model, source)  # one line if ambiguous
                 problem = _posembed_problem(headers[key].shape, shape, num_prefix,
                                             metadata.get("grid"), model)
                 if problem:
@@ -141,7 +144,7 @@ def _load_from(model, reader, trunk_only):
         value = row.value(arrays)
         if row.keys[0] == POS_EMBED_KEY:
             posembed = model.get_layer("posembed_input")
-            grid = metadata.get("grid") or square_grid(value.shape[1] - num_prefix)
+            grid = _file_grid(value.shape[1] - num_prefix, metadata.get("grid"), model, source)
             if value.shape != tuple(row.variable.shape) or tuple(grid) != tuple(posembed.grid_size):
                 value = resize_position_embedding(value, grid, posembed.grid_size, num_prefix)
         values.append((row.variable, np.asarray(value).reshape(row.variable.shape)))
@@ -270,6 +273,24 @@ def _prefix_hint(missing, unexpected):
 def _num_prefix_tokens(model):
     names = {layer.name for layer in model.layers}
     return model.get_layer("posembed_input").num_prefix_tokens if "posembed_input" in names else 0
+
+
+def _file_grid(tokens, recorded, model, source):
+    """The (rows, cols) of a file's `tokens` grid tokens: the grid the file records; else the
+    model's own grid when its token count is the file's (no resize then); else the square grid.
+    A non-square count that the model's grid does not fit could be several grids: one line."""
+    if recorded is not None:
+        return tuple(recorded)
+    model_grid = tuple(model.get_layer("posembed_input").grid_size)
+    if model_grid[0] * model_grid[1] == tokens:
+        return model_grid
+    square = square_grid(tokens)
+    if square is None:
+        raise CheckpointError(
+            f"{source} has {tokens} position-embedding grid tokens, not a square and not this "
+            f"model's {model_grid[0]} x {model_grid[1]} grid, and does not record its grid: "
+            "pass image_size=(height, width) giving the file's own grid")
+    return square
 
 
 def _posembed_problem(found, expected, num_prefix, file_grid, model):
