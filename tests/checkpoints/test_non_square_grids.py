@@ -83,3 +83,15 @@ def test_ambiguous_non_square_file_is_refused_in_one_line(tmp_path):
     message = str(caught.value)
     assert "\n" not in message
     assert "280" in message and "16 x 8" in message
+
+
+def test_recorded_non_square_grid_gives_the_default_image_size(tmp_path):
+    # No image_size: a file that records its 14 x 20 grid builds a 224 x 320 model, unresized.
+    source = tmp_path / "official.npz"
+    random_vit_npz(source, get_variant("Ti/16"), (14, 20), classes=10)
+    model = keras_vit.ViT("Ti/16", weights=str(source), image_size=SIZE, classes=10)
+    path = tmp_path / "saved.npz"
+    keras_vit.save_npz(model, path)
+    loaded = keras_vit.ViT("Ti/16", weights=str(path), classes=10)
+    assert tuple(loaded.input_shape[1:3]) == SIZE
+    np.testing.assert_array_equal(_posembed(loaded), _posembed(model))

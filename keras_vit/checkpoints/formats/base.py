@@ -83,8 +83,14 @@ class CheckpointInfo:
         pos = self.shapes.get(POS_EMBED_KEY)
         if not pos or len(pos) != 3 or not hasattr(variant, "total_stride"):  # BiT: any size
             return None
-        grid = square_grid(pos[1] - (1 if variant.classifier == "token" else 0))
-        return grid[0] * variant.total_stride if grid else None
+        # The grid the file records (save_npz), else a square token count's; a non-square count
+        # with no record could be several grids, so the caller's image_size decides.
+        grid = self.metadata.get("grid") or square_grid(
+            pos[1] - (1 if variant.classifier == "token" else 0))
+        if not grid:
+            return None
+        rows, cols = (side * variant.total_stride for side in grid)
+        return rows if rows == cols else (rows, cols)
 
 
 @dataclasses.dataclass(frozen=True)
