@@ -437,7 +437,8 @@ def _serves(path, model):
                        atol=1e-5)
 
 
-@pytest.mark.parametrize("version", [None, 1])
+# Numbering the version itself (None) is the default case; a given version is `slow`.
+@pytest.mark.parametrize("version", [None, pytest.param(1, marks=pytest.mark.slow)])
 def test_an_export_that_finishes_first_is_never_replaced(version, tmp_path, monkeypatch):
     """Another export into the same folder completes while this one is being written."""
     first, second = tiny_classifier(seed=1), tiny_classifier(seed=2)

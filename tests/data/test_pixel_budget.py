@@ -251,8 +251,14 @@ def test_serve_bytes_refuses_bombs_fast_with_bounded_memory(model, bombs, tmp_pa
         assert request["peak_growth_mb"] < 200, request
         assert request["next_served"], request
 
-    # The control: the same request to a SavedModel exported without a useful budget decodes
-    # the bomb, and the same measurement sees it (so the bound above can fail).
+
+@pytest.mark.slow
+def test_without_a_budget_the_same_measurement_sees_the_bomb(model, bombs, tmp_path, python):
+    """The control of the test above (so its bound can fail): the same request to a SavedModel
+    exported without a useful budget decodes the bomb, and the same measurement sees it.
+    `slow`: decoding the bomb is most of a minute on two cores."""
+    good = str(tmp_path / "good.png")
+    Image.fromarray(np.full((64, 48, 3), 90, np.uint8)).save(good)
     unguarded = export_saved_model(model, str(tmp_path / "unguarded"), max_pixels=10 ** 12)
     control = serve_in_fresh_process(python, unguarded, good, [bombs["png"]])
     print("unguarded:", json.dumps(control))
@@ -278,6 +284,7 @@ def test_the_budget_is_exported_into_the_graph(model, bombs, tmp_path, capsys):
         export_saved_model(model, str(tmp_path / "bad"), max_pixels=0)
 
 
+@pytest.mark.slow  # the guarded serving test above refuses the same bombs by default
 def test_concurrent_serving_answers_good_requests_and_refuses_bad(model, bombs, tmp_path):
     path = export_saved_model(model, str(tmp_path / "serving"))
     serve = tf.saved_model.load(path).signatures["serve_bytes"]

@@ -142,6 +142,7 @@ def accuracy(model, dataset):
     return float(np.mean(predictions == labels))
 
 
+@pytest.mark.slow  # a 4-epoch run; tests/training/test_run.py's short run checks best.keras by default
 def test_best_keras_is_chosen_on_validation_data_not_on_test(tmp_path, monkeypatch):
     """A planted run where validation and test disagree: the validation split holds the test
     images (and its own) labelled with the next digit, so the better the model gets on test,

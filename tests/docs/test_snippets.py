@@ -160,7 +160,13 @@ def _run_bash(block):
                         "tests/docs/test_snippets.py or mark the block no-test with a reason")
 
 
-@pytest.mark.parametrize("page", _pages_with_code())
+# The Serving page's blocks export and serve three SavedModels (half a minute of CPU); what
+# they run, tests/test_export.py and tests/data/test_pixel_budget.py run by default.
+SLOW_PAGES = {"docs/serving.md"}
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PAGES else p
+                                  for p in _pages_with_code()])
 def test_page_code_blocks_run(page, smoke):
     namespace = {"__name__": "__main__", "np": np, "os": os, "keras_vit": keras_vit,
                  "write_photo": write_photo}

@@ -52,12 +52,25 @@ def test_notebook_is_well_formed(path):
                 f"{path.name}: commit notebooks with outputs cleared"
 
 
-# The distributed-training notebook is the slowest (a minute on two cores); what it runs is run
-# by default tests too: MirroredStrategy (test_training_distributed.py), keras.distribution on
-# JAX (test_training_jax.py) and the Distributed training page's snippets (test_doc_snippets.py).
-# The ViT-against-ResNet notebook trains a full-size BiT-R50x1 (three 280 MB files); its
-# commands are the ViT against ResNet page's, which tests/docs/test_vit_vs_resnet_page.py runs by default.
-SLOW_NOTEBOOKS = {"05_distributed_training", "07_vit_vs_resnet"}
+# The default suite runs the quick-start notebook; the others are `slow` (each runs a fresh
+# kernel and TensorFlow, 1 to 3 minutes on two cores, and on one xdist worker together: the
+# suite's longest path). Every one is still read by test_notebook_is_well_formed, and what each
+# runs is run by default elsewhere:
+# - 02 flowers transfer: `keras_vit.train`, its report and best.keras, as the Fine-tuning page's
+#   snippets (test_snippets.py) and tests/training/test_run.py run them.
+# - 03 inside a ViT: AttentionProbe, rollout, distances, embeddings and their plots, as the
+#   Looking inside page's snippets and tests/analysis run them.
+# - 04 export and serve: export_saved_model, its signatures and export_tflite, as the Serving
+#   page's snippets and tests/test_export.py run them.
+# - 05 distributed training: MirroredStrategy (tests/training/test_distributed.py),
+#   keras.distribution on JAX (tests/training/test_jax.py), the Distributed page's snippets.
+# - 06 hybrids: hybrid backbones, ResNetV2 and the few-shot probe, as tests/models/test_tables.py,
+#   the hybrid parity tests and tests/analysis/test_probe.py run them.
+# - 07 ViT against ResNet trains a full-size BiT-R50x1 (three 280 MB files); its commands are
+#   the ViT against ResNet page's, which tests/docs/test_vit_vs_resnet_page.py runs.
+# Run them all with `pytest -m slow tests/docs/test_tutorials.py`.
+SLOW_NOTEBOOKS = {"02_flowers_transfer", "03_inside_a_vit", "04_export_and_serve",
+                  "05_distributed_training", "06_hybrids", "07_vit_vs_resnet"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_NOTEBOOKS
