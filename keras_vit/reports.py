@@ -12,6 +12,8 @@ predicted), `skipped_files`; and, by who wrote it, `model`, `weights`, `recipe`,
 import csv
 import io
 import json
+import math
+import numbers
 import os
 
 import numpy as np
@@ -21,7 +23,7 @@ from keras_vit.atomic import atomic_open, atomic_path
 from keras_vit.errors import DatasetError, RunConflictError
 
 __all__ = ["REQUIRED", "classification_summary", "write_report", "write_json", "read_report",
-           "read_log", "plot_curves", "plot_confusion"]
+           "check_report", "read_log", "plot_curves", "plot_confusion"]
 
 # What `compare` needs of every report.json (and `split.fingerprints.test`).
 REQUIRED = ("dataset", "class_names", "accuracy", "macro_avg", "per_class")
@@ -81,28 +83,134 @@ def write_json(output, report):
 
 
 def read_report(path):
-    """The report.json at `path`, checked for the `REQUIRED` fields and the test split's
-    fingerprint; `DatasetError` names what is missing or unreadable."""
+    """The report.json at `path`, checked against the schema (`check_report`): `DatasetError`
+    names the file and the first field that is missing, of the wrong type or out of range."""
     try:
         report = json.loads(read_text(path, "a report.json", DatasetError))
     except (OSError, ValueError) as error:
         raise DatasetError(f"{path} is not readable JSON ({error}).") from error
-    test = (report.get("split") or {}).get("fingerprints", {}).get("test") \
-        if isinstance(report, dict) else None
-    missing = [key for key in REQUIRED if not isinstance(report, dict) or key not in report]
+    if not isinstance(report, dict):
+        _refuse(path, "the file", report, "a JSON object")
+    split = report.get("split")
+    fingerprints = split.get("fingerprints") if isinstance(split, dict) else {}
+    test = not isinstance(split, dict) or not isinstance(fingerprints, dict) \
+        or fingerprints.get("test")  # a split of the wrong type is check_report's to name
+    missing = [key for key in REQUIRED if key not in report]
     if missing or not test:
         what = ", ".join(missing + ([] if test else ["split.fingerprints.test"]))
         raise DatasetError(f"{path} lacks {what}: written by an older keras_vit? Train or "
                            "evaluate again to compare it.")
+    check_report(report, path)
     return report
 
 
+# The schema's types, field by field: what a reader may rely on once `check_report` passed.
+# Every number is finite (JSON as Python reads it allows NaN and Infinity); a hand-edited or
+# foreign report.json is refused naming its file and field, not met later as a traceback.
+_SHARE = "a number from 0 to 1"
+_COUNT = "a whole number >= 0"
+_AMOUNT = "a number >= 0"
+_TEXT = "a string"
+_OPTIONAL = {"model": _TEXT, "weights": _TEXT, "parameters": _COUNT,
+             "gflops_per_image": _AMOUNT, "train_seconds": _AMOUNT,
+             "images_per_second": _AMOUNT, "steps_per_epoch": _COUNT, "epochs_logged": _COUNT,
+             "top5_accuracy": _SHARE, "image_count": _COUNT}
+
+
+def _is(value, kind):
+    if kind == _TEXT:
+        return isinstance(value, str)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value):
+        return False
+    if kind == _COUNT:
+        return isinstance(value, numbers.Integral) and value >= 0
+    return value >= 0 and (kind != _SHARE or value <= 1)
+
+
+def _refuse(path, field, value, expected):
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise DatasetError(f"{path}: {field} is {shown}, not {expected}.")
+
+
+def _check(path, field, value, kind, optional=False):
+    if not (optional and value is None) and not _is(value, kind):
+        _refuse(path, field, value, kind + (" (or null)" if optional else ""))
+
+
+def _check_mapping(path, field, value):
+    if not isinstance(value, dict):
+        _refuse(path, field, value, "an object")
+    return value
+
+
+def check_report(report, path):
+    """Raises `DatasetError` naming `path` and the first field of `report` (a report.json's
+    content) whose type or range is not the schema's; see the module's docstring."""
+    _check(path, "dataset", report["dataset"], _TEXT)
+    names = report["class_names"]
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        _refuse(path, "class_names", names, "a non-empty list of strings")
+    _check(path, "accuracy", report["accuracy"], _SHARE)
+    macro = _check_mapping(path, "macro_avg", report["macro_avg"])
+    for metric in ("precision", "recall", "f1"):
+        _check(path, f"macro_avg.{metric}", macro.get(metric), _SHARE)
+    for name, scores in _check_mapping(path, "per_class", report["per_class"]).items():
+        _check_mapping(path, f"per_class[{name!r}]", scores)
+        for metric in ("precision", "recall", "f1", "support"):
+            if metric in scores:
+                _check(path, f"per_class[{name!r}].{metric}", scores[metric],
+                       _COUNT if metric == "support" else _SHARE)
+    split = _check_mapping(path, "split", report["split"])
+    for name, value in _check_mapping(path, "split.fingerprints", split["fingerprints"]).items():
+        _check(path, f"split.fingerprints.{name}", value, _TEXT)
+    if "validation" in split["fingerprints"]:
+        _check(path, "split.validation_fraction", split.get("validation_fraction"), _SHARE)
+        if isinstance(split.get("validation_seed"), bool) \
+                or not isinstance(split.get("validation_seed"), int):
+            _refuse(path, "split.validation_seed", split.get("validation_seed"), "an integer")
+    for field, kind in _OPTIONAL.items():
+        _check(path, field, report.get(field), kind, optional=True)
+    recipe = report.get("recipe")
+    if recipe is not None:
+        _check_mapping(path, "recipe", recipe)
+        _check(path, "recipe.name", recipe.get("name"), _TEXT, optional=True)
+        _check(path, "recipe.batch_size", recipe.get("batch_size"), _COUNT, optional=True)
+
+
+# The log.csv columns a reader plots or adds up: numbers (CSVLogger writes "nan" for a loss
+# that diverged: a number, drawn as a gap).
+LOG_NUMBERS = ("loss", "accuracy", "val_loss", "val_accuracy", "seconds")
+
+
 def read_log(path):
-    """The rows of a run's log.csv as dicts (none when there is no log yet)."""
+    """The rows of a run's log.csv as dicts (none when there is no log yet); `epoch` and the
+    `LOG_NUMBERS` columns are checked to be numbers, naming the file, row and column."""
     if not os.path.exists(path):
         return []
     text = read_text(path, "a run's log", RunConflictError)
-    return list(csv.DictReader(io.StringIO(text, newline="")))
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        rows = list(reader)
+    except csv.Error as error:
+        raise RunConflictError(f"{path} is not a CSV file ({error}).") from None
+    for line, row in enumerate(rows, start=2):  # line 1 is the header
+        if None in row or None in row.values():  # DictReader's marks of a ragged row
+            raise RunConflictError(f"{path} line {line} has not the header's "
+                                   f"{len(reader.fieldnames)} fields.")
+        for column in ("epoch", *LOG_NUMBERS):
+            value = row.get(column)
+            if value in (None, "") and column != "epoch":
+                continue
+            try:
+                number = int(value) if column == "epoch" else float(value)
+            except (TypeError, ValueError):
+                number = None
+            if number is None or (column == "epoch" and number < 0):
+                kind = "a whole number >= 0" if column == "epoch" else "a number"
+                raise RunConflictError(f"{path} line {line}: {column} is {value!r}, not {kind}.")
+    return rows
 
 
 def _figure(**kwargs):
