@@ -152,8 +152,9 @@ def _number(value, spec):
     return format(value, spec)
 
 
-# Markdown's inline punctuation (emphasis, code, links, tables, strikethrough, escapes).
-_MARKDOWN = re.compile(r"([\\`*_\[\]|~!])")
+# Markdown's inline punctuation (emphasis, code, links, tables, strikethrough, escapes); an
+# underscore inside a word ("ViT-demo_4") opens no emphasis and stays as it is.
+_MARKDOWN = re.compile(r"([\\`*\[\]|~!]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
 
 
 def _cell(value):
