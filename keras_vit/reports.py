@@ -252,20 +252,26 @@ LOG_NUMBERS = ("loss", "accuracy", "val_loss", "val_accuracy", "seconds")
 
 
 def read_log(path):
-    """The rows of a run's log.csv as dicts (none when there is no log yet); `epoch` and the
-    `LOG_NUMBERS` columns are checked to be numbers, naming the file, row and column."""
+    """The rows of a run's log.csv as dicts (none when there is no log yet), as written: a
+    run being resumed reads its own log, torn last row included (`resume.repair_log` mends
+    it); a reader of another's folder checks the rows with `check_log`."""
     if not os.path.exists(path):
         return []
     text = read_text(path, "a run's log", RunConflictError)
     try:
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        rows = list(reader)
+        return list(csv.DictReader(io.StringIO(text, newline="")))
     except csv.Error as error:
         raise RunConflictError(f"{path} is not a CSV file ({error}).") from None
+
+
+def check_log(rows, path):
+    """Raises `RunConflictError` naming `path`, the line and the column where `read_log`'s
+    `rows` are not a finished run's: a row not as wide as the header, an `epoch` that is not
+    a whole number >= 0, a `LOG_NUMBERS` column that is not a number."""
     for line, row in enumerate(rows, start=2):  # line 1 is the header
         if None in row or None in row.values():  # DictReader's marks of a ragged row
             raise RunConflictError(f"{path} line {line} has not the header's "
-                                   f"{len(reader.fieldnames)} fields.")
+                                   f"{len(rows[0]) - (None in rows[0])} fields.")
         for column in ("epoch", *LOG_NUMBERS):
             value = row.get(column)
             if value in (None, "") and column != "epoch":
@@ -277,7 +283,6 @@ def read_log(path):
             if number is None or (column == "epoch" and number < 0):
                 kind = "a whole number >= 0" if column == "epoch" else "a number"
                 raise RunConflictError(f"{path} line {line}: {column} is {value!r}, not {kind}.")
-    return rows
 
 
 def _figure(**kwargs):

@@ -19,7 +19,7 @@ What compare reads from a folder's report.json (the schema `train` writes):
   per `epoch`).
 
 Every folder is checked once, when read, against the schema (`keras_vit.reports.read_report`
-and `read_log`; a model.keras through the one `.keras` loader): a hand-edited or foreign
+and `check_log`; a model.keras through the one `.keras` loader): a hand-edited or foreign
 folder is refused in one line naming the file and the field. Folders on different datasets,
 classes or splits are refused (`DatasetError`, naming what differs): their numbers do not
 measure the same thing.
@@ -34,7 +34,7 @@ import os
 import re
 
 from keras_vit.errors import ArgumentError, DatasetError, PathNotFoundError
-from keras_vit.reports import read_log, read_report
+from keras_vit.reports import check_log, read_log, read_report
 
 __all__ = ["compare_runs", "read_run"]
 
@@ -48,8 +48,10 @@ def read_run(folder):
         raise PathNotFoundError(f"{folder} has no report.json: not a training run or an "
                                 "evaluation folder.")
     report = read_report(path)
-    return {"folder": folder, "report": report,
-            "log": read_log(os.path.join(folder, "log.csv"))}
+    log_path = os.path.join(folder, "log.csv")
+    log = read_log(log_path)
+    check_log(log, log_path)
+    return {"folder": folder, "report": report, "log": log}
 
 
 def check_comparable(runs):
