@@ -25,6 +25,7 @@ __all__ = [
     "PathError",
     "PathNotFoundError",
     "PathExistsError",
+    "OutOfMemoryError",
 ]
 
 
@@ -95,3 +96,8 @@ class PathNotFoundError(PathError, FileNotFoundError):
 
 class PathExistsError(PathError, FileExistsError):
     """A file or folder keras_vit was asked to create that exists already."""
+
+
+class OutOfMemoryError(KerasViTError, MemoryError):
+    """Memory ran out in a step that no batch or image size governs (drawing a figure, writing
+    a report); the message names the step."""

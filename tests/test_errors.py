@@ -37,6 +37,7 @@ BUILTIN_OF = {
     "PathExistsError": FileExistsError,
     "SizeError": ValueError,
     "KerasVersionError": RuntimeError,
+    "OutOfMemoryError": MemoryError,
 }
 
 # Raises (and returns) of a bare builtin exception that are not the user's to fix, by

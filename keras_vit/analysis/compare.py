@@ -18,14 +18,23 @@ What compare reads from a folder's report.json (the schema `train` writes):
 - log.csv (optional): the learning curves (`accuracy`, `loss`, `val_accuracy`, `val_loss`
   per `epoch`).
 
-Folders on different datasets, classes or splits are refused (`DatasetError`, naming what
-differs): their numbers do not measure the same thing.
+Every folder is checked once, when read, against the schema (`keras_vit.reports.read_report`
+and `check_log`; a model.keras through the one `.keras` loader): a hand-edited or foreign
+folder is refused in one line naming the file and the field. Folders on different datasets,
+classes or splits are refused (`DatasetError`, naming what differs): their numbers do not
+measure the same thing.
+
+comparison.md is safe to render: names (classes, models, folders) are escaped as Markdown
+table cells and HTML, so a `|`, a line break or a `<script>` in a name stays text.
 """
 
+import html
+import math
 import os
+import re
 
 from keras_vit.errors import ArgumentError, DatasetError, PathNotFoundError
-from keras_vit.reports import read_log, read_report
+from keras_vit.reports import check_log, read_log, read_report
 
 __all__ = ["compare_runs", "read_run"]
 
@@ -39,8 +48,10 @@ def read_run(folder):
         raise PathNotFoundError(f"{folder} has no report.json: not a training run or an "
                                 "evaluation folder.")
     report = read_report(path)
-    return {"folder": folder, "report": report,
-            "log": read_log(os.path.join(folder, "log.csv"))}
+    log_path = os.path.join(folder, "log.csv")
+    log = read_log(log_path)
+    check_log(log, log_path)
+    return {"folder": folder, "report": report, "log": log}
 
 
 def check_comparable(runs):
@@ -116,7 +127,11 @@ def _gflops(run):
     from keras_vit.analysis.flops import forward_flops
     from keras_vit.models.factory import load_keras
 
-    flops = forward_flops(load_keras(path, compile=False))  # no optimizer needed
+    try:
+        model = load_keras(path, compile=False)  # no optimizer needed
+    except ArgumentError as error:  # a path that stopped being a file
+        raise DatasetError(str(error)) from error
+    flops = forward_flops(model)
     return None if flops is None else flops / 1e9
 
 
@@ -133,7 +148,31 @@ def _images_per_second(report):
 
 
 def _number(value, spec):
-    return MISSING if value is None else format(value, spec)
+    # read_report refuses non-finite numbers; this is for those computed here (images/s).
+    if value is None or not math.isfinite(value):
+        return MISSING
+    return format(value, spec)
+
+
+# Markdown's inline punctuation (emphasis, code, links, tables, strikethrough, escapes); an
+# underscore inside a word ("ViT-demo_4") opens no emphasis and stays as it is.
+_MARKDOWN = re.compile(r"([\\`*\[\]|~!]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
+
+
+def _cell(value):
+    """`value` as the text of one Markdown table cell: on one line, its Markdown punctuation
+    backslash-escaped (`\|` is GFM's escaped pipe) and HTML's `<`, `>`, `&` as entities."""
+    text = " ".join(str(value).splitlines())
+    return html.escape(_MARKDOWN.sub(r"\\\1", text), quote=False)
+
+
+def _code(value):
+    """`value` as a Markdown code span (shown verbatim, HTML included): on one line, fenced by
+    more backticks than it holds in a row."""
+    text = " ".join(str(value).splitlines())
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def comparison_markdown(runs):
@@ -143,20 +182,22 @@ def comparison_markdown(runs):
     support = sum(int(v.get("support", 0)) for v in first["per_class"].values())
     lines = [
         "# Comparison", "",
-        f"Dataset `{first['dataset']}`, {len(first['class_names'])} classes. Every number is "
-        f"measured on the test split ({support} images, fingerprint `{split['fingerprints']['test']}`"
+        f"Dataset {_code(first['dataset'])}, {len(first['class_names'])} classes. Every number "
+        f"is measured on the test split ({support} images, fingerprint "
+        f"{_code(split['fingerprints']['test'])}"
         + (f"; validation split: {split['validation_fraction']:.0%} of the training examples, "
-           f"seed {split['validation_seed']}, fingerprint `{split['fingerprints']['validation']}`"
+           f"seed {split['validation_seed']}, fingerprint "
+           f"{_code(split['fingerprints']['validation'])}"
            if "validation" in split.get("fingerprints", {}) else "") + "), the same for every run.",
         "",
-        "| | " + " | ".join(run["label"] for run in runs) + " |",
+        "| | " + " | ".join(_cell(run["label"]) for run in runs) + " |",
         "|---|" + "---:|" * len(runs),
     ]
     rows = [
-        ("model", lambda r, run: str(r.get("model") or MISSING)),
+        ("model", lambda r, run: _cell(r.get("model") or MISSING)),
         # A run records its starting weights (None: from scratch); an evaluation folder none.
-        ("weights", lambda r, run: MISSING if "weights" not in r else str(r["weights"] or "none")),
-        ("recipe", lambda r, run: str((r.get("recipe") or {}).get("name") or MISSING)),
+        ("weights", lambda r, run: MISSING if "weights" not in r else _cell(r["weights"] or "none")),
+        ("recipe", lambda r, run: _cell((r.get("recipe") or {}).get("name") or MISSING)),
         ("parameters", lambda r, run: _number(r.get("parameters"), ",")),
         ("GFLOPs per image", lambda r, run: _number(run["gflops"], ".4g")),
         ("training time (s)", lambda r, run: _number(r.get("train_seconds"), ".1f")),
@@ -169,7 +210,7 @@ def comparison_markdown(runs):
     for name, cell in rows:
         lines.append(f"| {name} | " + " | ".join(cell(run["report"], run) for run in runs) + " |")
     lines += ["", "## Per class (test split)", "",
-              "| class | support | " + " | ".join(f"{run['label']} {metric}" for run in runs
+              "| class | support | " + " | ".join(f"{_cell(run['label'])} {metric}" for run in runs
                                                  for metric in ("precision", "recall", "F1"))
               + " |",
               "|---|---:|" + "---:|" * (3 * len(runs))]
@@ -179,11 +220,16 @@ def comparison_markdown(runs):
             scores = run["report"]["per_class"].get(str(name), {})
             cells += [_number(scores.get(metric), ".3f") for metric in ("precision", "recall", "f1")]
         support = first["per_class"].get(str(name), {}).get("support")
-        lines.append(f"| {name} | {_number(support, 'd')} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_cell(name)} | {_number(support, 'd')} | " + " | ".join(cells) + " |")
     lines += ["", "GFLOPs per image: the forward pass's matrix multiplies and convolutions, "
               "2 per multiply-add (keras_vit.analysis.forward_flops). Training images/s: "
               "images through training steps per second of logged epoch time.", ""]
     return "\n".join(lines)
+
+
+def _plain(text):
+    """`text` drawn as itself: matplotlib reads `$...$` as math, and bad math fails the figure."""
+    return text.replace("$", r"\$")
 
 
 def plot_curves(runs, path):
@@ -196,14 +242,15 @@ def plot_curves(runs, path):
     figure = Figure(figsize=(11, 4))
     axes = figure.subplots(ncols=2)
     for index, run in enumerate(runs):
-        epochs = [int(row["epoch"]) + 1 for row in run["log"]]
         for ax, metric in zip(axes, ("accuracy", "loss")):
             for key, style, kind in ((f"val_{metric}", "-", "validation"),
                                      (metric, "--", "train")):
-                values = [float(row[key]) for row in run["log"] if row.get(key)]
-                if values:
-                    ax.plot(epochs[:len(values)], values, style, color=f"C{index}", marker="o",
-                            markersize=3, label=f"{run['label']} ({kind})")
+                # read_log checked these are numbers; an infinite one is left out, a NaN a gap.
+                points = [(int(row["epoch"]) + 1, float(row[key])) for row in run["log"]
+                          if row.get(key) and not math.isinf(float(row[key]))]
+                if points:
+                    ax.plot(*zip(*points), style, color=f"C{index}", marker="o",
+                            markersize=3, label=_plain(f"{run['label']} ({kind})"))
     for ax, metric in zip(axes, ("accuracy", "loss")):
         ax.set_xlabel("epoch")
         ax.set_ylabel(metric)

@@ -1,6 +1,7 @@
 """`keras-vit train`: fine-tune or train a ViT and write its outputs to --output."""
 
 import argparse
+import sys
 
 __all__ = ["add_parser", "run"]
 
@@ -117,6 +118,9 @@ def run(args):
           + (f"; skipped {unsupported} {_plural(unsupported, 'file')} that "
              f"{'is not an image' if unsupported == 1 else 'are not images'}" if unsupported else "")
           + f"; outputs in {args.output}")
+    for path in report["skipped_files"]["files"]:  # each named, not only counted
+        print(f"keras-vit train: skipped unreadable file {path} (left out of the counts)",
+              file=sys.stderr)
     return 0
 
 

@@ -78,10 +78,21 @@ class DatasetSplits:
     # How the examples were split: the test split's origin, the validation fraction and seed,
     # each split's size and fingerprint (split_fingerprint of its example ids).
     split: dict = dataclasses.field(default_factory=dict)
+    # A folder's file paths by split ("train", "validation", "test"), for count_read.
+    files: dict = dataclasses.field(default_factory=dict)
 
     @property
     def num_classes(self):
         return len(self.class_names)
+
+    def count_read(self, name):
+        """The examples of split `name` ("train", "validation", "test") less its files named
+        in `skipped_files` so far (a file that failed to read or decode in the pipeline):
+        what a model was trained or scored on."""
+        total = {"train": self.num_train, "validation": self.num_validation,
+                 "test": self.num_test}[name]
+        failed = set(self.skipped_files)
+        return total - sum(path in failed for path in self.files.get(name, ()))
 
 
 def load_dataset(source, data_dir=None, validation_fraction=0.0, validation_seed=SPLIT_SEED):
@@ -148,7 +159,9 @@ def load_image_folder(root, validation_fraction=0.0, validation_seed=SPLIT_SEED)
     the speed of listing the folder. Files whose header is not an image's or is
     over the budget, and files whose names are not valid UTF-8 (TensorFlow's file
     names are strings), are left out and listed in `skipped_files`; so is, while
-    training, a file that fails to decode or was deleted after the scan. Every
+    the pipeline reads it (training or held out), a file that fails to decode (a JPEG cut
+    after its header) or was deleted after the scan (`DatasetSplits.count_read` then
+    leaves it out of its split's count). Every
     other file (no image extension) is left out and listed in `unsupported_files`.
     """
     class_names = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
@@ -209,7 +222,9 @@ def load_image_folder(root, validation_fraction=0.0, validation_seed=SPLIT_SEED)
                          num_validation=len(validation),
                          validation_bytes=int(sizes[validation].sum()),
                          split=split_record(HELD_OUT, validation_fraction, validation_seed,
-                                             ids))
+                                             ids),
+                         files={name: paths[indices] for name, indices in
+                                (("train", train), ("validation", validation), ("test", test))})
 
 
 def _scan_headers(paths, root):
@@ -315,7 +330,14 @@ def load_tfds(name, data_dir=None, validation_fraction=0.0, validation_seed=SPLI
         ds = builder.as_dataset(split=spec, as_supervised=True, shuffle_files=False)
         if keep is not None:  # the examples at these indices of `spec`, in order
             wanted = tf.constant(np.isin(np.arange(splits[spec].num_examples), keep))
-            ds = ds.enumerate().filter(lambda i, example: wanted[i]).map(lambda i, example: example)
+
+            def is_wanted(i, example):
+                return wanted[i]
+
+            def example_alone(i, example):
+                return example
+
+            ds = ds.enumerate().filter(is_wanted).map(example_alone)
         return ds.map(lambda x, y: (to_rgb(x), tf.cast(y, tf.int32)),
                       num_parallel_calls=tf.data.AUTOTUNE)
 

@@ -9,18 +9,19 @@ by what the consumer needs:
 - `load_batches` (a Python consumer: predict, evaluate, the folder scan): each
   element carries its file's index; the indices missing after `ignore_errors`
   are the failures. Costs nothing per image.
-- `load_files` (a held-out split read by Keras, whose labels must stay aligned):
-  a one-element dataset per file, the failure a flagged element of its own.
-  About a millisecond an image.
-- `skip_missing` + `ignore_errors` (training): a file gone since the scan is
-  found by name before it is read and recorded; one that fails to decode is
-  dropped.
+- `load_files` + `record_failures` (a split read by Keras: training, and a
+  held-out split whose labels must stay aligned): a one-element dataset per file,
+  the failure a flagged element of its own, its path recorded. About a
+  millisecond an image, spread over the parallel calls.
+
+The functions handed to tf.data are named, not lambdas: AutoGraph cannot read the
+source of two lambdas on one line, and warned about each (about 54 lines a run).
 """
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["load_batches", "load_files", "record_failures", "skip_failed", "skip_missing"]
+__all__ = ["load_batches", "load_files", "record_failures", "skip_failed"]
 
 
 def load_batches(paths, load, batch_size):
@@ -55,9 +56,15 @@ def load_files(paths, load):
         zeros = tf.nest.map_structure(
             lambda spec: tf.zeros([d or 0 for d in spec.shape], spec.dtype), loaded.element_spec)
         failed = tf.data.Dataset.from_tensors((zeros, False))
+
+        def flagged(x):
+            return x, True
+
+        def with_item(x, ok):
+            return (x, ok, *item)
+
         # One element per file: the loaded one if there is one, else the failure.
-        return loaded.map(lambda x: (x, True)).concatenate(failed).take(1).map(
-            lambda x, ok: (x, ok, *item))
+        return loaded.map(flagged).concatenate(failed).take(1).map(with_item)
 
     # Each inner dataset has one element, so a deterministic interleave keeps the order.
     return paths.interleave(one, cycle_length=tf.data.AUTOTUNE, block_length=1,
@@ -76,8 +83,10 @@ def _note(failed):
 def record_failures(dataset, failed):
     """`(loaded, ok, path, *rest)` elements (`load_files`) -> `(loaded, *rest)` of the files
     that loaded; the path of each that did not is added to `failed` (a list; each once)."""
-    return _drop_noted(dataset.map(lambda loaded, ok, path, *rest: (ok, path, loaded, *rest)),
-                       failed)
+    def flag_first(loaded, ok, path, *rest):
+        return (ok, path, loaded, *rest)
+
+    return _drop_noted(dataset.map(flag_first), failed)
 
 
 def _drop_noted(flagged, failed):
@@ -89,21 +98,13 @@ def _drop_noted(flagged, failed):
         ok = tf.cond(ok, lambda: True, lambda: tf.py_function(note, [path], tf.bool))
         return (ok, *rest)
 
-    return flagged.map(noted, num_parallel_calls=tf.data.AUTOTUNE) \
-        .filter(lambda ok, *rest: ok).map(lambda ok, *rest: tuple(rest))
+    def kept(ok, *rest):
+        return ok
 
+    def unflagged(ok, *rest):
+        return tuple(rest)
 
-def skip_missing(dataset, failed):
-    """`(path, *rest)` elements less the files gone since the scan, each added to `failed`.
-
-    Asked of the file system by name (`tf.io.matching_files`, with the pattern characters
-    of the name escaped), so no read fails and stops the iteration.
-    """
-    def exists(path, *rest):
-        pattern = tf.strings.regex_replace(path, r"([*?\[\]\\])", r"\\\1")
-        return (tf.size(tf.io.matching_files(pattern)) > 0, path, path, *rest)
-
-    return _drop_noted(dataset.map(exists, num_parallel_calls=tf.data.AUTOTUNE), failed)
+    return flagged.map(noted, num_parallel_calls=tf.data.AUTOTUNE).filter(kept).map(unflagged)
 
 
 def skip_failed(files, failed):

@@ -8,7 +8,7 @@ with the official preprocessing (`keras_vit.preprocessing`).
 import tensorflow as tf
 
 from keras_vit.data.datasets import to_rgb
-from keras_vit.data.files import load_files, record_failures, skip_missing
+from keras_vit.data.files import load_files, record_failures
 from keras_vit.normalization import normalize_pixels
 from keras_vit.preprocessing import (
     check_pixel_budget,
@@ -69,8 +69,10 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
     Eval: resize straight to `image_size` (no centre crop), [-1, 1], in order.
     Examples holding file paths (a folder's) are read and decoded after the
     shuffle and the cache, which thus hold names rather than pixels, in parallel;
-    a file that fails to read or decode is skipped and its path added to the
-    dataset's `failed_files` list (`DatasetSplits.skipped_files`).
+    a file that fails to read or decode (gone since the scan, or a JPEG whose data
+    is cut after an intact header), in training as in a held-out split, is skipped
+    and its path added to the dataset's `failed_files` list
+    (`DatasetSplits.skipped_files`, which `DatasetSplits.count_read` subtracts).
     `batch_size` is the global batch: a tf.distribute strategy splits it
     across replicas.
     """
@@ -91,11 +93,13 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
     files = dataset.element_spec[0].dtype == tf.string  # a folder's paths
     crop = training and crop_area is not None
 
+    def crop_window(shape):
+        return _crop_window(shape, crop_area)
+
     def load(path):  # a folder's file, decoded (and cropped) where it is read
         data = tf.io.read_file(path)
         if jpeg_files:
-            window = (lambda shape: _crop_window(shape, crop_area)) if crop else None
-            return decode_jpeg(data, crop_window=window)
+            return decode_jpeg(data, crop_window=crop_window if crop else None)
         return decode_and_crop(data, crop_area) if crop else decode_image(data)
 
     def preprocess(image, label):
@@ -111,13 +115,7 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
         image = tf.ensure_shape(image, (*size, 3))
         return image, label
 
-    if files and training:
-        # A file gone since the scan is skipped and named; one that no longer decodes is
-        # skipped (ignore_errors): neither stops the run.
-        dataset = skip_missing(dataset, failed).map(
-            lambda path, label: (load(path), label), num_parallel_calls=tf.data.AUTOTUNE) \
-            .ignore_errors()
-    elif files:  # held out: every failure named, the order kept
+    if files:  # every failure skipped and named, none stopping the run; the order kept
         dataset = record_failures(load_files(dataset, load), failed)
     dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size, drop_remainder=training)

@@ -84,9 +84,10 @@ def load_keras(path, compile=True):
     # under the command keras_vit loads on first use). The models know no training code.
     try:
         return keras.saving.load_model(path, compile=compile)
-    except (ValueError, KeyError, OSError, zipfile.BadZipFile, EOFError) as error:
+    except (ValueError, KeyError, TypeError, AttributeError, OSError, zipfile.BadZipFile,
+            EOFError) as error:
         # Keras' errors for a torn or foreign file (a truncated zip, no config.json, an
-        # unknown class); the first line says which.
+        # unknown class, a config of the wrong types); the first line says which.
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise CheckpointError(f"{path} is not a .keras model keras_vit can load "
                               f"({type(error).__name__}: {reason}).") from error

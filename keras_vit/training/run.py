@@ -506,8 +506,9 @@ def _fit_in(output, run, placement, splits, config, model, plan):
     _write_labels(os.path.join(output, "labels.txt"), splits.class_names)
     labels = np.concatenate([y for _, y in splits.test.batch(1024).as_numpy_iterator()])
     summary = {
-        "dataset": splits.name, "num_train": splits.num_train,
-        "num_validation": splits.num_validation, "num_test": splits.num_test,
+        # What the model was trained and scored on: less the files that failed when read.
+        "dataset": splits.name, "num_train": splits.count_read("train"),
+        "num_validation": splits.count_read("validation"), "num_test": splits.count_read("test"),
         "split": splits.split,
         # Where each number comes from: the test split, read once by the final model.
         "evaluated": {"split": "test", "model": "model.keras",
