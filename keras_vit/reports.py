@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from keras_vit._support.files import read_text
+from keras_vit._support.json_files import read_json
 from keras_vit.atomic import atomic_open, atomic_path
 from keras_vit.errors import DatasetError, RunConflictError
 
@@ -84,8 +85,8 @@ def read_report(path):
     """The report.json at `path`, checked for the `REQUIRED` fields and the test split's
     fingerprint; `DatasetError` names what is missing or unreadable."""
     try:
-        report = json.loads(read_text(path, "a report.json", DatasetError))
-    except (OSError, ValueError) as error:
+        report = read_json(path, "a report.json", DatasetError)
+    except OSError as error:
         raise DatasetError(f"{path} is not readable JSON ({error}).") from error
     test = (report.get("split") or {}).get("fingerprints", {}).get("test") \
         if isinstance(report, dict) else None

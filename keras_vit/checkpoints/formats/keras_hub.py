@@ -10,13 +10,12 @@ are then renamed by path. keras-hub's ViT mirrors the official one: (D, heads,
 head_dim) attention kernels, a class token, exact-erf GELU, epsilon from config.
 """
 
-import json
 import os
 import re
 
 import numpy as np
 
-from keras_vit._support.files import read_text
+from keras_vit._support.json_files import read_json
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import (
     ArraysReader,
@@ -144,10 +143,8 @@ def task_config(directory):
 
 def _read_json(path):
     try:
-        return json.loads(read_text(path, "a JSON file", CheckpointError))
-    except CheckpointError:
-        raise
-    except (OSError, ValueError) as error:
+        return read_json(path, "a JSON file", CheckpointError)
+    except OSError as error:
         raise CheckpointError(f"{path} is not a readable JSON file ({error}).") from error
 
 
