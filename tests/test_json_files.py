@@ -118,13 +118,16 @@ def _transformers_config(tmp_path):
     return lambda: inspect_checkpoint(str(folder)), folder / "config.json", CheckpointError
 
 
-def _keras_hub_file(name, read):
+def _keras_hub_file(name, read=None):
+    """A preset folder holding the deep file, read by `read` (default: opened as a checkpoint,
+    recognised by its model.weights.h5)."""
     def make(tmp_path):
         folder = tmp_path / "preset"
         folder.mkdir()
         (folder / name).write_text(DEEP)
-        (folder / "task.weights.h5").write_bytes(b"")
-        return lambda: read(str(folder)), folder / name, CheckpointError
+        for weights in ("model.weights.h5", "task.weights.h5"):
+            (folder / weights).write_bytes(b"")
+        return lambda: (read or inspect_checkpoint)(str(folder)), folder / name, CheckpointError
     return make
 
 
@@ -150,7 +153,8 @@ PLACES = {
     "timm config.json": _timm_config,
     "model.safetensors.index.json": _safetensors_index,
     "transformers config.json": _transformers_config,
-    "keras-hub config.json": _keras_hub_file("config.json", keras_hub_config),
+    "keras-hub config.json": _keras_hub_file("config.json"),
+    "keras-hub config.json, read alone": _keras_hub_file("config.json", keras_hub_config),
     "keras-hub task.json": _keras_hub_file("task.json", task_config),
     "npz metadata": _npz_metadata,
     "compare's report.json": _compare_report,
@@ -201,8 +205,9 @@ def test_an_oversized_json_file_is_refused_by_its_size_before_it_is_read_whole(t
         pytest.skip(f"no 1 TiB sparse file here ({error})")
     with pytest.raises(CheckpointError) as error:
         inspect_checkpoint(str(folder))
+    what = "a JSON file" if name == "config.json" else "a safetensors index"
     assert str(error.value) == (f"{path} is larger than {MAX_TEXT_BYTES // 2 ** 20} MB, too "
-                                f"large for {'a JSON file' if name == 'config.json' else 'a safetensors index'}.")
+                                f"large for {what}.")
     assert isinstance(error.value, KerasViTError)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from keras_vit._support.json_files import parse_json
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import normalization_from
+from keras_vit.checkpoints.formats.config_values import MAX_PIXELS
 from keras_vit.checkpoints.layout import is_bit_model
 from keras_vit.normalization import input_normalization
 
@@ -75,8 +76,10 @@ def parse_metadata(path, array):
     if "grid" in record:
         grid = record["grid"]
         if (not isinstance(grid, list) or len(grid) != 2
-                or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in grid)):
-            raise CheckpointError(f"{path}: {METADATA_KEY} grid is {grid!r}, not [rows, cols].")
+                or not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_PIXELS
+                           for n in grid)):
+            raise CheckpointError(f"{path}: {METADATA_KEY} grid is {str(grid)[:80]}, not [rows, "
+                                  f"cols] of positive integers up to {MAX_PIXELS:,}.")
         out["grid"] = tuple(grid)
     if "normalization" in record:
         pair = record["normalization"]
