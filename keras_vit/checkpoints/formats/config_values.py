@@ -14,10 +14,9 @@ import math
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.errors import SizeError
 
-__all__ = ["check_object", "check_config_values", "check_fields", "check_architecture",
-           "count", "counts", "number", "epsilon", "flag", "mapping", "optional", "string",
-           "strings",
-           "MAX_LAYERS", "MAX_WIDTH", "MAX_HEADS", "MAX_PIXELS", "MAX_CLASSES", "MAX_STAGES"]
+__all__ = ["check_object", "check_fields", "check_architecture", "count", "counts", "number",
+           "epsilon", "flag", "mapping", "optional", "string", "strings", "MAX_LAYERS", "MAX_WIDTH",
+           "MAX_HEADS", "MAX_PIXELS", "MAX_CLASSES", "MAX_STAGES"]
 
 # Upper bounds of a config's sizes. Every released ViT is far inside them (ViT-22B: 48 layers,
 # width 6,144, MLP 24,576, 48 heads; the largest image sizes 1,024 pixels; ImageNet-21k's
@@ -146,14 +145,6 @@ def check_fields(path, config, fields, prefix="", required=()):
                 raise CheckpointError(f"{path}: {prefix}{field} is {_shown(config[field])}; "
                                       f"{refusal}.") from None
     return config
-
-
-def check_config_values(path, config, counts=(), epsilons=(), cap=MAX_WIDTH):
-    """Refuses a field of `counts` that is not a positive integer up to `cap`, or of
-    `epsilons` that is not a finite positive number below 1 (a LayerNorm epsilon); absent (or
-    null) fields are left to the reader's defaults."""
-    fields = {**{f: optional(count(cap)) for f in counts}, **{f: optional(epsilon) for f in epsilons}}
-    return check_fields(path, config, fields)
 
 
 def check_architecture(path, variant, image_size=None, classes=None):
