@@ -21,6 +21,7 @@ import statistics
 import time
 
 from keras_vit._support.files import read_text
+from keras_vit._support.json_files import read_json
 from keras_vit.errors import ArgumentError, PathError
 
 __all__ = ["EXECUTION_MODES", "check_execution", "choose_jit_compile", "time_modes"]
@@ -150,8 +151,8 @@ def _cache_path():
 
 def _read_choices():
     try:
-        choices = json.loads(read_text(_cache_path(), "a cache of execution choices", PathError))
-    except (OSError, ValueError):  # none yet, or unreadable: measure again
+        choices = read_json(_cache_path(), "a cache of execution choices", PathError)
+    except (OSError, PathError):  # none yet, or unreadable (too large, too deep): measure again
         return {}
     return choices if isinstance(choices, dict) else {}
 

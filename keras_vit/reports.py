@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from keras_vit._support.files import read_text
+from keras_vit._support.json_files import read_json
 from keras_vit.atomic import atomic_open, atomic_path
 from keras_vit.errors import DatasetError, OutOfMemoryError, RunConflictError
 
@@ -128,8 +129,8 @@ def read_report(path):
     """The report.json at `path`, checked against the schema (`check_report`): `DatasetError`
     names the file and the first field that is missing, of the wrong type or out of range."""
     try:
-        report = json.loads(read_text(path, "a report.json", DatasetError))
-    except (OSError, ValueError) as error:
+        report = read_json(path, "a report.json", DatasetError)
+    except OSError as error:
         raise DatasetError(f"{path} is not readable JSON ({error}).") from error
     if not isinstance(report, dict):
         _refuse(path, "the file", report, "a JSON object")

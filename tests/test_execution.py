@@ -109,9 +109,17 @@ def test_too_little_work_runs_as_a_graph_without_timing(cache_home, timed):
     assert calls == [] and not cache_home.exists()
 
 
-def test_an_unreadable_cache_is_measured_again(cache_home, timed):
+@pytest.mark.parametrize("contents", ["{not json", "[" * 100_000 + "]" * 100_000, None],
+                         ids=["not-json", "100000-deep", "larger-than-its-cap"])
+def test_an_unreadable_cache_is_measured_again(cache_home, timed, contents):
+    """Being a cache, a file keras_vit cannot read is measured again and rewritten: a broken
+    one never stops every later predict or train on the machine."""
     cache_home.parent.mkdir(parents=True)
-    cache_home.write_text("{not json")
+    if contents is None:
+        with open(cache_home, "wb") as f:  # sparse: refused by its size, never read whole
+            f.truncate(2 ** 30)
+    else:
+        cache_home.write_text(contents)
     calls = timed(graph=1.0, xla=0.5)
     assert execution.choose_jit_compile(tiny_classifier(), SHAPE) is True and len(calls) == 1
     assert json.loads(cache_home.read_text())  # replaced by a whole file

@@ -17,7 +17,7 @@ import http.client
 import json
 import os
 
-from keras_vit._support.files import read_text
+from keras_vit._support.json_files import read_json
 from keras_vit._support.paths import cache_dir
 from keras_vit.atomic import atomic_open, atomic_path
 from keras_vit.checkpoints import download
@@ -91,9 +91,10 @@ def _pins_path():
 
 def _pins():
     try:
-        return json.loads(read_text(_pins_path(), "a checksum record", CheckpointError))
-    except (FileNotFoundError, json.JSONDecodeError):
+        pins = read_json(_pins_path(), "a checksum record", CheckpointError)
+    except (FileNotFoundError, CheckpointError):  # none yet, or not a record: pinned anew
         return {}
+    return pins if isinstance(pins, dict) else {}
 
 
 def pin_checksum(key, sha256):

@@ -8,10 +8,10 @@ its record (`OpenedCheckpoint`), never inside it.
 
 import dataclasses
 import functools
-import json
 import os
 from importlib import resources
 
+from keras_vit._support.json_files import parse_json
 from keras_vit._support.paths import cache_dir
 from keras_vit.checkpoints import cache
 from keras_vit.checkpoints.cache import pin_checksum
@@ -129,7 +129,8 @@ class OpenedCheckpoint:
 def catalogue():
     """Every catalogued checkpoint, as `Checkpoint` records."""
     text = resources.files("keras_vit.checkpoints").joinpath("catalogue.json").read_text()
-    return tuple(Checkpoint(**entry) for entry in json.loads(text)["checkpoints"])
+    entries = parse_json(text, "keras_vit's catalogue.json", CheckpointError)["checkpoints"]
+    return tuple(Checkpoint(**entry) for entry in entries)
 
 
 # weights="imagenet", as keras.applications users write it: the variant's best ImageNet-1k

@@ -49,6 +49,11 @@ def check_fits(variant, image_size=None, classes=None, batch_size=1, memory=None
     tokens = rows * columns + 1
     width = variant.width
     blocks = variant.depth * (4 * width * width + 2 * width * variant.mlp_dim)
+    # The patch embedding's kernel, and a hybrid's ResNet trunk: a config may make either large.
+    channels = variant.trunk_channels if variant.is_hybrid else 3
+    blocks += variant.patch_size ** 2 * channels * width
+    if variant.is_hybrid:
+        blocks += _resnet_weights(variant.resnet_stages, variant.resnet_width)
     position = 4 * tokens * width
     head = 4 * width * (classes or 0)
     example = 4 * 3 * math.prod(pair) + 2 * tokens * width + 2 * variant.heads * tokens * tokens
@@ -56,6 +61,9 @@ def check_fits(variant, image_size=None, classes=None, batch_size=1, memory=None
     if head > memory:
         raise SizeError(f"classes {classes} cannot fit: the head alone needs "
                         f"{_gigabytes(head)}, {have}.", parameter="classes")
+    if 4 * blocks > memory:  # the architecture itself (one a config describes), at any size
+        raise SizeError(f"{variant.name} cannot fit: its weights alone need "
+                        f"{_gigabytes(4 * blocks)}, {have}.", parameter="variant")
     if position + example + 4 * blocks > memory:
         raise SizeError(f"image_size {image_size} cannot fit: one image needs at "
                         f"least {_gigabytes(position + example)}, {have}.", parameter="image_size")
@@ -65,12 +73,12 @@ def check_fits(variant, image_size=None, classes=None, batch_size=1, memory=None
                         f"least {_gigabytes(needed)}, {have}.", parameter="batch_size")
 
 
-def _resnet_weights(variant):
-    """A BiT's convolution weights (GroupNorm's few aside): its bottleneck units' 1x1, 3x3 and
-    1x1 kernels, each stage's projection, the 7x7 root."""
-    root = 64 * variant.width
+def _resnet_weights(stages, width):
+    """A BiT's (or a hybrid's trunk's) convolution weights (GroupNorm's few aside): its
+    bottleneck units' 1x1, 3x3 and 1x1 kernels, each stage's projection, the 7x7 root."""
+    root = 64 * width
     count, channels = 7 * 7 * 3 * root, root
-    for stage, units in enumerate(variant.units):
+    for stage, units in enumerate(stages):
         features = root * 2 ** stage
         count += channels * 4 * features  # the projection of the stage's first unit
         for _ in range(units):
@@ -82,7 +90,7 @@ def _resnet_weights(variant):
 def _check_resnet_fits(variant, pair, classes, batch_size, memory):
     have = f"this machine has {_gigabytes(memory)}"
     head = 4 * variant.channels * (classes or 0)
-    weights = 4 * _resnet_weights(variant)
+    weights = 4 * _resnet_weights(variant.units, variant.width)
     # Per image: its input, and the root convolution's output (the largest map), at 2 bytes.
     example = 4 * 3 * math.prod(pair) + 2 * 64 * variant.width * math.prod(-(-s // 2) for s in pair)
     if head > memory:

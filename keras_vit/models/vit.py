@@ -128,6 +128,8 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         _check_head_arguments(variant, include_top, pooling, classifier_activation)
         if classes is None:
             classes = source.classes if source and source.classes else 1000
+        if source is not None:  # the size and classes the weights chose, before building
+            check_fits(variant, image_size, classes)
         if representation_size == "auto":
             keep = source is not None and include_top and classes == source.classes
             representation_size = source.representation_size if keep else None

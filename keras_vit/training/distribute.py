@@ -14,12 +14,12 @@ fail with a one-line error naming both instead of misbehaving on another release
 
 import contextlib
 import functools
-import json
 import os
 
 import keras
 import tensorflow as tf
 
+from keras_vit._support.json_files import parse_json
 from keras_vit._support.private_keras import KNOWN_KERAS
 from keras_vit._support.private_keras import check_private_keras as _check_private_keras
 from keras_vit.errors import ArgumentError, DeviceUnavailableError
@@ -32,7 +32,12 @@ __all__ = ["STRATEGIES", "get_strategy", "strategy_name", "SGD", "AdamW", "multi
 # --- choosing a strategy ---------------------------------------------------------------------
 
 def _tf_config():
-    return json.loads(os.environ.get("TF_CONFIG") or "{}")
+    config = parse_json(os.environ.get("TF_CONFIG") or "{}", "the TF_CONFIG variable",
+                        ArgumentError)
+    if not isinstance(config, dict):
+        raise ArgumentError(f"the TF_CONFIG variable holds a JSON {type(config).__name__}, not "
+                            "the object TensorFlow's cluster description is.")
+    return config
 
 
 def _multiworker_configured():

@@ -26,7 +26,6 @@ with `initial_epoch`, uses public APIs only.
 
 import csv
 import io
-import json
 import os
 import re
 import zipfile
@@ -35,6 +34,7 @@ import keras
 import numpy as np
 
 from keras_vit._support.files import MAX_IMAGE_BYTES, read_file, read_text
+from keras_vit._support.json_files import read_json
 from keras_vit.atomic import atomic_open, atomic_path, remove_temporaries
 from keras_vit.errors import RunConflictError
 
@@ -101,8 +101,8 @@ def _check_keras(path):
 
 def _check_json(path):
     try:
-        json.loads(read_text(path, "a JSON file", RunConflictError))
-    except (OSError, ValueError) as error:
+        read_json(path, "a JSON file", RunConflictError)
+    except (OSError, RunConflictError) as error:
         return f"not valid JSON: {error}"
     return None
 

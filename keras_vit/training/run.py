@@ -53,6 +53,7 @@ import tensorflow as tf
 
 from keras_vit import reports as report
 from keras_vit._support.files import read_text
+from keras_vit._support.json_files import parse_json, read_json
 from keras_vit.atomic import atomic_open
 from keras_vit.data import VALIDATION_FRACTION, get_preset, load_dataset, make_pipeline
 from keras_vit.data.splitting import SPLIT_SEED
@@ -258,9 +259,9 @@ def _read_run_file(output):
     if not os.path.exists(path):
         return None
     try:
-        state = json.loads(read_text(path, "a run record", RunConflictError))
+        state = read_json(path, "a run record", RunConflictError)
         return state if isinstance(state.get("config"), dict) else None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, RunConflictError, AttributeError):
         return None
 
 
@@ -277,8 +278,8 @@ def _check_previous_run(output, config):
                 "whether it is the same run; start a new run with --overwrite (deletes it) or "
                 "another --output.")
         return None
-    old, new = _flatten(json.loads(json.dumps(previous["config"]))), _flatten(
-        json.loads(json.dumps(config)))  # through JSON: tuples and lists compare alike
+    old, new = (_flatten(parse_json(json.dumps(c), "a run's configuration", RunConflictError))
+                for c in (previous["config"], config))  # through JSON: tuples and lists alike
     differences = [f"{key} {old.get(key)!r} -> {new.get(key)!r}"
                    for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     if differences:
@@ -288,7 +289,7 @@ def _check_previous_run(output, config):
     report_path = os.path.join(output, "report.json")
     # A finished run whose outputs a kill or a disk tore goes on instead: resuming rebuilds them.
     if previous.get("finished") and os.path.exists(report_path) and not check_outputs(output):
-        report_ = json.loads(read_text(report_path, "a run report", RunConflictError))
+        report_ = read_json(report_path, "a run report", RunConflictError)
         print(f"keras_vit: the run in {output} already finished; nothing was trained or "
               "rewritten (start a new run with --overwrite or another --output).")
         return report_

@@ -69,6 +69,25 @@ CASES = [  # (source, file edited, edit, words the message must hold)
      "other>ViTImageClassifier"),
     ("keras_hub", "task.json", lambda c: 7, "holds a JSON int"),
     ("keras_hub", "task.weights.h5", None, "task.weights.h5, which holds its head, is missing"),
+    # Values out of range (issue 32): refused before keras_vit or keras-hub builds anything.
+    ("transformers", "config.json", _set("num_hidden_layers", 10 ** 6), "num_hidden_layers is 1000000"),
+    ("transformers", "config.json", _set("hidden_size", 10 ** 9), "hidden_size is 1000000000"),
+    ("transformers", "config.json", _set("patch_size", 10 ** 9), "patch_size is 1000000000"),
+    ("transformers", "config.json", _set("image_size", float("inf")), "image_size is inf"),
+    ("transformers", "config.json", _set("num_attention_heads", True), "num_attention_heads is True"),
+    ("keras_hub", "config.json", _set_backbone("num_layers", 10 ** 6), "num_layers is 1000000"),
+    ("keras_hub", "config.json", _set_backbone("hidden_dim", float("inf")), "hidden_dim is inf"),
+    ("keras_hub", "config.json", _set_backbone("image_shape", [64, 64]), "image_shape is [64, 64]"),
+    ("keras_hub", "config.json", _set_backbone("patch_size", "16"), "patch_size is '16'"),
+    ("keras_hub", "config.json", _set_backbone("use_class_token", "yes"), "use_class_token is 'yes'"),
+    ("keras_hub", "config.json", lambda c: c["config"].pop("num_layers") and None,
+     "num_layers is missing"),
+    # Within the caps, 256 blocks of width 262,144 need 4.6e14 bytes: refused before keras-hub
+    # builds its model from the config.
+    ("keras_hub", "config.json", lambda c: c["config"].update(hidden_dim=2 ** 18, mlp_dim=2 ** 18,
+                                                              num_layers=256),
+     "describes a model this machine cannot hold"),
+    ("keras_hub", "task.json", _set_backbone("num_classes", float("inf")), "num_classes is inf"),
 ]
 
 

@@ -4,11 +4,13 @@ official variant's loads with timm's heads or is refused naming both."""
 
 import dataclasses
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.checkpoints.formats import inspect_checkpoint
 from keras_vit.variants import TIMM_ARCHITECTURES, timm_variant
 from tests.checkpoints.test_formats import TOL, _images, _randomise, run_timm
 from tests.oracle import import_timm
@@ -73,3 +75,29 @@ def test_a_timm_folder_with_sixteen_heads_loads_as_sixteen_heads(tmp_path):
     official = dataclasses.replace(keras_vit.get_variant("B/16-gap"), depth=2)
     with pytest.raises(keras_vit.CheckpointError, match="16 attention heads.*has 12"):
         keras_vit.ViT(official, weights=str(folder), image_size=64)
+
+
+# --- timm's config.json, each field checked for its type (issue 32) ----------------------
+
+@pytest.fixture(scope="module")
+def timm_folder(tmp_path_factory):
+    """A one-block timm ViT as timm's push_to_hf_hub writes it (_timm_folder above)."""
+    return _timm_folder(tmp_path_factory.mktemp("timm"), "vit_tiny_patch16_224", depth=1,
+                        img_size=32, num_classes=3)[1]
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("architecture", 5, "architecture is 5; a string was expected"),
+    ("pretrained_cfg", [0.5] * 3, "pretrained_cfg is [0.5, 0.5, 0.5]; an object was expected"),
+])
+def test_a_timm_config_field_of_the_wrong_type_is_one_line(timm_folder, tmp_path, field, value,
+                                                           words):
+    folder = tmp_path / "edited"
+    shutil.copytree(timm_folder, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config[field] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(keras_vit.CheckpointError) as error:
+        inspect_checkpoint(str(folder))
+    assert str(error.value) == f"{folder}/config.json: {words}."
+    assert inspect_checkpoint(str(timm_folder)).heads == 3  # the control: unedited, it reads

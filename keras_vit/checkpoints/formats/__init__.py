@@ -12,7 +12,8 @@ it opens it, the numerics of its library. Beside them: `base.py` (the reader
 every load goes through), `safetensors.py` (the container, read and written
 with NumPy), `npz_metadata.py` (keras_vit's record in its own .npz files),
 `rows.py` (converters as tables: each format's key rows, applied in either direction),
-`config_values.py`.
+`config_values.py` (the checks of every value a format reads from a config, which a new
+format's table of fields reuses).
 
 A load detects the format once and opens each file once (`open_checkpoint`).
 Adding a format is one module defining `FORMAT` and one line in `FORMATS`.

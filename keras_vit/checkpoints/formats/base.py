@@ -10,14 +10,14 @@ replaced on disk during a load cannot give one file's trunk and another's head.
 import abc
 import contextlib
 import dataclasses
-import json
 import math
 import os
 from collections.abc import Callable
 
 import numpy as np
 
-from keras_vit._support.files import read_text, refuse_special_file
+from keras_vit._support.files import refuse_special_file
+from keras_vit._support.json_files import read_json
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.layout import (
     BIT_HEAD_KERNEL_KEY,
@@ -136,10 +136,8 @@ class Source:
             if not os.path.exists(path):
                 return None
             try:
-                return json.loads(read_text(path, "a JSON file", CheckpointError))
-            except CheckpointError:
-                raise
-            except (OSError, ValueError) as error:
+                return read_json(path, "a JSON file", CheckpointError)
+            except OSError as error:
                 raise CheckpointError(f"{path} is not a readable JSON file ({error}).") from error
         return self.once(("json", name), read)
 

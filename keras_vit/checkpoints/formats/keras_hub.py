@@ -10,13 +10,12 @@ are then renamed by path. keras-hub's ViT mirrors the official one: (D, heads,
 head_dim) attention kernels, a class token, exact-erf GELU, epsilon from config.
 """
 
-import json
 import os
 import re
 
 import numpy as np
 
-from keras_vit._support.files import read_text
+from keras_vit._support.json_files import read_json
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import (
     ArraysReader,
@@ -25,7 +24,21 @@ from keras_vit.checkpoints.formats.base import (
     channel_values,
     normalization_from,
 )
-from keras_vit.checkpoints.formats.config_values import check_config_values, check_object
+from keras_vit.checkpoints.formats.config_values import (
+    MAX_CLASSES,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_PIXELS,
+    MAX_WIDTH,
+    check_architecture,
+    check_fields,
+    check_object,
+    count,
+    counts,
+    epsilon,
+    flag,
+    optional,
+)
 from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, KeyRow, from_official, to_official
 from keras_vit.checkpoints.layout import (
     CLS_KEY,
@@ -55,6 +68,7 @@ from keras_vit.checkpoints.layout import (
     VALUE_BIAS,
     VALUE_KERNEL,
 )
+from keras_vit.variants import Variant
 
 __all__ = ["FORMAT", "KERAS_HUB_ROWS", "read_keras_hub", "keras_hub_config", "task_config",
            "keras_hub_to_official", "official_to_keras_hub", "keras_hub_shapes"]
@@ -66,6 +80,8 @@ def _recognises(source):
     try:
         config = source.json("config.json")
     except CheckpointError:
+        if os.path.exists(os.path.join(source.path, "model.weights.h5")):
+            raise  # a preset's Keras weights beside it: no other format names the broken file
         return False  # another format's reader names the broken file
     return isinstance(config, dict) and str(config.get("module", "")).startswith("keras_hub.")
 
@@ -76,6 +92,10 @@ def _open(source):
     directory = source.path
     config = keras_hub_config(directory)
     task = task_config(directory)
+    # keras-hub builds its model from these configs: the architecture is checked against
+    # memory first.
+    check_architecture(os.path.join(directory, "config.json"), keras_hub_variant(config),
+                       tuple(config["image_shape"][:2]), (task or {}).get("num_classes"))
     info = CheckpointInfo(keras_hub_shapes(config, task), format="keras_hub",
                           heads=config.get("num_heads"),
                           layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6),
@@ -105,7 +125,23 @@ def _normalization(directory):
     return normalization_from(path, mean, std)
 
 
-KERAS_HUB_COUNTS = ("hidden_dim", "num_layers", "num_heads", "mlp_dim")
+def _patch_size(value):
+    """A check: keras-hub's patch_size, one side or [rows, columns]."""
+    return counts(MAX_PIXELS, 2, least=2)(value) if isinstance(value, list) else \
+        count(MAX_PIXELS)(value)
+
+
+# The fields keras_vit reads from a ViTBackbone's config (keras_hub_shapes, the numerics), and
+# those keras-hub builds its model from, checked before either happens.
+KERAS_HUB_FIELDS = {
+    "hidden_dim": count(MAX_WIDTH), "num_layers": count(MAX_LAYERS), "num_heads": count(MAX_HEADS),
+    "mlp_dim": count(MAX_WIDTH), "image_shape": counts(MAX_PIXELS, 3, least=3),
+    "patch_size": _patch_size, "layer_norm_epsilon": epsilon, "use_class_token": flag,
+}
+KERAS_HUB_REQUIRED = ("hidden_dim", "num_layers", "num_heads", "mlp_dim", "image_shape",
+                      "patch_size")
+# ... and from a ViTImageClassifier's task.json.
+TASK_FIELDS = {"num_classes": count(MAX_CLASSES), "intermediate_dim": optional(count(MAX_WIDTH))}
 
 
 def keras_hub_config(directory):
@@ -119,8 +155,17 @@ def keras_hub_config(directory):
                               f"preset (registered as {_short(config.get('registered_name'))}); "
                               "keras_vit reads keras_hub>ViTBackbone presets.")
     backbone = check_object(f"{path} (its \"config\")", config.get("config"))
-    check_config_values(path, backbone, counts=KERAS_HUB_COUNTS, epsilons=("layer_norm_epsilon",))
-    return backbone
+    return check_fields(path, backbone, KERAS_HUB_FIELDS, required=KERAS_HUB_REQUIRED)
+
+
+def keras_hub_variant(config):
+    """The `Variant` a checked ViTBackbone config describes (its memory is checked on it)."""
+    patch = config["patch_size"]
+    return Variant(f"keras-hub ViT-{config['hidden_dim']}x{config['num_layers']}",
+                   width=config["hidden_dim"], depth=config["num_layers"],
+                   mlp_dim=config["mlp_dim"], heads=config["num_heads"],
+                   patch_size=max(patch) if isinstance(patch, list) else patch,
+                   classifier="token" if config.get("use_class_token", True) else "gap")
 
 
 def task_config(directory):
@@ -139,15 +184,14 @@ def task_config(directory):
     if not os.path.exists(os.path.join(directory, "task.weights.h5")):
         raise CheckpointError(f"{directory}: task.json describes a classifier but task.weights.h5, "
                               "which holds its head, is missing (an incomplete copy?).")
-    return check_object(f"{path} (its \"config\")", task.get("config", {}))
+    config = check_object(f"{path} (its \"config\")", task.get("config", {}))
+    return check_fields(path, config, TASK_FIELDS, required=("num_classes",))
 
 
 def _read_json(path):
     try:
-        return json.loads(read_text(path, "a JSON file", CheckpointError))
-    except CheckpointError:
-        raise
-    except (OSError, ValueError) as error:
+        return read_json(path, "a JSON file", CheckpointError)
+    except OSError as error:
         raise CheckpointError(f"{path} is not a readable JSON file ({error}).") from error
 
 

@@ -24,6 +24,7 @@ from keras_vit.checkpoints.formats.base import (
     CheckpointReader,
 )
 from keras_vit.checkpoints.formats.npz_metadata import (
+    MAX_METADATA_BYTES,
     METADATA_KEY,
     metadata_array,
     model_metadata,
@@ -134,6 +135,10 @@ class NpzFile:
         """keras_vit's record (npz_metadata.py) where the file holds one, else {}."""
         if METADATA_KEY not in self.headers:
             return {}
+        shape = self.headers[METADATA_KEY].shape
+        if math.prod(shape) > MAX_METADATA_BYTES:  # refused before it is read
+            raise CheckpointError(f"{self.path}: its {METADATA_KEY} member holds {math.prod(shape)} "
+                                  f"values, where keras_vit's record is a few hundred bytes.")
         return parse_metadata(self.path, self.read([METADATA_KEY])[METADATA_KEY])
 
     def close(self):

@@ -16,14 +16,17 @@ import math
 
 import numpy as np
 
+from keras_vit._support.json_files import parse_json
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import normalization_from
+from keras_vit.checkpoints.formats.config_values import MAX_PIXELS
 from keras_vit.checkpoints.layout import is_bit_model
 from keras_vit.normalization import input_normalization
 
 __all__ = ["METADATA_KEY", "metadata_array", "parse_metadata", "model_metadata"]
 
 METADATA_KEY = "keras_vit/metadata"
+MAX_METADATA_BYTES = 64 * 2 ** 10  # save_npz writes about 300 bytes
 
 
 def model_metadata(model):
@@ -49,10 +52,12 @@ def parse_metadata(path, array):
     try:
         if array.dtype != np.uint8 or array.ndim != 1:
             raise ValueError(f"a {array.dtype} array of shape {array.shape}")
-        record = json.loads(array.tobytes().decode("utf-8"))
+        if array.size > MAX_METADATA_BYTES:
+            raise ValueError(f"{array.size} bytes, where keras_vit writes a few hundred")
+        record = parse_json(array.tobytes(), "its JSON", ValueError)
         if not isinstance(record, dict):
             raise ValueError(f"a JSON {type(record).__name__}")
-    except (ValueError, UnicodeDecodeError) as error:
+    except ValueError as error:
         raise CheckpointError(f"{path}: its {METADATA_KEY} member is not keras_vit's record "
                               f"({error}).") from None
     out = {}
@@ -71,8 +76,10 @@ def parse_metadata(path, array):
     if "grid" in record:
         grid = record["grid"]
         if (not isinstance(grid, list) or len(grid) != 2
-                or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in grid)):
-            raise CheckpointError(f"{path}: {METADATA_KEY} grid is {grid!r}, not [rows, cols].")
+                or not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_PIXELS
+                           for n in grid)):
+            raise CheckpointError(f"{path}: {METADATA_KEY} grid is {str(grid)[:80]}, not [rows, "
+                                  f"cols] of positive integers up to {MAX_PIXELS:,}.")
         out["grid"] = tuple(grid)
     if "normalization" in record:
         pair = record["normalization"]

@@ -18,7 +18,7 @@ import struct
 
 import numpy as np
 
-from keras_vit._support.files import read_text
+from keras_vit._support.json_files import parse_json, read_json
 from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.errors import CheckpointError
 
@@ -47,10 +47,7 @@ def _header(path, f):
         size = os.fstat(f.fileno()).st_size
         if len(text) != length:
             raise ValueError("its header is cut short")
-        header = json.loads(text, object_pairs_hook=_no_duplicates)
-    except RecursionError:
-        raise CheckpointError(f"{path}: its header nests too deeply to be a safetensors "
-                              "header.") from None
+        header = parse_json(text, "its header", ValueError, object_pairs_hook=_no_duplicates)
     except (OSError, ValueError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path} is not a readable .safetensors file ({error}); "
                               "truncated download, or another kind of file?") from error
@@ -126,10 +123,8 @@ def _check_ranges(path, entries, data_size):
 def _shards(index_path):
     """{shard path: [tensor names]} from a sharded checkpoint's index, checked."""
     try:
-        index = json.loads(read_text(index_path, "a safetensors index", CheckpointError))
-    except CheckpointError:
-        raise
-    except (OSError, ValueError) as error:
+        index = read_json(index_path, "a safetensors index", CheckpointError)
+    except OSError as error:
         raise CheckpointError(f"{index_path} is not a readable safetensors index ({error}).") from error
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:

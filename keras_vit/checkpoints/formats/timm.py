@@ -21,7 +21,12 @@ from keras_vit.checkpoints.formats.base import (
     normalization_from,
     shape_stand_ins,
 )
-from keras_vit.checkpoints.formats.config_values import check_object
+from keras_vit.checkpoints.formats.config_values import (
+    check_fields,
+    check_object,
+    mapping,
+    string,
+)
 from keras_vit.checkpoints.formats.rows import (
     CONV,
     FUSED_QKV,
@@ -90,6 +95,11 @@ def open_weights(source):
     return None if path is None else source.once("safetensors", lambda: open_safetensors(path))
 
 
+# The fields keras_vit reads from timm's config.json: the architecture's name (variants.py's
+# timm table gives its heads) and pretrained_cfg's mean/std (normalization_from checks them).
+_TIMM_FIELDS = {"architecture": string, "pretrained_cfg": mapping}
+
+
 def _recognises(source):
     weights = open_weights(source)
     return weights is not None and ("patch_embed.proj.weight" in weights.shapes
@@ -101,7 +111,9 @@ class TimmReader(CheckpointReader):
         super().__init__(source, FORMAT)
         self._weights = open_weights(source)
         config = source.json("config.json") if source.is_dir else None
-        self._config = check_object(f"{source.folder}/config.json", config) if config is not None else {}
+        path = f"{source.folder}/config.json"
+        self._config = check_fields(path, check_object(path, config), _TIMM_FIELDS) \
+            if config is not None else {}
 
     def headers(self, heads=None):
         shapes = timm_to_official(shape_stand_ins(self._weights.shapes), heads, source=self.path)
@@ -113,10 +125,10 @@ class TimmReader(CheckpointReader):
 
     def info(self):
         architecture = self._config.get("architecture")
-        variant = timm_variant(architecture) if isinstance(architecture, str) else None
-        pretrained = self._config.get("pretrained_cfg")
+        variant = timm_variant(architecture) if architecture is not None else None
+        pretrained = self._config.get("pretrained_cfg") or {}
         normalization = None
-        if isinstance(pretrained, dict) and "mean" in pretrained and "std" in pretrained:
+        if "mean" in pretrained and "std" in pretrained:
             normalization = normalization_from(f"{self.source.folder}/config.json",
                                                pretrained["mean"], pretrained["std"])
         return CheckpointInfo({k: h.shape for k, h in self.headers().items()}, format="timm",

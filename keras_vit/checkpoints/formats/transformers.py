@@ -23,7 +23,17 @@ from keras_vit.checkpoints.formats.base import (
     normalization_from,
     shape_stand_ins,
 )
-from keras_vit.checkpoints.formats.config_values import check_config_values, check_object
+from keras_vit.checkpoints.formats.config_values import (
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_PIXELS,
+    MAX_WIDTH,
+    check_fields,
+    check_object,
+    count,
+    epsilon,
+    optional,
+)
 from keras_vit.checkpoints.formats.rows import (
     CONV,
     HEADS_BIAS,
@@ -66,7 +76,7 @@ from keras_vit.checkpoints.layout import (
 
 __all__ = ["FORMAT", "TRANSFORMERS_ROWS", "read_config", "transformers_to_official",
            "official_to_transformers", "processor_normalization",
-           "TRANSFORMERS_COUNTS"]
+           "TRANSFORMERS_FIELDS"]
 
 
 def _recognises(source):
@@ -141,12 +151,21 @@ def read_config(source):
     if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"{path}: hidden_act {act!r} is not a GELU; keras_vit's ViT "
                               "computes GELU only.")
-    check_config_values(path, config, counts=TRANSFORMERS_COUNTS, epsilons=("layer_norm_eps",))
+    # A plain ViT's architecture is the model's (its shapes are checked against the weights');
+    # its config's numbers are checked all the same, null left to transformers' default.
+    check_fields(path, config, {field: optional(check)
+                                for field, check in TRANSFORMERS_FIELDS.items()})
     return config
 
 
-TRANSFORMERS_COUNTS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                       "intermediate_size", "image_size", "patch_size", "num_channels")
+# The numbers keras_vit reads from a transformers ViT config.json (ViTHybrid's too), checked for
+# type and range before anything is built.
+TRANSFORMERS_FIELDS = {
+    "hidden_size": count(MAX_WIDTH), "num_hidden_layers": count(MAX_LAYERS),
+    "num_attention_heads": count(MAX_HEADS), "intermediate_size": count(MAX_WIDTH),
+    "image_size": count(MAX_PIXELS), "patch_size": count(MAX_PIXELS),
+    "num_channels": count(MAX_WIDTH), "layer_norm_eps": epsilon,
+}
 
 
 def _block_rows(layer, names, read_only=False):

@@ -31,11 +31,26 @@ from keras_vit.checkpoints.formats.base import (
     CheckpointReader,
     shape_stand_ins,
 )
-from keras_vit.checkpoints.formats.config_values import check_config_values, check_object
+from keras_vit.checkpoints.formats.config_values import (
+    MAX_LAYERS,
+    MAX_PIXELS,
+    MAX_STAGES,
+    MAX_WIDTH,
+    check_architecture,
+    check_fields,
+    check_object,
+    count,
+    counts,
+    flag,
+    number,
+    optional,
+    string,
+    strings,
+)
 from keras_vit.checkpoints.formats.rows import CONV, KeyRow, from_official, to_official
 from keras_vit.checkpoints.formats.timm import open_weights
 from keras_vit.checkpoints.formats.transformers import (
-    TRANSFORMERS_COUNTS,
+    TRANSFORMERS_FIELDS,
     TRANSFORMERS_ROWS,
     processor_normalization,
     transformers_to_official,
@@ -133,11 +148,15 @@ def read_hybrid_config(source):
                               "name; keras_vit reads ViTHybrid folders whose backbone_config "
                               "describes the BiT trunk.")
     config = {**_VIT_DEFAULTS, **config}
+    # Every field has a value now (transformers' default where absent): null is refused.
+    check_fields(path, config, {**TRANSFORMERS_FIELDS, "hidden_act": string, "qkv_bias": flag})
     act = config["hidden_act"]
     if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"{path}: hidden_act {act!r} is not a GELU; keras_vit's ViT "
                               "computes GELU only.")
-    check_config_values(path, config, counts=TRANSFORMERS_COUNTS, epsilons=("layer_norm_eps",))
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise CheckpointError(f"{path}: hidden_size {config['hidden_size']} is not a multiple of "
+                              f"num_attention_heads {config['num_attention_heads']}.")
     if config["qkv_bias"] is not True:
         raise CheckpointError(f"{path}: qkv_bias is {config['qkv_bias']!r}; keras_vit's attention "
                               "has query, key and value biases, as every official model.")
@@ -147,7 +166,24 @@ def read_hybrid_config(source):
         raise CheckpointError(f"{path}: backbone_config is a JSON {type(backbone).__name__}, not "
                               "the object a BiT config is.")
     config["backbone_config"] = _check_backbone(path, {**_BIT_DEFAULTS, **backbone})
+    # The architecture it describes, against memory, before anything is built (a million
+    # layers is within the caps' reach of no machine, and would build for hours).
+    check_architecture(path, hybrid_variant(config), config["image_size"])
     return config
+
+
+# The fields keras_vit reads from a ViTHybrid's backbone_config (transformers' BitConfig),
+# checked for type and range before any is used (null values were filled with the defaults:
+# a null left is refused where a value is needed).
+_BIT_FIELDS = {
+    "embedding_size": count(MAX_WIDTH), "num_groups": count(MAX_WIDTH),
+    "output_stride": count(MAX_PIXELS), "num_channels": count(MAX_WIDTH),
+    "depths": counts(MAX_LAYERS, MAX_STAGES), "hidden_sizes": counts(MAX_WIDTH, MAX_STAGES),
+    "width_factor": number(0, 64), "layer_type": string, "hidden_act": string,
+    "global_padding": optional(string), "embedding_dynamic_padding": flag,
+    "out_features": optional(strings), "out_indices": optional(counts(MAX_STAGES, MAX_STAGES + 1,
+                                                                      low=-MAX_STAGES - 1)),
+}
 
 
 def _check_backbone(path, bit):
@@ -157,12 +193,8 @@ def _check_backbone(path, bit):
 
     if bit.get("model_type", "bit") != "bit":
         refuse("model_type", "keras_vit reads ViTHybrid's BiT backbone only.")
-    check_config_values(f"{path} (backbone_config)", bit,
-                        counts=("embedding_size", "num_groups", "output_stride", "num_channels"))
+    check_fields(path, bit, _BIT_FIELDS, prefix="backbone_config.")
     depths = bit["depths"]
-    if (not isinstance(depths, list) or not depths
-            or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in depths)):
-        refuse("depths", "a list of positive unit counts, one per stage, was expected.")
     if bit["layer_type"] != "bottleneck":
         refuse("layer_type", "the hybrids' trunk is post-activation 'bottleneck' units "
                              "(a 'preactivation' trunk is BiT's own ResNetV2).")
@@ -180,10 +212,7 @@ def _check_backbone(path, bit):
         refuse("embedding_size", "keras_vit's trunk has a stem of 64 x width channels.")
     sizes = bit["hidden_sizes"]
     factor = bit["width_factor"]
-    if (not isinstance(sizes, list) or len(sizes) < len(depths)
-            or isinstance(factor, bool) or not isinstance(factor, (int, float))
-            or any(isinstance(h, bool) or not isinstance(h, (int, float)) for h in sizes)
-            or [_make_div(h * factor) for h in sizes[:len(depths)]]
+    if (len(sizes) < len(depths) or [_make_div(h * factor) for h in sizes[:len(depths)]]
             != [256 * width * 2 ** s for s in range(len(depths))]):
         refuse("hidden_sizes", f"with width_factor {factor!r} and embedding_size "
                                f"{bit['embedding_size']} keras_vit's trunk has "
