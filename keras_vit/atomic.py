@@ -105,7 +105,7 @@ def _not_written(path, error):
     code = errno.errorcode.get(error.errno)
     failure = PathError(f"{path} could not be written: {reason}{f' ({code})' if code else ''}; "
                         "any earlier file of that name is left as it was.")
-    failure.errno, failure.strerror, failure.filename = error.errno, reason, path
+    failure.errno = error.errno  # only: with a strerror or filename, str() would be OSError's
     return failure
 
 
