@@ -120,8 +120,6 @@ def _writer(output, top):
     (written whole or not at all, through keras_vit.atomic). A path that is not UTF-8 is
     written as keras_vit._support.outputs says: its bytes in the CSV and on stdout, JSON's
     \\udcXX escapes in JSONL; CSV text cells are spreadsheet-safe."""
-    import contextlib
-
     if not output:
         def show(result):
             if result.error is None:
