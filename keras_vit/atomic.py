@@ -28,6 +28,7 @@ has been left alone for `STALE_S`.
 """
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -38,7 +39,7 @@ import time
 import zlib
 
 __all__ = ["atomic_path", "atomic_open", "write_bytes", "temporary_folder", "publish_folder",
-           "remove_temporaries", "TEMP_PREFIX"]
+           "remove_temporaries", "check_target", "TEMP_PREFIX"]
 
 TEMP_PREFIX = ".tmp-"
 STALE_S = 24 * 3600  # a temporary of another machine is left alone this long
@@ -57,20 +58,82 @@ def atomic_path(path):
 
     The file is created by the caller, with the caller's permissions. If the
     block raises, the temporary file is removed and `path` is left as it was.
+    A failure to write (a full disk, a read-only file system, a folder in the
+    way, an error naming the temporary) is a `PathError` naming `path`, one line.
     """
     path = os.fspath(path)
-    tmp = _claim(path)
+    _refuse_folder(path)
+    try:
+        tmp = _claim(path)
+    except OSError as error:  # its folder cannot be made or listed
+        raise _not_written(path, error) from None
     try:
         yield tmp
         if not os.path.isfile(tmp):
             raise FileNotFoundError(f"nothing was written to {path}")
         _fsync(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(error, OSError) and _about_writing(error, path, tmp):
+            raise _not_written(path, error) from None
         raise
     _fsync_folder(os.path.dirname(tmp))
+
+
+# Errors only a write gives: whatever raised one in the block was writing this file.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def _about_writing(error, path, tmp):
+    """Whether an OSError raised while `path` was written through `tmp` is about that write:
+    a write's errno, or an error naming the temporary or the target (not a nested write's
+    PathError, which is one line already)."""
+    from keras_vit.errors import PathError
+
+    if isinstance(error, PathError):
+        return False
+    return error.errno in WRITE_ERRNOS or bool({error.filename, error.filename2} & {tmp, path})
+
+
+def _not_written(path, error):
+    """The one-line PathError for an OSError raised writing `path`, with its errno kept."""
+    from keras_vit.errors import PathError
+
+    reason = error.strerror or str(error)
+    code = errno.errorcode.get(error.errno)
+    failure = PathError(f"{path} could not be written: {reason}{f' ({code})' if code else ''}; "
+                        "any earlier file of that name is left as it was.")
+    failure.errno = error.errno  # only: with a strerror or filename, str() would be OSError's
+    return failure
+
+
+def check_target(path, what=None):
+    """Raises `PathError` now when `path` cannot become a file: it is a folder, or the nearest
+    folder above it that exists cannot be written in (a read-only file system, no permission).
+    `what` names the path in the message ("--output"). Writers call it before long work, so
+    a place nothing can be written fails before the work, not after it."""
+    from keras_vit.errors import PathError
+
+    path = os.fspath(path)
+    _refuse_folder(path, what)
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)  # the folder that would hold the folders made
+    named = f"{what} {path}" if what else path
+    if not os.path.isdir(folder):
+        raise PathError(f"{named} cannot be written: {folder} is not a folder.")
+    if not os.access(folder, os.W_OK | os.X_OK):  # a read-only mount too: access() checks it
+        raise PathError(f"{named} cannot be written: the folder {folder} is not writable "
+                        "(a read-only file system, or no permission).")
+
+
+def _refuse_folder(path, what=None):
+    from keras_vit.errors import PathError
+
+    if os.path.isdir(path):
+        raise PathError(f"{f'{what} ' if what else ''}{path} is a folder; name a file to write.")
 
 
 @contextlib.contextmanager

@@ -82,7 +82,7 @@ def _run_split(runner, examples):
     """(ids, labels, results) of a split: a folder's files by path, in-memory examples (digits,
     TFDS) by their index in the split."""
     if examples.element_spec[0].dtype.name == "string":  # a folder's files
-        items = [(p.decode("utf-8"), int(y)) for p, y in examples.as_numpy_iterator()]
+        items = [(os.fsdecode(p), int(y)) for p, y in examples.as_numpy_iterator()]
         paths = [path for path, _ in items]
         return paths, [y for _, y in items], runner.run_files(paths)
     labels = [int(y) for _, y in examples.as_numpy_iterator()]
@@ -103,7 +103,7 @@ def _few_shot_probe(runner, splits, shots, seed, batch_size):
     features = KerasRunner(feature_model(runner.model), batch_size, runner.max_pixels,
                             outputs="raw", execution=runner.execution, images=splits.num_test)
     labels = np.asarray([int(y) for _, y in splits.train.as_numpy_iterator()])
-    chosen = few_shot_indices(labels, shots, seed)
+    chosen = few_shot_indices(labels, shots, seed, splits.class_names)
     keep = np.zeros(len(labels), bool)
     keep[chosen] = True
     keep = tf.constant(keep)
@@ -157,20 +157,16 @@ def _report(rows, names, dataset, skipped, split):
 
 
 def _write_evaluation(output, report, rows, names, top, score="probability"):
-    import csv
-
-    from keras_vit.atomic import atomic_open
+    from keras_vit._support.outputs import csv_file
 
     os.makedirs(output, exist_ok=True)
     write_json(output, report)
     k = min(top, len(names))
-    with atomic_open(os.path.join(output, "predictions.csv"), "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["id", "label", "predicted", *[f"top{i}_{what}" for i in range(1, k + 1)
-                                                       for what in ("class", score)]])
+    header = ["id", "label", "predicted", *[f"top{i}_{what}" for i in range(1, k + 1)
+                                            for what in ("class", score)]]
+    with csv_file(os.path.join(output, "predictions.csv"), header) as write_row:
         for item_id, label, probabilities in rows:
             best = _top(probabilities, k)
-            writer.writerow([item_id, names[label], names[best[0]],
-                             *[value for i in best for value in (names[i],
-                                                                 f"{probabilities[i]:.6g}")]])
+            write_row([item_id, names[label], names[best[0]],
+                       *[value for i in best for value in (names[i], float(probabilities[i]))]])
     plot_confusion(report["confusion_matrix"], names, os.path.join(output, "confusion.png"))

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from keras_vit._support.files import read_text
+from keras_vit._support.files import read_file
 from keras_vit.errors import ArgumentError, ImageError
 from keras_vit.execution import check_execution
 from keras_vit.preprocessing import IMAGE_EXTENSIONS, IMAGE_FORMATS, MAX_PIXELS
@@ -50,7 +50,9 @@ class ImageFiles(list):
 def image_files(sources):
     """The image paths `sources` names, in order: files as given, folders by the image files
     under them (recursively, sorted), glob patterns by their matches (sorted), and text files
-    (.txt, .lst) by the paths they list, one per line (relative to the working folder).
+    (.txt, .lst) by the paths they list, one per line (relative to the working folder), read
+    as file names are: bytes that are not UTF-8 stand for themselves (`os.fsdecode`), so a
+    list made with `ls` or from predict's CSV names the same files.
 
     Raises `ImageError` for a source that names nothing; a path a list names is kept as
     given (a missing one becomes a failed result when it is read).
@@ -64,8 +66,7 @@ def image_files(sources):
         if os.path.isdir(source):
             paths += _folder_images(source)
         elif os.path.isfile(source) and source.lower().endswith(LIST_SUFFIXES):
-            text = read_text(source, "a list of image paths", ImageError)
-            paths += [line.strip() for line in text.splitlines() if line.strip()]
+            paths += _listed_paths(source)
         elif os.path.isfile(source):
             paths.append(source)
         elif glob.has_magic(source) and glob.glob(source, recursive=True):
@@ -76,6 +77,17 @@ def image_files(sources):
     if not paths:
         raise ImageError(f"No {IMAGE_FORMATS} images found in {', '.join(sources)}.")
     return paths
+
+
+def _listed_paths(source):
+    """The paths a list file names, one a line; a binary file (NUL bytes: UTF-16, say) is
+    refused in one line rather than read as paths."""
+    data = read_file(source, "a list of image paths", ImageError)
+    if b"\0" in data:
+        raise ImageError(f"{source} is not a text list of image paths (it holds NUL bytes; "
+                         "save it as UTF-8 text, one path a line).")
+    text = data.decode("utf-8", "surrogateescape")
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def _folder_images(folder):
@@ -147,9 +159,21 @@ def _failure_message(path, read):
     """Why `path` failed in the pipeline, as one line: the error `read(path)` raises now."""
     try:
         read(path)
-    except (ImageError, OSError) as error:
-        return str(error)
+    except READ_ERRORS as error:
+        return read_error_message(path, error)
     return f"{path} could not be read (it changed while it was being read)."
+
+
+# What reading one image can raise: its row's error, never the run's end. ValueError: a path
+# that cannot name a file (a NUL character, a character the file system cannot encode).
+READ_ERRORS = (ImageError, OSError, ValueError)
+
+
+def read_error_message(path, error):
+    """One line for an error of READ_ERRORS raised reading `path`."""
+    if isinstance(error, (ImageError, OSError)):
+        return str(error)
+    return f"{path!r} cannot name a file on this system ({error})."
 
 
 def _chunks(items, size):
@@ -230,8 +254,8 @@ class KerasRunner:
                     try:
                         chunk[row] = (index, load_image(paths[index], self.size, self.channels,
                                                         self.max_pixels))
-                    except (ImageError, OSError) as error:
-                        errors[index] = str(error)
+                    except READ_ERRORS as error:
+                        errors[index] = read_error_message(paths[index], error)
             good = [pixels for index, pixels in chunk if index not in errors]
             probabilities = iter(self._probabilities(np.stack(good)) if good else ())
             for index, _ in chunk:

@@ -114,9 +114,9 @@ def test_a_list_file_is_read_through_the_one_read_path(tmp_path, monkeypatch):
     listed = tmp_path / "list.txt"
     listed.write_text("a.png\nb.png\n")
     reads = []
-    read_text = files.read_text
-    monkeypatch.setattr(inference, "read_text",
-                        lambda p, *a, **k: reads.append(p) or read_text(p, *a, **k))
+    read_file = files.read_file
+    monkeypatch.setattr(inference, "read_file",
+                        lambda p, *a, **k: reads.append(p) or read_file(p, *a, **k))
     assert inference.image_files(str(listed)) == ["a.png", "b.png"]
     assert reads == [str(listed)]
 

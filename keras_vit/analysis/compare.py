@@ -160,7 +160,7 @@ _MARKDOWN = re.compile(r"([\\`*\[\]|~!]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
 
 
 def _cell(value):
-    """`value` as the text of one Markdown table cell: on one line, its Markdown punctuation
+    r"""`value` as the text of one Markdown table cell: on one line, its Markdown punctuation
     backslash-escaped (`\|` is GFM's escaped pipe) and HTML's `<`, `>`, `&` as entities."""
     text = " ".join(str(value).splitlines())
     return html.escape(_MARKDOWN.sub(r"\\\1", text), quote=False)

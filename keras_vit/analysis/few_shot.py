@@ -8,10 +8,11 @@ from keras_vit.errors import ArgumentError
 __all__ = ["few_shot_linear_eval", "few_shot_indices", "fit_linear_probe"]
 
 
-def few_shot_indices(labels, shots, seed=0):
+def few_shot_indices(labels, shots, seed=0, class_names=None):
     """Indices of `shots` random examples of every class, sorted.
 
-    Raises if a class has fewer than `shots` examples.
+    Raises if a class has fewer than `shots` examples, naming it by `class_names[label]`
+    when given (a dataset's folder names), else by its label.
     """
     labels = np.asarray(labels)
     if not isinstance(shots, (int, np.integer)) or shots <= 0:
@@ -21,7 +22,8 @@ def few_shot_indices(labels, shots, seed=0):
     for label in np.unique(labels):
         members = np.flatnonzero(labels == label)
         if len(members) < shots:
-            raise ArgumentError(f"Class {label!r} has {len(members)} examples, fewer than "
+            name = label.item() if class_names is None else class_names[label.item()]
+            raise ArgumentError(f"Class {name!r} has {len(members)} examples, fewer than "
                                 f"{shots} shots.")
         chosen.append(rng.choice(members, size=shots, replace=False))
     return np.sort(np.concatenate(chosen))

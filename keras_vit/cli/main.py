@@ -26,7 +26,11 @@ def build_parser():
     return parser
 
 
-INTERRUPTED = "interrupted; re-run the same command to resume"
+# What Ctrl-C leaves, said in its one line. Only train resumes (keras_vit/training/resume.py):
+# its parser sets `interrupted` to say so; every other command writes its files whole or not at
+# all (keras_vit/atomic.py), so nothing is half-written and its re-run starts over.
+INTERRUPTED = "interrupted; nothing was left half-written, and a re-run starts over"
+_interrupted_note = INTERRUPTED  # the running command's, once its arguments are parsed
 
 
 def main(argv=None):
@@ -50,7 +54,7 @@ def _interrupted(signum, frame):
             stream.flush()  # what was printed so far (predictions) is kept
         except (OSError, ValueError):
             pass
-    os.write(2, f"keras-vit: {INTERRUPTED}\n".encode())
+    os.write(2, f"keras-vit: {_interrupted_note}\n".encode())
     os._exit(130)
 
 
@@ -67,7 +71,12 @@ def _main(argv):
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # reported by the sub-command's parser, so the error names the command
         args.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
-    return report_errors(f"keras-vit {args.command}", args.run, args)
+    global _interrupted_note
+    _interrupted_note = getattr(args, "interrupted", INTERRUPTED)
+    try:
+        return report_errors(f"keras-vit {args.command}", args.run, args)
+    finally:
+        _interrupted_note = INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@ ends with exit status 1 and the count. An architecture without --weights has
 random weights: its predictions mean nothing, and a warning on stderr says so.
 """
 
+import contextlib
 import json
 import sys
 
+from keras_vit._support.outputs import write_line
 from keras_vit.cli.common import (
     CommandError,
     add_execution_option,
@@ -34,13 +36,17 @@ from keras_vit.cli.common import (
 __all__ = ["add_parser", "run", "predict"]
 
 DEFAULT_BATCH_SIZE = 32
+# Ctrl-C's line (keras_vit/cli/main.py): the lines printed so far stay; a file is written whole
+# once every image is done, and nothing records how far a run got.
+INTERRUPTED = ("interrupted; predictions are not saved part-way (an --output file is written "
+               "only once every image is done), so a re-run starts again from the first image")
 
 
 def add_parser(commands):
     """Registers `predict` on an argparse sub-parsers object."""
     parser = commands.add_parser("predict", help="print the top classes of image files",
                                  populate=_add_arguments)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, interrupted=INTERRUPTED)
     return parser
 
 
@@ -76,8 +82,12 @@ def _add_arguments(parser):
 
 def run(args):
     output = args.output
-    if output and not output.lower().endswith((".csv", ".jsonl")):
-        raise CommandError(f"--output must end in .csv or .jsonl, got {output!r}.")
+    if output:
+        from keras_vit.atomic import check_target
+
+        if not output.lower().endswith((".csv", ".jsonl")):
+            raise CommandError(f"--output must end in .csv or .jsonl, got {output!r}.")
+        check_target(output, "--output")  # a folder, or a place nothing can be written: now
     results = predict(args)
     progress = None
     if output:
@@ -90,7 +100,7 @@ def run(args):
             total += 1
             if result.error is not None:
                 failed += 1
-                print(f"keras-vit predict: error: {result.error}", file=sys.stderr)
+                write_line(f"keras-vit predict: error: {result.error}", sys.stderr)
             write(result)
             if progress:
                 progress.update(total)
@@ -107,44 +117,47 @@ PROGRESS_EVERY = 1000  # images between progress lines when stderr is not a term
 
 def _writer(output, top):
     """A context giving `write(result)`: to the terminal, or to a .csv or .jsonl file
-    (written whole or not at all, through keras_vit.atomic)."""
-    import contextlib
-
+    (written whole or not at all, through keras_vit.atomic). A path that is not UTF-8 is
+    written as keras_vit._support.outputs says: its bytes in the CSV and on stdout, JSON's
+    \\udcXX escapes in JSONL; CSV text cells are spreadsheet-safe."""
     if not output:
         def show(result):
             if result.error is None:
-                print(result.path)
+                write_line(result.path, sys.stdout)
                 for probability, label in result.top:
-                    print(f"  {probability:.4f}  {label}")
+                    write_line(f"  {probability:.4f}  {label}", sys.stdout)
         return contextlib.nullcontext(show)
-    return _file_writer(output, top)
+    if output.lower().endswith(".jsonl"):
+        return _jsonl_writer(output)
+    return _csv_writer(output, top)
 
 
-def _file_writer(output, top):
-    import contextlib
-    import csv
-
+@contextlib.contextmanager
+def _jsonl_writer(output):
+    from keras_vit._support.outputs import NAME_ERRORS
     from keras_vit.atomic import atomic_open
 
-    @contextlib.contextmanager
-    def opened():
-        with atomic_open(output, "w", newline="", encoding="utf-8") as f:
-            if output.lower().endswith(".jsonl"):
-                def write(result):
-                    f.write(json.dumps({"path": result.path, "error": result.error,
-                                        "labels": [label for _, label in result.top],
-                                        "probabilities": [p for p, _ in result.top]}) + "\n")
-            else:
-                rows = csv.writer(f)
-                rows.writerow(["path", "error", *[f"top{i}_{what}" for i in range(1, top + 1)
-                                                  for what in ("label", "probability")]])
+    with atomic_open(output, "w", encoding="utf-8", errors=NAME_ERRORS) as f:
+        def write(result):
+            # ensure_ascii: a non-UTF-8 name's bytes are \udcXX escapes, which json.loads and
+            # os.fsencode turn back into the bytes.
+            f.write(json.dumps({"path": result.path, "error": result.error,
+                                "labels": [label for _, label in result.top],
+                                "probabilities": [p for p, _ in result.top]}) + "\n")
+        yield write
 
-                def write(result):
-                    cells = [c for p, label in result.top for c in (label, f"{p:.6g}")]
-                    rows.writerow([result.path, result.error or "", *cells,
-                                   *[""] * (2 * top - len(cells))])
-            yield write
-    return opened()
+
+@contextlib.contextmanager
+def _csv_writer(output, top):
+    from keras_vit._support.outputs import csv_file
+
+    header = ["path", "error", *[f"top{i}_{what}" for i in range(1, top + 1)
+                                 for what in ("label", "probability")]]
+    with csv_file(output, header) as write_row:
+        def write(result):
+            cells = [c for p, label in result.top for c in (label, p)]
+            write_row([result.path, result.error, *cells, *[None] * (2 * top - len(cells))])
+        yield write
 
 
 def predict(args):

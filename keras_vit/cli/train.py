@@ -5,6 +5,9 @@ import sys
 
 __all__ = ["add_parser", "run"]
 
+# Ctrl-C's line (keras_vit/cli/main.py): a run keeps its backup and resumes from it.
+INTERRUPTED = "interrupted; re-run the same command to resume"
+
 EPILOG = """examples:
   keras-vit train --dataset digits --output runs/digits
   keras-vit train --dataset tf_flowers --model B/16 --weights imagenet21k --output runs/flowers
@@ -25,7 +28,7 @@ def add_parser(commands):
                     "report.json, curves.png, confusion.png, model.keras, labels.txt and run.json to "
                     "--output.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    train.set_defaults(run=run)
+    train.set_defaults(run=run, interrupted=INTERRUPTED)
     return train
 
 

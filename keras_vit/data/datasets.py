@@ -12,6 +12,7 @@ same examples.
 import dataclasses
 import os
 import socket
+import unicodedata
 
 import numpy as np
 import tensorflow as tf
@@ -174,6 +175,7 @@ def load_image_folder(root, validation_fraction=0.0, validation_seed=SPLIT_SEED)
         raise DatasetError(f"Class folder {os.path.join(root, unprintable[0])!r} has a newline, "
                            "a control character or undecodable bytes in its name; rename it (a "
                            "class name becomes one line of labels.txt).")
+    _refuse_unicode_twins(class_names, root)
     listed, listed_labels, skipped, unsupported = [], [], [], []
     for label, name in enumerate(class_names):
         folder = os.path.join(root, name)
@@ -276,6 +278,19 @@ def _check_split_sizes(labels, class_names, root):
         raise DatasetError(f"{root!r} has {len(labels)} readable images for {len(class_names)} "
                            f"classes: a {HELD_OUT_FRACTION:.0%} held-out split cannot hold one of "
                            "each; add images.")
+
+
+def _refuse_unicode_twins(class_names, root):
+    """Refuses two class folders whose names are one name in two Unicode forms ("café" as é or
+    as e and a combining accent): equal after NFC normalisation, they print alike in labels.txt
+    and every report, and a file system that normalises names (macOS) would merge them."""
+    seen = {}
+    for name in class_names:
+        twin = seen.setdefault(unicodedata.normalize("NFC", name), name)
+        if twin != name:
+            raise DatasetError(f"Class folders {ascii(twin)} and {ascii(name)} under {root!r} are "
+                               "one name in two Unicode forms (equal once NFC-normalised), which "
+                               "labels.txt and reports cannot tell apart; rename one.")
 
 
 def _is_utf8(path):

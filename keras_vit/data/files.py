@@ -29,7 +29,7 @@ def load_batches(paths, load, batch_size):
     `load(path)` returns) or None for a file that failed; read and decoded in parallel,
     `batch_size` files at a time, prefetched."""
     indices = np.arange(len(paths), dtype=np.int64)
-    names = [p if isinstance(p, bytes) else p.encode("utf-8", "surrogateescape") for p in paths]
+    names = [_file_name(p) for p in paths]
     batches = tf.data.Dataset.from_tensor_slices((indices, names)) \
         .map(lambda i, p: (i, load(p)), num_parallel_calls=tf.data.AUTOTUNE) \
         .ignore_errors().batch(batch_size).prefetch(tf.data.AUTOTUNE)
@@ -42,6 +42,17 @@ def load_batches(paths, load, batch_size):
             expected = int(i) + 1
     for failed in range(expected, len(paths)):
         yield failed, None
+
+
+def _file_name(path):
+    """`path` as the bytes TensorFlow opens. One no file name can hold (a NUL, which the C
+    library would cut the name at; a lone surrogate that is not an undecodable byte) as "",
+    which fails to read like a missing file."""
+    try:
+        name = path if isinstance(path, bytes) else path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return b""
+    return b"" if b"\0" in name else name
 
 
 def load_files(paths, load):

@@ -212,7 +212,7 @@ def _interrupt(argv, ready, timeout=300):
     return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
-INTERRUPTED = "keras-vit: interrupted; re-run the same command to resume"
+INTERRUPTED = "keras-vit: interrupted; re-run the same command to resume"  # train's
 
 
 @pytest.mark.slow  # two training processes, about 90 s on 2 cores: run with -m slow
@@ -239,9 +239,16 @@ def test_ctrl_c_during_predict_and_export_is_one_line(command, tmp_path):
     start = time.monotonic()
     result = _interrupt(argv, lambda: time.monotonic() - start > 10)
     assert result.returncode == 130, result.stderr[-3000:]
-    # predict's one warning (random weights) comes first; then the one line, no traceback.
+    # predict's one warning (random weights) comes first; then the one line, no traceback,
+    # which promises no resume: neither command resumes.
+    import importlib
+
+    from keras_vit.cli import predict
+    said = {"predict": predict.INTERRUPTED,
+            "export": importlib.import_module("keras_vit.cli.main").INTERRUPTED}[command]
+    assert "resume" not in said
     lines = [line for line in result.stderr.splitlines() if "random weights" not in line]
-    assert lines == [INTERRUPTED], result.stderr[-3000:]
+    assert lines == [f"keras-vit: {said}"], result.stderr[-3000:]
     assert not (tmp_path / "served").exists() or os.listdir(tmp_path / "served") == []
 
 

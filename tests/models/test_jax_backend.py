@@ -39,7 +39,6 @@ print("RESULT " + json.dumps(out))
 """
 
 
-@pytest.mark.slow  # a fresh JAX process exporting a SavedModel; the JAX forward tests stay default
 def test_preprocess_in_tf_data_and_saved_model_export_on_jax(python):
     result = python(["-c", JAX_SCRIPT], timeout=600, env={"KERAS_BACKEND": "jax"})
     assert result.returncode == 0, result.stderr[-4000:]
