@@ -23,9 +23,6 @@ def result_of(stdout):
     return json.loads(lines[-1][len("RESULT "):])
 
 
-# `slow`: 40 s of CPU; the mirrored TensorFlow step (tests/training/test_distributed.py) and the
-# JAX data-parallel resume below stay default.
-@pytest.mark.slow
 def test_data_and_model_parallel_end_with_the_one_device_weights(python):
     run = python(["tests/scripts/jax_distribution.py"], timeout=400, env=JAX_ENV)
     assert run.returncode == 0, run.stderr[-3000:]
