@@ -5,12 +5,14 @@ three signatures that take raw pixels or encoded image files and do all the
 preprocessing inside the graph, so a client needs no keras_vit code:
 
 - `serving_default(images)`: float32 `(batch, height, width, 3)`, pixel values
-  in [0, 255] at the model's size (JSON numbers and uint8 data fit as they are;
+  in [0, 255] at the model's size, or any size for a model built with
+  `dynamic_image_size=True` (JSON numbers and uint8 data fit as they are;
   TF Serving converts JSON numbers to the signature's dtype). A request with
   NaN, Inf or a value outside [0, 255], or another image size, is refused with
   InvalidArgument naming the items or the size expected.
 - `serve_bytes(image_bytes)`: string `(batch,)` of JPEG, PNG, GIF, BMP or WebP
   files of any size, decoded to RGB and resized (bilinear) to the model's size
+  (a dynamic-size model's: the size its position embeddings are stored for)
   by `keras_vit.preprocessing.decode_images`, the path every image takes.
   An image whose header declares more than `max_pixels` pixels is refused
   (InvalidArgument) before it is decoded; the limit is a constant of the

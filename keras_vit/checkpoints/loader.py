@@ -337,6 +337,9 @@ def _posembed_problem(found, expected, num_prefix, file_grid, model):
 def _image_size_for(model, grid):
     """The (height, width) in pixels at which `model` has `grid` tokens."""
     height, width = model.input_shape[1:3]
+    if height is None or width is None:  # dynamic_image_size: sized by its stored grid
+        patch = model.get_layer("embedding").patch_size
+        return (grid[0] * patch, grid[1] * patch)
     rows, cols = model.get_layer("posembed_input").grid_size
     return (grid[0] * height // rows, grid[1] * width // cols)
 
