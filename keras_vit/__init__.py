@@ -26,7 +26,7 @@ __version__ = "0.2.0.dev0"
 _CORE = {
     **dict.fromkeys(["ViT", *variants.constructor_names(), "ResNetV2", "BiT",
                      *variants.bit_constructor_names()], "keras_vit.models"),
-    **dict.fromkeys(["PatchEncoder", "ClassToken", "AddPositionEmbedding",
+    **dict.fromkeys(["PatchEncoder", "resample_patch_embedding", "ClassToken", "AddPositionEmbedding",
                      "resize_position_embedding", "MultiHeadSelfAttention", "MlpBlock",
                      "TransformerBlock", "TokenPooling", "StdConv2D", "BottleneckUnit",
                      "ResNetTrunk", "PreActBottleneckUnit"], "keras_vit.layers"),

@@ -5,12 +5,14 @@ three signatures that take raw pixels or encoded image files and do all the
 preprocessing inside the graph, so a client needs no keras_vit code:
 
 - `serving_default(images)`: float32 `(batch, height, width, 3)`, pixel values
-  in [0, 255] at the model's size (JSON numbers and uint8 data fit as they are;
+  in [0, 255] at the model's size, or any size for a model built with
+  `dynamic_image_size=True` (JSON numbers and uint8 data fit as they are;
   TF Serving converts JSON numbers to the signature's dtype). A request with
   NaN, Inf or a value outside [0, 255], or another image size, is refused with
   InvalidArgument naming the items or the size expected.
 - `serve_bytes(image_bytes)`: string `(batch,)` of JPEG, PNG, GIF, BMP or WebP
   files of any size, decoded to RGB and resized (bilinear) to the model's size
+  (a dynamic-size model's: the size its position embeddings are stored for)
   by `keras_vit.preprocessing.decode_images`, the path every image takes.
   An image whose header declares more than `max_pixels` pixels is refused
   (InvalidArgument) before it is decoded; the limit is a constant of the
@@ -191,13 +193,16 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
              jit_compile=False):
     """An ExportArchive whose endpoints run preprocessing, `model` and the outputs."""
     classes = _classes(model)
+    # A model built with dynamic_image_size takes pixels of any size; image_size is then the
+    # size its position embeddings are stored for, to which serve_bytes resizes.
+    any_size = _takes_any_size(model)
     _check_top_k(top_k)
     top_k = min(int(top_k), classes)
     softmax_head = has_softmax_head(model)
     to_model_input = model_input(model)
     label_table = None if labels is None else tf.constant(list(labels), tf.string)
     archive = keras.export.ExportArchive()
-    call = _tensorflow_call(model, image_size, archive, jit_compile)
+    call = _tensorflow_call(model, (None, None) if any_size else image_size, archive, jit_compile)
 
     def classify(pixels):
         scores = tf.cast(call(to_model_input(pixels)), tf.float32)
@@ -211,7 +216,8 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
         return outputs
 
     def serve_images(images):
-        return classify(tf.cast(_checked_pixels(images, image_size), tf.float32))
+        return classify(tf.cast(_checked_pixels(images, None if any_size else image_size),
+                                tf.float32))
 
     def serve_bytes(image_bytes):
         return classify(decode_images(_checked_image_bytes(image_bytes), image_size,
@@ -297,15 +303,17 @@ def _refuse_unless(ok, value, message, summarize=20):
 
 
 def _checked_pixels(images, image_size):
-    """`images` with shape `(batch, *image_size, 3)`, or InvalidArgument naming the problem:
-    another size, or items holding NaN, Inf or values outside `PIXEL_RANGE` (by index)."""
-    height, width = image_size
-    size = tf.shape(images)[1:3]
-    images = _refuse_unless(
-        tf.reduce_all(tf.equal(size, [height, width])), images,
-        [f"images must be {height}x{width} pixels (height x width, the model's size); got",
-         size])
-    images = tf.ensure_shape(images, (None, height, width, 3))
+    """`images` with shape `(batch, *image_size, 3)` (any size when `image_size` is None), or
+    InvalidArgument naming the problem: another size, or items holding NaN, Inf or values
+    outside `PIXEL_RANGE` (by index)."""
+    if image_size is not None:
+        height, width = image_size
+        size = tf.shape(images)[1:3]
+        images = _refuse_unless(
+            tf.reduce_all(tf.equal(size, [height, width])), images,
+            [f"images must be {height}x{width} pixels (height x width, the model's size); got",
+             size])
+        images = tf.ensure_shape(images, (None, height, width, 3))
     if images.dtype == tf.uint8:  # every uint8 is a pixel value
         return images
     low, high = PIXEL_RANGE
@@ -338,13 +346,31 @@ def _checked_image_bytes(image_bytes):
 
 
 def _image_size(model):
+    """The model's image size: its input's, or for a model that takes any size
+    (`dynamic_image_size=True`) the size its position embeddings are stored for."""
     shape = model.input_shape
-    if not isinstance(shape, tuple) or len(shape) != 4 or None in shape[1:3]:
+    size = _stored_size(model) if _takes_any_size(model) else None
+    if not isinstance(shape, tuple) or len(shape) != 4 or (None in shape[1:3] and size is None):
         raise ArgumentError(f"Export needs a model with one image input of fixed size (batch, height, "
                             f"width, 3); {model.name} takes {shape}.")
     if shape[3] != 3:
         raise ArgumentError(f"Export serves RGB images; {model.name} takes {shape[3]} channels.")
-    return shape[1], shape[2]
+    return size or (shape[1], shape[2])
+
+
+def _takes_any_size(model):
+    """Whether `model` resizes its position embeddings to each image at call time."""
+    try:
+        return bool(getattr(model.get_layer("posembed_input"), "dynamic_grid", False))
+    except ValueError:
+        return False
+
+
+def _stored_size(model):
+    """(height, width) in pixels of the grid a dynamic-size model's embeddings are stored for."""
+    grid = model.get_layer("posembed_input").grid_size
+    patch = model.get_layer("embedding").patch_size
+    return grid[0] * patch, grid[1] * patch
 
 
 def _classes(model):

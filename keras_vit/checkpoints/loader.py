@@ -17,6 +17,7 @@ from keras_vit.checkpoints.formats.npz import PICKLE_PROBLEM
 from keras_vit.checkpoints.layout import (
     BIT_ROOT_KEY,
     DROPPABLE_PREFIXES,
+    EMBEDDING_KERNEL,
     POS_EMBED_KEY,
     describe_architecture,
     fits,
@@ -26,6 +27,7 @@ from keras_vit.checkpoints.layout import (
     layout,
     square_grid,
 )
+from keras_vit.layers.patching import resample_patch_embedding
 from keras_vit.layers.tokens import resize_position_embedding
 from keras_vit.normalization import (
     OFFICIAL_NORMALIZATION,
@@ -36,7 +38,7 @@ from keras_vit.normalization import (
 __all__ = ["load_weights", "load_resnet_weights"]
 
 
-def load_weights(model, checkpoint):
+def load_weights(model, checkpoint, resample_patches=False):
     """Loads a checkpoint (a path, an open `CheckpointReader`, or a dict of official-key
     arrays) into `model`.
 
@@ -49,10 +51,13 @@ def load_weights(model, checkpoint):
     mismatched shape; on any error no variable has changed. The head is
     zero-initialised when the checkpoint's class count differs from the
     model's, or the checkpoint has none; `pre_logits` is dropped when the model
-    has none; the position embedding is resized when the grids differ. Warns
-    when the checkpoint's source normalises pixels otherwise than the model's input.
+    has none; the position embedding is resized when the grids differ. With
+    `resample_patches=True` a patch-embedding kernel of another patch size is moved to
+    the model's by `resample_patch_embedding` (FlexiViT's resize; without it, a shape
+    mismatch). Warns when the checkpoint's source normalises pixels otherwise than the
+    model's input.
     """
-    return _load(model, checkpoint, trunk_only=False)
+    return _load(model, checkpoint, trunk_only=False, resample_patches=resample_patches)
 
 
 def load_resnet_weights(model, checkpoint):
@@ -67,16 +72,16 @@ def load_resnet_weights(model, checkpoint):
     return _load(model, checkpoint, trunk_only=True)
 
 
-def _load(model, checkpoint, trunk_only):
+def _load(model, checkpoint, trunk_only, resample_patches=False):
     if isinstance(checkpoint, CheckpointReader):  # the caller opened it, and closes it
-        return _load_from(model, checkpoint, trunk_only)
+        return _load_from(model, checkpoint, trunk_only, resample_patches)
     if isinstance(checkpoint, (str, os.PathLike)):
         with open_checkpoint(checkpoint) as reader:
-            return _load_from(model, reader, trunk_only)
-    return _load_from(model, ArraysReader(dict(checkpoint)), trunk_only)
+            return _load_from(model, reader, trunk_only, resample_patches)
+    return _load_from(model, ArraysReader(dict(checkpoint)), trunk_only, resample_patches)
 
 
-def _load_from(model, reader, trunk_only):
+def _load_from(model, reader, trunk_only, resample_patches=False):
     # Checked first from the headers alone (shape, dtype), then only the arrays the model
     # uses are read: an unused or lying npz member costs nothing, and is never allocated.
     source, heads = reader.path, _heads(model)
@@ -113,6 +118,9 @@ def _load_from(model, reader, trunk_only):
                 if problem:
                     mismatched.append(f"{key}: expected {shape}, found {headers[key].shape} "
                                       f"({problem})")
+            elif resample_patches and key == EMBEDDING_KERNEL \
+                    and _other_patch_size(headers[key].shape, shape):
+                continue  # resampled to the model's patch size, below
             elif not fits(headers[key].shape, tuple(shape)):
                 mismatched.append(f"{key}: expected {tuple(shape)}, found {headers[key].shape}")
     used = {k for row in rows for k in row.keys}
@@ -147,6 +155,9 @@ def _load_from(model, reader, trunk_only):
             grid = _file_grid(value.shape[1] - num_prefix, metadata.get("grid"), model, source)
             if value.shape != tuple(row.variable.shape) or tuple(grid) != tuple(posembed.grid_size):
                 value = resize_position_embedding(value, grid, posembed.grid_size, num_prefix)
+        elif resample_patches and row.keys[0] == EMBEDDING_KERNEL \
+                and _other_patch_size(value.shape, row.variable.shape):
+            value = resample_patch_embedding(value, tuple(row.variable.shape[:2]))
         values.append((row.variable, np.asarray(value).reshape(row.variable.shape)))
     if new_head:
         values += [(row.variable, np.zeros(row.variable.shape)) for row in head_rows]
@@ -270,6 +281,14 @@ def _prefix_hint(missing, unexpected):
             f"{{k.removeprefix({prefix!r}): v for k, v in arrays.items()}}) and load that.")
 
 
+def _other_patch_size(found, expected):
+    """Whether an embedding kernel of shape `found` is the model's `expected` one at another
+    patch size (same channels and width): FlexiViT's resize moves it there."""
+    found, expected = tuple(found), tuple(expected)
+    return len(found) == len(expected) == 4 and found[2:] == expected[2:] \
+        and found[:2] != expected[:2]
+
+
 def _num_prefix_tokens(model):
     names = {layer.name for layer in model.layers}
     return model.get_layer("posembed_input").num_prefix_tokens if "posembed_input" in names else 0
@@ -318,6 +337,9 @@ def _posembed_problem(found, expected, num_prefix, file_grid, model):
 def _image_size_for(model, grid):
     """The (height, width) in pixels at which `model` has `grid` tokens."""
     height, width = model.input_shape[1:3]
+    if height is None or width is None:  # dynamic_image_size: sized by its stored grid
+        patch = model.get_layer("embedding").patch_size
+        return (grid[0] * patch, grid[1] * patch)
     rows, cols = model.get_layer("posembed_input").grid_size
     return (grid[0] * height // rows, grid[1] * width // cols)
 

@@ -1,6 +1,6 @@
 """keras_vit's Keras layers: one concept per file, all `keras.ops`, all serializable."""
 
-from keras_vit.layers.patching import PatchEncoder
+from keras_vit.layers.patching import PatchEncoder, resample_patch_embedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.resnet import BottleneckUnit, PreActBottleneckUnit, ResNetTrunk, StdConv2D
 from keras_vit.layers.tokens import AddPositionEmbedding, ClassToken, resize_position_embedding
@@ -8,6 +8,7 @@ from keras_vit.layers.transformer import MlpBlock, MultiHeadSelfAttention, Trans
 
 __all__ = [
     "PatchEncoder",
+    "resample_patch_embedding",
     "ClassToken",
     "AddPositionEmbedding",
     "resize_position_embedding",

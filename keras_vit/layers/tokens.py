@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.errors import ArgumentError
+from keras_vit.layers.interpolation import bicubic_resize_matrix
 
 __all__ = ["ClassToken", "AddPositionEmbedding", "resize_position_embedding"]
 
@@ -36,14 +37,22 @@ class AddPositionEmbedding(keras.layers.Layer):
     shape `(1, num_prefix_tokens + rows * columns, D)` - the official
     `pos_embedding`. To move learned values to another grid, pass them through
     `resize_position_embedding`, as checkpoint loading does.
+
+    `dynamic_grid=True` takes images of any size: called as `layer(tokens, grid=patches)`,
+    with `patches` the `(batch, rows, cols, D)` grid the tokens were flattened from, it
+    resizes the stored grid to (rows, cols) inside the call, as timm's `dynamic_img_size`
+    does (`resample_abs_pos_embed`: torch's antialiased bicubic); the prefix tokens' embedding
+    is kept. The stored grid is returned unchanged when the sizes agree.
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=1, initializer=None, **kwargs):
+    def __init__(self, grid_size, num_prefix_tokens=1, initializer=None, dynamic_grid=False,
+                 **kwargs):
         super().__init__(**kwargs)
         self.grid_size = _pair(grid_size, "grid_size")
         if num_prefix_tokens < 0:
             raise ArgumentError(f"num_prefix_tokens must be >= 0, got {num_prefix_tokens}.")
         self.num_prefix_tokens = num_prefix_tokens
+        self.dynamic_grid = bool(dynamic_grid)
         # The official initialiser: normal with stddev 0.02.
         self.initializer = keras.initializers.get(
             initializer or keras.initializers.RandomNormal(stddev=0.02))
@@ -62,8 +71,28 @@ class AddPositionEmbedding(keras.layers.Layer):
             name="pos_embedding", shape=(1, self.num_positions, input_shape[-1]),
             initializer=self.initializer)
 
-    def call(self, tokens):
-        return tokens + ops.cast(self.pos_embedding, tokens.dtype)
+    def call(self, tokens, grid=None):
+        if not self.dynamic_grid:
+            return tokens + ops.cast(self.pos_embedding, tokens.dtype)
+        if grid is None:
+            raise ArgumentError("AddPositionEmbedding(dynamic_grid=True) needs the patch grid: "
+                                "call it as layer(tokens, grid=patches).")
+        shape = ops.shape(grid)
+        return tokens + ops.cast(self._resized(shape[1], shape[2]), tokens.dtype)
+
+    def _resized(self, rows, cols):
+        """The embedding for a rows x cols grid (timm's run-time resample_abs_pos_embed)."""
+        embedding = ops.cast(self.pos_embedding, "float32")
+        prefix, stored = embedding[:, :self.num_prefix_tokens], embedding[0, self.num_prefix_tokens:]
+        stored = ops.reshape(stored, (*self.grid_size, -1))
+        resized = ops.einsum("ih,jw,hwd->ijd", bicubic_resize_matrix(self.grid_size[0], rows),
+                             bicubic_resize_matrix(self.grid_size[1], cols), stored)
+        resized = ops.reshape(resized, (1, rows * cols, ops.shape(stored)[-1]))
+        return ops.concatenate([prefix, resized], axis=1)
+
+    def compute_output_spec(self, tokens, grid=None):
+        # The sum has the tokens' shape; tracing the resize would need the grid's size.
+        return keras.KerasTensor(tokens.shape, dtype=tokens.dtype)
 
     def get_config(self):
         return {
@@ -71,6 +100,7 @@ class AddPositionEmbedding(keras.layers.Layer):
             "grid_size": list(self.grid_size),
             "num_prefix_tokens": self.num_prefix_tokens,
             "initializer": keras.initializers.serialize(self.initializer),
+            "dynamic_grid": self.dynamic_grid,
         }
 
 

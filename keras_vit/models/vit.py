@@ -42,7 +42,8 @@ _POOLING_ALIASES = {"avg": "gap", "max": "max"}
 def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         pooling="default", classifier_activation=None, representation_size="auto",
         dropout=0.0, attention_dropout=0.0, approximate_gelu=None, channels=3, name=None,
-        layer_norm_epsilon=None, input_shape=None, input_tensor=None, include_preprocessing=False):
+        layer_norm_epsilon=None, input_shape=None, input_tensor=None, include_preprocessing=False,
+        patch_size=None, dynamic_image_size=False):
     """Builds a Vision Transformer and optionally loads official weights.
 
     Args:
@@ -102,6 +103,16 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
             weights expect: [-1, 1], or the mean/std their source records
             (DeiT's ImageNet mean/std, ...; `keras_vit.normalization`), so the
             model takes raw pixels and `preprocess_input` is not needed.
+        patch_size: build with this patch size instead of the variant's (FlexiViT). Weights
+            of the variant's patch size are moved to it by
+            `keras_vit.resample_patch_embedding`, and their position grid resized to the
+            new token grid: `ViT("B/16", weights=..., patch_size=8)` is a B/8 at 224 px.
+        dynamic_image_size: take images of any height and width at call time (as timm's
+            `dynamic_img_size=True` with `dynamic_img_pad=True`): the position embedding,
+            stored for `image_size`, is resized inside the call to each image's grid
+            (timm's bicubic), and sizes that are not a multiple of the patch are padded
+            at the bottom and right with zeros. Plain ViTs only; not with `input_shape`
+            or `input_tensor`, whose size is fixed.
 
     Returns:
         A `keras.Model` mapping images `(batch, height, width, channels)` in
@@ -112,18 +123,23 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
     image_size, channels = input_arguments(input_shape, input_tensor, image_size, channels)
     flag_argument("include_preprocessing", include_preprocessing)
     flag_argument("include_top", include_top)
+    flag_argument("dynamic_image_size", dynamic_image_size)
     name_argument(name)
     if isinstance(pooling, str) and pooling in _POOLING_ALIASES:
         pooling = _POOLING_ALIASES[pooling]
     variant = get_variant(variant)
+    # The weights are the variant's (its patch size); the model may take another.
+    built = variant if patch_size is None else dataclasses.replace(
+        variant, patch_size=positive_int("patch_size", patch_size))
+    _check_dynamic_arguments(dynamic_image_size, built, input_shape, input_tensor)
     image_size = size_argument(image_size)
     channels = positive_int("channels", channels)
     classes = classes_argument(classes, include_top)
-    check_fits(variant, image_size, classes)  # before any weights are read or arrays made
+    check_fits(built, image_size, classes)  # before any weights are read or arrays made
     source = resolve_weights(variant, weights, image_size)
     # A user's file is held open from here to the load: the file checked is the file read.
     with contextlib.closing(source) if source is not None else contextlib.nullcontext():
-        image_size = _image_size(image_size, source, variant)
+        image_size = _image_size(image_size, source, built)
         pooling = variant.classifier if pooling == "default" else pooling
         _check_head_arguments(variant, include_top, pooling, classifier_activation)
         if classes is None:
@@ -146,12 +162,12 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         normalization = (source.normalization if source is not None else None) or OFFICIAL_NORMALIZATION
         head = _Head(include_top, classes, pooling, classifier_activation, representation_size)
         trunk_numerics = (source.trunk_numerics if source is not None else None) or {}
-        model = _build(variant, image_size, channels, head, dropout, attention_dropout,
+        model = _build(built, image_size, channels, head, dropout, attention_dropout,
                        approximate_gelu, name or _default_name(variant), epsilon, input_tensor,
-                       include_preprocessing, normalization, trunk_numerics)
+                       include_preprocessing, normalization, trunk_numerics, dynamic_image_size)
         if source is not None:
             with contextlib.closing(source.open()) as reader:
-                load_weights(model, reader)
+                load_weights(model, reader, resample_patches=built is not variant)
     return model
 
 
@@ -164,6 +180,9 @@ def _image_size(image_size, source, variant):
     if image_size is None:
         image_size = source.resolution if source and source.resolution else 224
     image_size = size_argument(image_size)
+    if min(variant.feature_size(s) for s in image_size) < variant.patch_size:
+        raise ArgumentError(f"patch_size {variant.patch_size} is larger than the image "
+                            f"({image_size[0]}x{image_size[1]} pixels) it would cut into patches.")
     if variant.is_hybrid:
         _check_hybrid_image_size(variant, image_size)
         return image_size
@@ -173,6 +192,18 @@ def _image_size(image_size, source, variant):
                             f"{variant.short_name}'s stride of {stride} pixels; use a multiple "
                             f"of {stride}, e.g. {stride * max(1, image_size[0] // stride)}.")
     return image_size
+
+
+def _check_dynamic_arguments(dynamic_image_size, variant, input_shape, input_tensor):
+    if not dynamic_image_size:
+        return
+    if variant.is_hybrid:
+        raise ArgumentError(f"dynamic_image_size=True is for plain ViTs; {variant.short_name} is a "
+                            "hybrid: build it at a fixed image_size.")
+    if input_shape is not None or input_tensor is not None:
+        raise ArgumentError("dynamic_image_size=True takes any size at call time; give image_size "
+                            "(the size its position embeddings are stored for), not input_shape "
+                            "or input_tensor.")
 
 
 def _check_hybrid_image_size(variant, image_size):
@@ -217,9 +248,10 @@ class _Head:
 
 def _build(variant, image_size, channels, head, dropout, attention_dropout, approximate_gelu,
            name, epsilon=LAYER_NORM_EPSILON, input_tensor=None, include_preprocessing=False,
-           normalization=OFFICIAL_NORMALIZATION, trunk_numerics=None):
+           normalization=OFFICIAL_NORMALIZATION, trunk_numerics=None, dynamic=False):
     if input_tensor is None:
-        images = x = keras.Input((*image_size, channels), name="images")
+        shape = (None, None) if dynamic else image_size
+        images = x = keras.Input((*shape, channels), name="images")
     else:  # as keras.applications: the model starts at the tensor's own inputs
         images, x = keras.utils.get_source_inputs(input_tensor), input_tensor
     if include_preprocessing:
@@ -232,13 +264,17 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         x = ResNetTrunk(variant.resnet_stages, variant.resnet_width, **(trunk_numerics or {}),
                         name="resnet")(x)
     recorded = None if normalization == OFFICIAL_NORMALIZATION else normalization
-    x = PatchEncoder(variant.width, variant.patch_size, input_normalization=recorded,
-                     name="embedding")(x)
+    # Any image size: the patches keep their grid, whose shape sizes the position embedding.
+    x = grid = PatchEncoder(variant.width, variant.patch_size, input_normalization=recorded,
+                            flatten=not dynamic, pad=dynamic, name="embedding")(x)
+    if dynamic:
+        x = keras.layers.Reshape((-1, variant.width), name="patch_tokens")(grid)
     has_cls = variant.classifier == "token"
     if has_cls:
         x = ClassToken(name="cls")(x)
-    x = AddPositionEmbedding(variant.token_grid(image_size), num_prefix_tokens=int(has_cls),
-                             name="posembed_input")(x)
+    posembed = AddPositionEmbedding(variant.token_grid(image_size), num_prefix_tokens=int(has_cls),
+                                    dynamic_grid=dynamic, name="posembed_input")
+    x = posembed(x, grid=grid) if dynamic else posembed(x)
     x = keras.layers.Dropout(dropout)(x)
     for i in range(variant.depth):
         block = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,

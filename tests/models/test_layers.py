@@ -21,6 +21,9 @@ TINY_HYBRID = keras_vit.Variant("R-tiny", 64, 1, 128, 2, 1, "token", (1, 1))
 # Every public layer, tiny: (class, constructor arguments, input shape, output shape, dropout rates).
 LAYER_CASES = [
     (keras_vit.PatchEncoder, {"hidden_size": 8, "patch_size": 4}, (2, 8, 12, 3), (2, 6, 8), ()),
+    # Any image size: the grid kept, 9 rows padded to 12 (timm's dynamic_img_pad).
+    (keras_vit.PatchEncoder, {"hidden_size": 8, "patch_size": 4, "flatten": False, "pad": True},
+     (2, 9, 12, 3), (2, 3, 3, 8), ()),
     (keras_vit.ClassToken, {}, (2, 5, 8), (2, 6, 8), ()),
     (keras_vit.AddPositionEmbedding, {"grid_size": (2, 3), "num_prefix_tokens": 1}, (2, 7, 8),
      (2, 7, 8), ()),
