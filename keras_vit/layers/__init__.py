@@ -1,5 +1,6 @@
 """keras_vit's Keras layers: one concept per file, all `keras.ops`, all serializable."""
 
+from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.patching import PatchEncoder
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.resnet import BottleneckUnit, PreActBottleneckUnit, ResNetTrunk, StdConv2D
@@ -15,6 +16,7 @@ __all__ = [
     "MlpBlock",
     "TransformerBlock",
     "TokenPooling",
+    "DropPath",
     "StdConv2D",
     "BottleneckUnit",
     "ResNetTrunk",
