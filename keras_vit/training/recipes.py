@@ -39,6 +39,14 @@ class Recipe:
     dropout: float = 0.0
     crop_area: tuple | None = (0.05, 1.0)  # inception crop area range; None: no crop
     flip: bool = True
+    # AugReg's regularisation and augmentation (keras_vit/data/augment.py): stochastic depth
+    # of the last block (ViT's blocks rise linearly from 0 to it), the setting's name, and
+    # what it resolves to (or what --randaugment, --mixup, --cutmix gave instead).
+    drop_path_rate: float = 0.0
+    augment: str = "none"
+    randaugment: tuple | None = None  # (layers, magnitude)
+    mixup: float = 0.0  # MixUp alpha; 0: off
+    cutmix: float = 0.0  # CutMix alpha; 0: off
 
 
 RECIPES = {
