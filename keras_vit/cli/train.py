@@ -105,7 +105,7 @@ def _add_augreg_arguments(train):
     from keras_vit.data.augment import AUGREG
 
     group = train.add_argument_group(
-        "regularisation and augmentation (AugReg)",
+        "regularisation, augmentation (AugReg) and weight averaging",
         "recorded in run.json and report.json; the augmentation is deterministic under --seed")
     group.add_argument("--drop-path", type=float, default=None, metavar="RATE",
                        help="stochastic depth of the last block, rising linearly from 0 over the "
@@ -123,6 +123,14 @@ def _add_augreg_arguments(train):
                        help="MixUp alpha instead of --augment's (0: off)")
     group.add_argument("--cutmix", type=float, default=None, metavar="ALPHA",
                        help="CutMix alpha (0: off; with MixUp, each batch takes one) (default: 0)")
+    group.add_argument("--layer-decay", type=float, default=None, metavar="DECAY",
+                       help="layer-wise learning-rate decay in (0, 1] as BEiT/MAE fine-tuning: block "
+                            "i of L at DECAY**(L-i) times the rate, the head at the full rate "
+                            "(default: off)")
+    group.add_argument("--ema", type=float, nargs="?", const=0.9999, default=None,
+                       metavar="MOMENTUM",
+                       help="keep a moving average of the weights (Keras' use_ema), which "
+                            "model.keras holds (default: off; --ema alone: 0.9999)")
 
 
 def run(args):
@@ -136,7 +144,8 @@ def run(args):
                    validation_fraction=args.validation_fraction,
                    validation_seed=args.validation_seed, execution=args.execution,
                    drop_path=args.drop_path, augment=args.augment, mixup=args.mixup,
-                   cutmix=args.cutmix, randaugment=args.randaugment)
+                   cutmix=args.cutmix, randaugment=args.randaugment,
+                   layer_decay=args.layer_decay, ema=args.ema)
     skipped = report["skipped_files"]["count"]
     unsupported = report["unsupported_files"]["count"]
     print(f"test accuracy {report['accuracy']:.4f} on {report['num_test']} held-out images "

@@ -47,6 +47,10 @@ class Recipe:
     randaugment: tuple | None = None  # (layers, magnitude)
     mixup: float = 0.0  # MixUp alpha; 0: off
     cutmix: float = 0.0  # CutMix alpha; 0: off
+    # Layer-wise learning-rate decay (keras_vit/training/regularization.py; None: off), and the
+    # momentum of the weights' moving average (Keras' use_ema; None: off), which model.keras holds.
+    layer_decay: float | None = None
+    ema: float | None = None
 
 
 RECIPES = {
@@ -112,7 +116,12 @@ def make_optimizer(recipe, total_updates, accumulation=1):
     schedule = learning_rate_schedule(recipe.learning_rate, total_updates * accumulation,
                                       warmup * accumulation)
     common = {"learning_rate": schedule, "global_clipnorm": recipe.clipnorm,
-              "gradient_accumulation_steps": accumulation if accumulation > 1 else None}
+              "gradient_accumulation_steps": accumulation if accumulation > 1 else None,
+              "layer_decay": recipe.layer_decay}
+    if recipe.ema is not None:
+        # Keras keeps the average beside the weights and, at the end of fit
+        # (finalize_variable_values), writes it into them: model.keras holds the average.
+        common.update(use_ema=True, ema_momentum=recipe.ema)
     if recipe.optimizer == "sgd":
         if recipe.weight_decay:
             common["weight_decay"] = recipe.weight_decay

@@ -129,7 +129,8 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
           steps=None, epochs=None, lr=None, recipe=None, strategy="auto", precision="float32",
           output="runs/keras_vit", data_dir=None, seed=0, verbose="auto", overwrite=False,
           validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED, execution=None,
-          drop_path=None, augment=None, mixup=None, cutmix=None, randaugment=None):
+          drop_path=None, augment=None, mixup=None, cutmix=None, randaugment=None,
+          layer_decay=None, ema=None):
     """Trains (or fine-tunes) a ViT and writes every output into `output`.
 
     Defaults come from the dataset's preset (`keras_vit.data.PRESETS`): digits
@@ -183,6 +184,12 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
             setting's (CutMix: none); with both, each batch takes one.
         randaugment: "N,M" or (N, M), RandAugment's layers and magnitude
             (0 to 30), instead of the setting's; "none" for none.
+        layer_decay: layer-wise learning-rate decay in (0, 1] (BEiT, MAE): block
+            i of L trains at `layer_decay ** (L - i)` times the rate, the
+            embeddings at `layer_decay ** (L + 1)`, the head at the full rate.
+        ema: the momentum of an exponential moving average of the weights
+            (Keras' `use_ema`, e.g. 0.9999), which model.keras holds (best.keras,
+            chosen during training, holds the trained weights).
 
     Returns:
         The report dict that is also written to `output/report.json`.
@@ -208,6 +215,7 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if drop_path is not None:
         overrides["drop_path_rate"] = drop_path
+    overrides.update({k: v for k, v in (("layer_decay", layer_decay), ("ema", ema)) if v is not None})
     if any(value is not None for value in (augment, mixup, cutmix, randaugment)):
         augment = augment or "none"
         overrides.update(augment=augment, **dataclasses.asdict(
@@ -220,9 +228,10 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     if recipe.steps is None and recipe.epochs is None:
         raise ArgumentError("Give steps or epochs.")
     _check_recipe_values(recipe)
-    if recipe.drop_path_rate and not isinstance(variant, Variant):
-        raise ArgumentError(f"drop_path is stochastic depth of a ViT's blocks; {variant.name} is a "
-                            "BiT ResNet, which has none.")
+    for name, value in (("drop_path", recipe.drop_path_rate), ("layer_decay", recipe.layer_decay)):
+        if value and not isinstance(variant, Variant):
+            raise ArgumentError(f"{name} works on a ViT's encoder blocks; {variant.name} is a BiT "
+                                "ResNet, which has none.")
     check_fits(variant, recipe.image_size, batch_size=recipe.batch_size)
 
     config = _run_config(dataset, variant, weights, recipe, precision, seed,
@@ -374,6 +383,12 @@ def _check_recipe_values(recipe):
     drop = recipe.drop_path_rate
     if isinstance(drop, bool) or not isinstance(drop, numbers.Real) or not 0 <= drop < 1:
         raise ArgumentError(f"drop_path must be a rate in [0, 1), got {drop!r}.")
+    for name, value, low_open in (("layer_decay", recipe.layer_decay, False),
+                                  ("ema", recipe.ema, True)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                  or not 0 < value <= 1 or (low_open and value == 1)):
+            interval = "(0, 1)" if low_open else "(0, 1]"
+            raise ArgumentError(f"{name} must be a number in {interval}, got {value!r}.")
     rate = recipe.learning_rate
     if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) \
             or rate <= 0:
