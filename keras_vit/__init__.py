@@ -29,7 +29,7 @@ _CORE = {
     **dict.fromkeys(["PatchEncoder", "resample_patch_embedding", "ClassToken", "AddPositionEmbedding",
                      "resize_position_embedding", "MultiHeadSelfAttention", "MlpBlock",
                      "TransformerBlock", "TokenPooling", "StdConv2D", "BottleneckUnit",
-                     "ResNetTrunk", "PreActBottleneckUnit"], "keras_vit.layers"),
+                     "ResNetTrunk", "PreActBottleneckUnit", "DropPath"], "keras_vit.layers"),
     **dict.fromkeys(["VARIANTS", "Variant", "get_variant", "variant_names", "BIT_VARIANTS",
                      "BiTVariant"], "keras_vit.variants"),
     **dict.fromkeys(["Checkpoint", "catalogue", "list_models", "pin_checksum", "load_weights",

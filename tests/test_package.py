@@ -17,9 +17,9 @@ NOT_ON_IMPORT = ("keras_vit.training", "keras_vit.data", "keras_vit.export", "ke
                  "keras_vit.cli", "keras.src.backend.tensorflow.trainer", "matplotlib", "sklearn",
                  "tensorflow_datasets")
 # ... but for the optimizers a train-made .keras file names (Keras alone), with the lazy
-# package around them and their private-Keras guard.
+# package around them, their layer-decay mixin and their private-Keras guard.
 OPTIMIZERS = ("keras_vit.training", "keras_vit.training.optimizers",
-              "keras_vit._support.private_keras")
+              "keras_vit.training.regularization", "keras_vit._support.private_keras")
 
 NEW_MODULES_ON_IMPORT = """
 import json, sys

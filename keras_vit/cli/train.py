@@ -101,6 +101,40 @@ def _add_arguments(train):
              f"(default: {VALIDATION_FRACTION})")
     add("--validation-seed", type=int, default=SPLIT_SEED,
         help=f"seed that draws the validation split (default: {SPLIT_SEED})")
+    _add_augreg_arguments(train)
+
+
+def _add_augreg_arguments(train):
+    """AugReg's regularisation and augmentation ("How to train your ViT")."""
+    from keras_vit.data.augment import AUGREG
+
+    group = train.add_argument_group(
+        "regularisation, augmentation (AugReg) and weight averaging",
+        "recorded in run.json and report.json; the augmentation is deterministic under --seed")
+    group.add_argument("--drop-path", type=float, default=None, metavar="RATE",
+                       help="stochastic depth of the last block, rising linearly from 0 over the "
+                            "blocks as timm's drop_path_rate (default: 0)")
+    group.add_argument("--augment", choices=list(AUGREG), default=None,
+                       help="AugReg's setting by its paper name: "
+                            + "; ".join(f"{name}: " + (f"RandAugment {ra[0]},{ra[1]}" if ra else
+                                                       "no RandAugment") + f", MixUp {mixup}"
+                                        for name, (ra, mixup) in AUGREG.items())
+                            + " (default: none)")
+    group.add_argument("--randaugment", default=None, metavar="N,M",
+                       help="RandAugment's layers and magnitude (0 to 30) instead of --augment's, "
+                            "e.g. 2,15; none for none")
+    group.add_argument("--mixup", type=float, default=None, metavar="ALPHA",
+                       help="MixUp alpha instead of --augment's (0: off)")
+    group.add_argument("--cutmix", type=float, default=None, metavar="ALPHA",
+                       help="CutMix alpha (0: off; with MixUp, each batch takes one) (default: 0)")
+    group.add_argument("--layer-decay", type=float, default=None, metavar="DECAY",
+                       help="layer-wise learning-rate decay in (0, 1] as BEiT/MAE fine-tuning: block "
+                            "i of L at DECAY**(L-i) times the rate, the head at the full rate "
+                            "(default: off)")
+    group.add_argument("--ema", type=float, nargs="?", const=0.9999, default=None,
+                       metavar="MOMENTUM",
+                       help="keep a moving average of the weights (Keras' use_ema), which "
+                            "model.keras holds (default: off; --ema alone: 0.9999)")
 
 
 def run(args):
@@ -112,7 +146,10 @@ def run(args):
                    precision=args.precision, output=args.output, data_dir=args.data_dir,
                    seed=args.seed, verbose=1 if args.verbose else 2, overwrite=args.overwrite,
                    validation_fraction=args.validation_fraction,
-                   validation_seed=args.validation_seed, execution=args.execution)
+                   validation_seed=args.validation_seed, execution=args.execution,
+                   drop_path=args.drop_path, augment=args.augment, mixup=args.mixup,
+                   cutmix=args.cutmix, randaugment=args.randaugment,
+                   layer_decay=args.layer_decay, ema=args.ema)
     skipped = report["skipped_files"]["count"]
     unsupported = report["unsupported_files"]["count"]
     print(f"test accuracy {report['accuracy']:.4f} on {report['num_test']} held-out images "

@@ -57,13 +57,14 @@ def _file_name(path):
 
 def load_files(paths, load):
     """A dataset of paths (or of tuples whose first item is the path) ->
-    `(load(path), ok, *the tuple)`, in order, read and decoded in parallel.
+    `(load(*the tuple), ok, *the tuple)`, in order, read and decoded in parallel (the rest
+    of the tuple, such as a training example's seed, reaches `load` too).
 
     A file for which `load` raises (gone, unreadable, not an image, over the pixel
     budget) gives zeros of the same structure (unknown dimensions 0) and `ok` False.
     """
     def one(*item):
-        loaded = tf.data.Dataset.from_tensors(item[0]).map(load).ignore_errors()
+        loaded = tf.data.Dataset.from_tensors(item).map(load).ignore_errors()
         zeros = tf.nest.map_structure(
             lambda spec: tf.zeros([d or 0 for d in spec.shape], spec.dtype), loaded.element_spec)
         failed = tf.data.Dataset.from_tensors((zeros, False))

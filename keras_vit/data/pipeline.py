@@ -5,6 +5,8 @@
 with the official preprocessing (`keras_vit.preprocessing`).
 """
 
+import random
+
 import tensorflow as tf
 
 from keras_vit.data.datasets import to_rgb
@@ -31,7 +33,11 @@ def inception_crop(image, area_range=(0.05, 1.0), seed=None):
 
 
 def _crop_window(shape, area_range, seed=None):
-    begin, size, _ = tf.image.sample_distorted_bounding_box(
+    """`seed`: an int (TensorFlow's stateful op), or a tensor of shape (2,) (its stateless op:
+    the training pipeline's per-example seeds)."""
+    sample = (tf.image.stateless_sample_distorted_bounding_box if isinstance(seed, tf.Tensor)
+              else tf.image.sample_distorted_bounding_box)
+    begin, size, _ = sample(
         shape, bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
         min_object_covered=0.0, aspect_ratio_range=(0.75, 1.33), area_range=area_range,
         max_attempts=10, use_image_if_no_bounding_boxes=True, seed=seed)
@@ -58,14 +64,24 @@ def decode_and_crop(data, area_range, seed=None):
 
 
 def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.0), flip=True,
-                  shuffle_buffer=10_000, cache=False, repeat=None, seed=None, normalization=None):
+                  shuffle_buffer=10_000, cache=False, repeat=None, seed=None, normalization=None,
+                  augmentation=None, num_classes=None):
     """Batches of `(images float32 (batch, size, size, 3) in [-1, 1], labels int32 (batch,))`.
+
+    `num_classes`: labels come one-hot, float32 (batch, num_classes), as MixUp and
+    CutMix need. `augmentation`: an `Augmentation` (keras_vit/data/augment.py) the
+    training pipeline applies after its crop and flip: RandAugment on each image,
+    MixUp or CutMix on each batch (these need `num_classes`).
 
     `normalization`: the mean/std the model's weights expect instead of [-1, 1]
     (`keras_vit.normalization.input_normalization(model)`); None: [-1, 1].
 
     Training: shuffle, inception crop (`crop_area`, None to skip), resize,
     random left-right flip (`flip`), [-1, 1]; repeated, whole batches only.
+    Every random draw of the training pipeline (shuffle, crop, flip, augmentation) comes
+    from `seed` (None: Python's `random`, which `keras.utils.set_random_seed` seeds) and
+    the example's place in the stream, through stateless ops: the same seed gives the same
+    batches, however tf.data schedules its parallel maps.
     Eval: resize straight to `image_size` (no centre crop), [-1, 1], in order.
     Examples holding file paths (a folder's) are read and decoded after the
     shuffle and the cache, which thus hold names rather than pixels, in parallel;
@@ -85,30 +101,47 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
     if cache:
         dataset = dataset.cache()
     repeat = training if repeat is None else repeat
+    if training and seed is None:
+        seed = random.randrange(2**31)
+    augmenter = None
+    if training and augmentation is not None and augmentation.active:
+        from keras_vit.data.augmenter import Augmenter
+
+        if augmentation.mixes and num_classes is None:
+            raise ValueError("MixUp and CutMix mix labels: give make_pipeline num_classes.")
+        augmenter = Augmenter(augmentation)
     if training:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
+    if training:  # (x, y) -> (x, y, the example's own seed)
+        base = tf.constant(seed, tf.int64)
+        dataset = dataset.enumerate().map(lambda i, example: (*example, tf.stack([base, i])))
 
     files = dataset.element_spec[0].dtype == tf.string  # a folder's paths
     crop = training and crop_area is not None
 
-    def crop_window(shape):
-        return _crop_window(shape, crop_area)
+    def seeds(seed):  # the example's crop, flip and augmentation seeds
+        return tf.unstack(tf.random.experimental.stateless_split(seed, 3))
 
-    def load(path):  # a folder's file, decoded (and cropped) where it is read
+    def load(path, label=None, seed=None):  # a folder's file, decoded (and cropped) where it is read
         data = tf.io.read_file(path)
+        crop_seed = None if seed is None else seeds(seed)[0]
         if jpeg_files:
-            return decode_jpeg(data, crop_window=crop_window if crop else None)
-        return decode_and_crop(data, crop_area) if crop else decode_image(data)
+            window = (lambda shape: _crop_window(shape, crop_area, crop_seed)) if crop else None
+            return decode_jpeg(data, crop_window=window)
+        return decode_and_crop(data, crop_area, crop_seed) if crop else decode_image(data)
 
-    def preprocess(image, label):
+    def preprocess(image, label, *seed):
+        crop_seed, flip_seed, augment_seed = seeds(seed[0]) if seed else (None, None, None)
         image = to_rgb(image)
         if crop and not files:
-            image = inception_crop(image, crop_area)
+            image = inception_crop(image, crop_area, crop_seed)
         image = resize_image(image, size)
         if training and flip:
-            image = tf.image.random_flip_left_right(image)
+            image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+        if augmenter is not None:
+            image = augmenter.image(tf.ensure_shape(image, (*size, 3)), augment_seed)
         image = tf.clip_by_value(image, 0.0, 255.0)
         image = (preprocess_input(image) if normalization is None
                  else normalize_pixels(image, normalization))
@@ -119,6 +152,13 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
         dataset = record_failures(load_files(dataset, load), failed)
     dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size, drop_remainder=training)
+    if num_classes is not None:
+        dataset = dataset.map(lambda images, labels: (images, tf.one_hot(labels, num_classes)))
+    if augmenter is not None and augmentation.mixes:
+        # A batch's seed: the run's and minus its number (examples' are plus theirs).
+        dataset = dataset.enumerate().map(
+            lambda i, batch: augmenter.batch(*batch, tf.stack([base, -1 - i])),
+            num_parallel_calls=tf.data.AUTOTUNE)
     options = tf.data.Options()
     # Examples are in memory or already decoded: shard by element, not by file.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA

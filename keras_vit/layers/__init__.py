@@ -1,5 +1,6 @@
 """keras_vit's Keras layers: one concept per file, all `keras.ops`, all serializable."""
 
+from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.patching import PatchEncoder, resample_patch_embedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.resnet import BottleneckUnit, PreActBottleneckUnit, ResNetTrunk, StdConv2D
@@ -16,6 +17,7 @@ __all__ = [
     "MlpBlock",
     "TransformerBlock",
     "TokenPooling",
+    "DropPath",
     "StdConv2D",
     "BottleneckUnit",
     "ResNetTrunk",

@@ -43,7 +43,7 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         pooling="default", classifier_activation=None, representation_size="auto",
         dropout=0.0, attention_dropout=0.0, approximate_gelu=None, channels=3, name=None,
         layer_norm_epsilon=None, input_shape=None, input_tensor=None, include_preprocessing=False,
-        patch_size=None, dynamic_image_size=False):
+        patch_size=None, dynamic_image_size=False, drop_path_rate=0.0):
     """Builds a Vision Transformer and optionally loads official weights.
 
     Args:
@@ -113,6 +113,10 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
             (timm's bicubic), and sizes that are not a multiple of the patch are padded
             at the bottom and right with zeros. Plain ViTs only; not with `input_shape`
             or `input_tensor`, whose size is fixed.
+        drop_path_rate: stochastic depth: block i of L drops its residual
+            branches for a random `drop_path_rate * i / (L - 1)` of the
+            examples while training (0 for the first block, the rate for the
+            last), as timm's `drop_path_rate` and AugReg's `sd`.
 
     Returns:
         A `keras.Model` mapping images `(batch, height, width, channels)` in
@@ -149,7 +153,8 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         if representation_size == "auto":
             keep = source is not None and include_top and classes == source.classes
             representation_size = source.representation_size if keep else None
-        for rate_name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
+        for rate_name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout),
+                                ("drop_path_rate", drop_path_rate)):
             if not 0.0 <= rate < 1.0:
                 raise ArgumentError(f"{rate_name} must be in [0, 1), got {rate}.")
 
@@ -164,7 +169,8 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         trunk_numerics = (source.trunk_numerics if source is not None else None) or {}
         model = _build(built, image_size, channels, head, dropout, attention_dropout,
                        approximate_gelu, name or _default_name(variant), epsilon, input_tensor,
-                       include_preprocessing, normalization, trunk_numerics, dynamic_image_size)
+                       include_preprocessing, normalization, trunk_numerics, dynamic_image_size,
+                       drop_path_rate)
         if source is not None:
             with contextlib.closing(source.open()) as reader:
                 load_weights(model, reader, resample_patches=built is not variant)
@@ -248,7 +254,8 @@ class _Head:
 
 def _build(variant, image_size, channels, head, dropout, attention_dropout, approximate_gelu,
            name, epsilon=LAYER_NORM_EPSILON, input_tensor=None, include_preprocessing=False,
-           normalization=OFFICIAL_NORMALIZATION, trunk_numerics=None, dynamic=False):
+           normalization=OFFICIAL_NORMALIZATION, trunk_numerics=None, dynamic=False,
+           drop_path_rate=0.0):
     if input_tensor is None:
         shape = (None, None) if dynamic else image_size
         images = x = keras.Input((*shape, channels), name="images")
@@ -280,6 +287,7 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         block = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
                                  attention_dropout=attention_dropout,
                                  approximate_gelu=approximate_gelu, layer_norm_epsilon=epsilon,
+                                 drop_path=drop_path_rates(drop_path_rate, variant.depth)[i],
                                  name=f"encoderblock_{i}")
         # Class-token pooling reads one token of the last block; computing only that one
         # gives the same output for ~7% less work (ViT-B/16). pooling=None keeps them all.
@@ -297,6 +305,12 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         x = keras.layers.Dense(head.classes, kernel_initializer="zeros",
                                activation=head.activation, dtype="float32", name="head")(x)
     return keras.Model(images, x, name=name)
+
+
+def drop_path_rates(rate, depth):
+    """Each block's stochastic depth rate: linear from 0 (first block) to `rate` (last), as
+    timm's `torch.linspace(0, drop_path_rate, depth)`."""
+    return [rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
 
 
 def _named(variant):

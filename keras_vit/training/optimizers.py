@@ -11,6 +11,7 @@ it imports Keras alone (TensorFlow only when a TensorFlow step clips).
 import keras
 
 from keras_vit._support.private_keras import check_private_keras
+from keras_vit.training.regularization import LayerDecay
 
 __all__ = ["SGD", "AdamW"]
 
@@ -34,8 +35,9 @@ class _ClipAfterAllReduce:
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class SGD(_ClipAfterAllReduce, keras.optimizers.SGD):
-    """`keras.optimizers.SGD`, with `global_clipnorm` applied to the global gradient."""
+class SGD(_ClipAfterAllReduce, LayerDecay, keras.optimizers.SGD):
+    """`keras.optimizers.SGD`, with `global_clipnorm` applied to the global gradient, and
+    `layer_decay` (keras_vit/training/regularization.py)."""
 
     def __init__(self, *args, **kwargs):
         check_private_keras("keras_vit's SGD", keras.optimizers.SGD, "_clip_gradients")
@@ -43,8 +45,9 @@ class SGD(_ClipAfterAllReduce, keras.optimizers.SGD):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class AdamW(_ClipAfterAllReduce, keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW`, with `global_clipnorm` applied to the global gradient."""
+class AdamW(_ClipAfterAllReduce, LayerDecay, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW`, with `global_clipnorm` applied to the global gradient, and
+    `layer_decay` (keras_vit/training/regularization.py)."""
 
     def __init__(self, *args, **kwargs):
         check_private_keras("keras_vit's AdamW", keras.optimizers.AdamW, "_clip_gradients")

@@ -39,6 +39,18 @@ class Recipe:
     dropout: float = 0.0
     crop_area: tuple | None = (0.05, 1.0)  # inception crop area range; None: no crop
     flip: bool = True
+    # AugReg's regularisation and augmentation (keras_vit/data/augment.py): stochastic depth
+    # of the last block (ViT's blocks rise linearly from 0 to it), the setting's name, and
+    # what it resolves to (or what --randaugment, --mixup, --cutmix gave instead).
+    drop_path_rate: float = 0.0
+    augment: str = "none"
+    randaugment: tuple | None = None  # (layers, magnitude)
+    mixup: float = 0.0  # MixUp alpha; 0: off
+    cutmix: float = 0.0  # CutMix alpha; 0: off
+    # Layer-wise learning-rate decay (keras_vit/training/regularization.py; None: off), and the
+    # momentum of the weights' moving average (Keras' use_ema; None: off), which model.keras holds.
+    layer_decay: float | None = None
+    ema: float | None = None
 
 
 RECIPES = {
@@ -104,7 +116,12 @@ def make_optimizer(recipe, total_updates, accumulation=1):
     schedule = learning_rate_schedule(recipe.learning_rate, total_updates * accumulation,
                                       warmup * accumulation)
     common = {"learning_rate": schedule, "global_clipnorm": recipe.clipnorm,
-              "gradient_accumulation_steps": accumulation if accumulation > 1 else None}
+              "gradient_accumulation_steps": accumulation if accumulation > 1 else None,
+              "layer_decay": recipe.layer_decay}
+    if recipe.ema is not None:
+        # Keras keeps the average beside the weights and, at the end of fit
+        # (finalize_variable_values), writes it into them: model.keras holds the average.
+        common.update(use_ema=True, ema_momentum=recipe.ema)
     if recipe.optimizer == "sgd":
         if recipe.weight_decay:
             common["weight_decay"] = recipe.weight_decay

@@ -56,6 +56,7 @@ from keras_vit._support.files import read_text
 from keras_vit._support.json_files import parse_json, read_json
 from keras_vit.atomic import atomic_open
 from keras_vit.data import VALIDATION_FRACTION, get_preset, load_dataset, make_pipeline
+from keras_vit.data.augment import Augmentation, get_augmentation
 from keras_vit.data.splitting import SPLIT_SEED
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
 from keras_vit.execution import check_execution, choose_jit_compile
@@ -102,7 +103,7 @@ class _Run:
     execution: str = "auto"
 
 
-def build_model(variant, weights, image_size, classes, dropout=0.0):
+def build_model(variant, weights, image_size, classes, dropout=0.0, drop_path_rate=0.0):
     """A ViT (or a BiT) for `classes`; with weights, the pre-trained head is replaced by a
     zero one."""
     if not isinstance(variant, Variant):  # a BiTVariant: BiT trains without dropout, as its paper
@@ -110,7 +111,7 @@ def build_model(variant, weights, image_size, classes, dropout=0.0):
 
         return BiT(variant, weights=weights, image_size=image_size, classes=classes)
     return ViT(variant, weights=weights, image_size=image_size, classes=classes,
-               dropout=dropout)
+               dropout=dropout, drop_path_rate=drop_path_rate)
 
 
 def _plan(recipe, num_train, steps, epochs, accumulation):
@@ -128,7 +129,9 @@ def _plan(recipe, num_train, steps, epochs, accumulation):
 def train(dataset="digits", model=None, weights=None, image_size=None, batch_size=None,
           steps=None, epochs=None, lr=None, recipe=None, strategy="auto", precision="float32",
           output="runs/keras_vit", data_dir=None, seed=0, verbose="auto", overwrite=False,
-          validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED, execution=None):
+          validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED, execution=None,
+          drop_path=None, augment=None, mixup=None, cutmix=None, randaugment=None,
+          layer_decay=None, ema=None):
     """Trains (or fine-tunes) a ViT and writes every output into `output`.
 
     Defaults come from the dataset's preset (`keras_vit.data.PRESETS`): digits
@@ -172,6 +175,22 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
             faster of "graph" and "xla" for this model and batch on this machine,
             timed once and remembered: `keras_vit.execution`), "graph" or "xla".
             How, not what: it is not part of the run's configuration.
+        drop_path: stochastic depth rate of the last block (ViT's blocks rise
+            linearly from 0 to it; `keras_vit.ViT(drop_path_rate=)`); BiT has none.
+        augment: an AugReg setting by its paper name ("none", "light1",
+            "light2", "medium1", "medium2", "strong1", "strong2":
+            `keras_vit.data.augment.AUGREG`): RandAugment and MixUp, in the
+            training pipeline, deterministic under `seed`.
+        mixup, cutmix: MixUp's and CutMix's alpha (0: off), instead of the
+            setting's (CutMix: none); with both, each batch takes one.
+        randaugment: "N,M" or (N, M), RandAugment's layers and magnitude
+            (0 to 30), instead of the setting's; "none" for none.
+        layer_decay: layer-wise learning-rate decay in (0, 1] (BEiT, MAE): block
+            i of L trains at `layer_decay ** (L - i)` times the rate, the
+            embeddings at `layer_decay ** (L + 1)`, the head at the full rate.
+        ema: the momentum of an exponential moving average of the weights
+            (Keras' `use_ema`, e.g. 0.9999), which model.keras holds (best.keras,
+            chosen during training, holds the trained weights).
 
     Returns:
         The report dict that is also written to `output/report.json`.
@@ -195,6 +214,13 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
         weights = preset.finetune_weights
     overrides = {"image_size": image_size, "batch_size": batch_size, "learning_rate": lr}
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if drop_path is not None:
+        overrides["drop_path_rate"] = drop_path
+    overrides.update({k: v for k, v in (("layer_decay", layer_decay), ("ema", ema)) if v is not None})
+    if any(value is not None for value in (augment, mixup, cutmix, randaugment)):
+        augment = augment or "none"
+        overrides.update(augment=augment, **dataclasses.asdict(
+            get_augmentation(augment, mixup, cutmix, randaugment)))
     if steps is not None:
         overrides.update(steps=steps, epochs=None)
     elif epochs is not None:
@@ -203,6 +229,10 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     if recipe.steps is None and recipe.epochs is None:
         raise ArgumentError("Give steps or epochs.")
     _check_recipe_values(recipe)
+    for name, value in (("drop_path", recipe.drop_path_rate), ("layer_decay", recipe.layer_decay)):
+        if value and not isinstance(variant, Variant):
+            raise ArgumentError(f"{name} works on a ViT's encoder blocks; {variant.name} is a BiT "
+                                "ResNet, which has none.")
     check_fits(variant, recipe.image_size, batch_size=recipe.batch_size)
 
     config = _run_config(dataset, variant, weights, recipe, precision, seed,
@@ -351,6 +381,15 @@ def _check_recipe_values(recipe):
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
                                   or value <= 0):
             raise ArgumentError(f"{name} must be a positive integer, got {value!r}.")
+    drop = recipe.drop_path_rate
+    if isinstance(drop, bool) or not isinstance(drop, numbers.Real) or not 0 <= drop < 1:
+        raise ArgumentError(f"drop_path must be a rate in [0, 1), got {drop!r}.")
+    for name, value, low_open in (("layer_decay", recipe.layer_decay, False),
+                                  ("ema", recipe.ema, True)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                  or not 0 < value <= 1 or (low_open and value == 1)):
+            interval = "(0, 1)" if low_open else "(0, 1]"
+            raise ArgumentError(f"{name} must be a number in {interval}, got {value!r}.")
     rate = recipe.learning_rate
     if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) \
             or rate <= 0:
@@ -387,7 +426,7 @@ def _compiled_model(run, placement, splits):
             accumulation)
     with placement.scope():
         model = build_model(run.variant, run.weights, recipe.image_size, splits.num_classes,
-                            recipe.dropout)
+                            recipe.dropout, recipe.drop_path_rate)
         jit_compile = choose_jit_compile(
             model, (recipe.batch_size, *model.input_shape[1:]), run.execution, training=True)
         model.compile(optimizer=make_optimizer(recipe, plan[2], accumulation),
@@ -475,9 +514,11 @@ def _fit_in(output, run, placement, splits, config, model, plan):
     # The pixels the model's weights expect ([-1, 1], or their source's mean/std).
     normalization = input_normalization(model)
     normalization = None if normalization == OFFICIAL_NORMALIZATION else normalization
+    augmentation = Augmentation(recipe.randaugment, recipe.mixup, recipe.cutmix)
     train_data = make_pipeline(splits.train, image_size, recipe.batch_size, True,
                                crop_area=recipe.crop_area, flip=recipe.flip, cache=small,
-                               seed=run.seed, normalization=normalization).map(one_hot)
+                               seed=run.seed, normalization=normalization,
+                               augmentation=augmentation, num_classes=splits.num_classes)
     # Validation data chooses best.keras (the val_* of log.csv); the test split is only read
     # for the final report, after fit, so no choice of the run has seen it.
     validation_data = make_pipeline(splits.validation, image_size, recipe.batch_size, False,
