@@ -18,6 +18,7 @@ from tests.models.test_variants import EXPECTED_PARAMS
 
 PAGE = os.path.join(os.path.dirname(__file__), "..", "docs", "models-and-weights.md")
 HYBRIDS = os.path.join(os.path.dirname(__file__), "hybrids_section.md")
+PATCH_SIZES = os.path.join(os.path.dirname(__file__), "patch_size_section.md")
 
 INTRO = """# Models and weights
 
@@ -212,6 +213,8 @@ def render():
             lines.append(f"| {c.variant} | [`{c.tag}`](https://huggingface.co/{c.hub}) | {c.format} | "
                          f"{classes} | {c.resolution} | {c.representation_size or '-'} |\n")
     lines.append(OFFLINE)
+    with open(PATCH_SIZES) as f:  # hand-written prose on patch and image sizes
+        lines.append("\n" + f.read())
     lines.append(BIT)
     for v in BIT_VARIANTS.values():
         units = ", ".join(map(str, v.units))

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from keras_vit.data.datasets import to_rgb
 from keras_vit.data.files import load_files, record_failures
+from keras_vit.errors import ArgumentError
 from keras_vit.normalization import normalize_pixels
 from keras_vit.preprocessing import (
     check_pixel_budget,
@@ -108,7 +109,7 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
         from keras_vit.data.augmenter import Augmenter
 
         if augmentation.mixes and num_classes is None:
-            raise ValueError("MixUp and CutMix mix labels: give make_pipeline num_classes.")
+            raise ArgumentError("MixUp and CutMix mix labels: give make_pipeline num_classes.")
         augmenter = Augmenter(augmentation)
     if training:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)

@@ -181,8 +181,9 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
             "light2", "medium1", "medium2", "strong1", "strong2":
             `keras_vit.data.augment.AUGREG`): RandAugment and MixUp, in the
             training pipeline, deterministic under `seed`.
-        mixup, cutmix: MixUp's and CutMix's alpha (0: off), instead of the
-            setting's (CutMix: none); with both, each batch takes one.
+        mixup: MixUp's alpha (0: off), instead of the setting's; with
+            `cutmix` too, each batch takes one of the two.
+        cutmix: CutMix's alpha (0: off; the settings have none).
         randaugment: "N,M" or (N, M), RandAugment's layers and magnitude
             (0 to 30), instead of the setting's; "none" for none.
         layer_decay: layer-wise learning-rate decay in (0, 1] (BEiT, MAE): block

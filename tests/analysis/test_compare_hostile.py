@@ -114,7 +114,7 @@ CASES = [
     ("model-a-number", dict(report=edited(lambda r: r.update(model=5))),
      "report.json", "model is 5, not a string"),
     ("report-a-list", dict(report="[1, 2, 3]"), "report.json", "the file is [1, 2, 3]"),
-    ("report-not-json", dict(report="{accuracy: high"), "report.json", "not readable JSON"),
+    ("report-not-json", dict(report="{accuracy: high"), "report.json", "not valid JSON"),
     ("log-epoch-a-word", dict(log=LOG.replace("\n1,", "\nlast,")),
      "log.csv", "line 3: epoch is 'last'"),
     ("log-accuracy-a-word", dict(log=LOG.replace("0,0.5,1.0", "0,high,1.0")),
