@@ -41,6 +41,7 @@ from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folde
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.execution import check_execution
 from keras_vit.labels import imagenet_label_names, read_labels
+from keras_vit.models.lora import merge_lora
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization, normalize_pixels
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images, preprocess_input
 
@@ -88,6 +89,7 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     renamed into place when complete, so TF Serving, which watches the folder,
     never sees a half-written version, and a failed export leaves none.
     """
+    model = merge_lora(model)  # an ordinary graph: TF Serving needs no LoRA
     height, width = _image_size(model)
     labels = _resolve_labels(labels, _classes(model))
     # Every argument is checked before the folder is made: a refused call leaves nothing.
@@ -150,6 +152,7 @@ def export_tflite(model, path, top_k=5):
     Models whose weights exceed TFLite's 2 GiB FlatBuffer limit are refused.
     Returns `path`.
     """
+    model = merge_lora(model)  # one kernel per projection, not a LoRA graph
     size = _image_size(model)
     _check_top_k(top_k)
     if os.path.isdir(path):  # checked before the conversion, which takes a minute for B/16

@@ -67,6 +67,7 @@ from keras_vit.training.placement import get_placement
 from keras_vit.training.prebuild import build_training_state
 from keras_vit.training.recipes import PRECISIONS, Recipe, accumulation_steps, get_recipe, make_optimizer
 from keras_vit.training.resume import check_outputs
+from keras_vit.training.transfer import backbone_weights, source_architecture
 from keras_vit.variants import Variant, get_architecture
 
 __all__ = ["train", "build_model", "RunConflictError", "RUN_OUTPUTS"]
@@ -103,13 +104,15 @@ class _Run:
 
 def build_model(variant, weights, image_size, classes, dropout=0.0):
     """A ViT (or a BiT) for `classes`; with weights, the pre-trained head is replaced by a
-    zero one."""
-    if not isinstance(variant, Variant):  # a BiTVariant: BiT trains without dropout, as its paper
-        from keras_vit.models import BiT
+    zero one. `weights` may also name a `.keras` file or an earlier run's folder: its
+    backbone is kept and the head is always a new zero one (training/transfer.py)."""
+    with backbone_weights(weights) as weights:
+        if not isinstance(variant, Variant):  # a BiTVariant: BiT trains without dropout
+            from keras_vit.models import BiT
 
-        return BiT(variant, weights=weights, image_size=image_size, classes=classes)
-    return ViT(variant, weights=weights, image_size=image_size, classes=classes,
-               dropout=dropout)
+            return BiT(variant, weights=weights, image_size=image_size, classes=classes)
+        return ViT(variant, weights=weights, image_size=image_size, classes=classes,
+                   dropout=dropout)
 
 
 def _plan(recipe, num_train, steps, epochs, accumulation):
@@ -185,7 +188,8 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     if isinstance(validation_seed, bool) or not isinstance(validation_seed, numbers.Integral):
         raise ArgumentError(f"validation_seed must be an integer, got {validation_seed!r}.")
     preset = get_preset(dataset)
-    variant = get_architecture(model or preset.model)
+    # An earlier run's model (weights naming a .keras file or a run folder) is its own default.
+    variant = get_architecture(model or source_architecture(weights) or preset.model)
     if recipe is None:
         recipe = "finetune" if weights else preset.recipe
     if isinstance(recipe, str):
