@@ -49,7 +49,8 @@ def _add_arguments(train):
              "ResNet, the paper's CNN baseline (BiT-R50x1, ...) "
              f"(default: {digits.model} for digits, else B/16)")
     add("--weights", default=None,
-        help="a catalogue tag (imagenet21k, augreg-in21k, ...) or an .npz path "
+        help="a catalogue tag (imagenet21k, augreg-in21k, ...), an .npz path, or a .keras "
+             "file or run folder of an earlier train (its backbone, with a new head) "
              "(default: imagenet21k with --recipe finetune, none for scratch)")
     add("--recipe", choices=sorted(RECIPES), default=None,
         help="finetune: SGD momentum 0.9, clip 1, warmup+cosine, global batch 512; "
@@ -97,6 +98,18 @@ def _add_arguments(train):
              f"(default: {VALIDATION_FRACTION})")
     add("--validation-seed", type=int, default=SPLIT_SEED,
         help=f"seed that draws the validation split (default: {SPLIT_SEED})")
+    _add_lora_arguments(train)
+
+
+def _add_lora_arguments(train):
+    """LoRA: parameter-efficient fine-tuning (keras_vit/models/lora.py, whose LORA_TARGETS
+    the help names: not imported here, so that --help loads no Keras)."""
+    train.add_argument("--lora-rank", type=int, default=None,
+                       help="train rank-R LoRA factors and the head instead of every weight; "
+                            "the saved models hold the merged weights (default: off)")
+    train.add_argument("--lora-targets", default="query,value",
+                       help="comma-separated projections LoRA adapts, of query, key, value, "
+                            "out, mlp (default: query,value)")
 
 
 def run(args):
@@ -108,7 +121,8 @@ def run(args):
                    precision=args.precision, output=args.output, data_dir=args.data_dir,
                    seed=args.seed, verbose=1 if args.verbose else 2, overwrite=args.overwrite,
                    validation_fraction=args.validation_fraction,
-                   validation_seed=args.validation_seed, execution=args.execution)
+                   validation_seed=args.validation_seed, execution=args.execution,
+                   **_lora_options(args))
     skipped = report["skipped_files"]["count"]
     unsupported = report["unsupported_files"]["count"]
     print(f"test accuracy {report['accuracy']:.4f} on {report['num_test']} held-out images "
@@ -118,6 +132,13 @@ def run(args):
              f"{'is not an image' if unsupported == 1 else 'are not images'}" if unsupported else "")
           + f"; outputs in {args.output}")
     return 0
+
+
+def _lora_options(args):
+    if args.lora_rank is None:
+        return {}
+    return {"lora_rank": args.lora_rank,
+            "lora_targets": [t.strip() for t in args.lora_targets.split(",") if t.strip()]}
 
 
 def _plural(count, noun):

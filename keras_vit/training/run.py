@@ -67,6 +67,7 @@ from keras_vit.training.placement import get_placement
 from keras_vit.training.prebuild import build_training_state
 from keras_vit.training.recipes import PRECISIONS, Recipe, accumulation_steps, get_recipe, make_optimizer
 from keras_vit.training.resume import check_outputs
+from keras_vit.training.lora import check_lora, enable_lora, parameter_counts
 from keras_vit.training.transfer import backbone_weights, source_architecture
 from keras_vit.variants import Variant, get_architecture
 
@@ -100,6 +101,7 @@ class _Run:
     validation_fraction: float = VALIDATION_FRACTION
     validation_seed: int = SPLIT_SEED
     execution: str = "auto"
+    lora: dict | None = None  # {"rank": R, "targets": [...]}: LoRA instead of full fine-tuning
 
 
 def build_model(variant, weights, image_size, classes, dropout=0.0):
@@ -130,7 +132,8 @@ def _plan(recipe, num_train, steps, epochs, accumulation):
 def train(dataset="digits", model=None, weights=None, image_size=None, batch_size=None,
           steps=None, epochs=None, lr=None, recipe=None, strategy="auto", precision="float32",
           output="runs/keras_vit", data_dir=None, seed=0, verbose="auto", overwrite=False,
-          validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED, execution=None):
+          validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED, execution=None,
+          lora_rank=None, lora_targets=("query", "value")):
     """Trains (or fine-tunes) a ViT and writes every output into `output`.
 
     Defaults come from the dataset's preset (`keras_vit.data.PRESETS`): digits
@@ -164,6 +167,9 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
             same folder raises `RunConflictError`.
         data_dir: TFDS data_dir holding prepared datasets.
         seed: random seed.
+        lora_rank: train LoRA factors of this rank (and the head) instead of every weight
+            (`keras_vit.enable_lora`); the saved models hold the merged weights.
+        lora_targets: the projections LoRA adapts ("query", "key", "value", "out", "mlp").
         verbose: `model.fit`'s verbosity (1: a progress bar updated every step).
         overwrite: delete a previous run's outputs in `output` and start again.
         validation_fraction: the share of the training examples held back as the
@@ -210,6 +216,9 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
 
     config = _run_config(dataset, variant, weights, recipe, precision, seed,
                          float(validation_fraction), int(validation_seed))
+    lora = check_lora(lora_rank, lora_targets)
+    if lora is not None:  # only then: runs without LoRA keep their run.json as it was
+        config["lora"] = lora
     finished = None if overwrite else _check_previous_run(output, config)
     if finished is not None:
         return finished
@@ -220,7 +229,7 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     try:
         return _fit_and_report(_Run(dataset, variant, weights, recipe, strategy, precision,
                                     output, data_dir, seed, verbose, float(validation_fraction),
-                                    int(validation_seed), execution), config, overwrite)
+                                    int(validation_seed), execution, lora), config, overwrite)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
@@ -391,6 +400,8 @@ def _compiled_model(run, placement, splits):
     with placement.scope():
         model = build_model(run.variant, run.weights, recipe.image_size, splits.num_classes,
                             recipe.dropout)
+        if run.lora is not None:
+            enable_lora(model, run.lora["rank"], run.lora["targets"])
         jit_compile = choose_jit_compile(
             model, (recipe.batch_size, *model.input_shape[1:]), run.execution, training=True)
         model.compile(optimizer=make_optimizer(recipe, plan[2], accumulation),
@@ -525,6 +536,8 @@ def _fit_in(output, run, placement, splits, config, model, plan):
         "gradient_accumulation_steps": accumulation,
         "optimizer_iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         "parameters": model.count_params(),
+        # What the optimizer updates and all the model holds (LoRA factors included).
+        "parameter_counts": parameter_counts(model), "lora": run.lora,
     }
     result = report.write_report(output, labels, np.argmax(logits, axis=-1), splits.class_names,
                                  summary, skipped_files=splits.skipped_files,
