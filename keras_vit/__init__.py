@@ -50,6 +50,7 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["enable_lora", "merge_lora"], "keras_vit.models.lora"),
 }
 _SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "evaluation",
+               "export_quantized",
                "execution", "export", "inference", "labels", "layers", "models", "normalization",
                "preprocessing", "reports", "training", "variants")
 

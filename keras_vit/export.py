@@ -143,8 +143,11 @@ def _move_into_place(written, export_dir, version, overwrite):
                           "keep taking them.")
 
 
-def export_tflite(model, path, top_k=5):
+def export_tflite(model, path, top_k=5, quantize=None, calibration=None):
     """Converts `model` to a TFLite file at `path`, with TFLite's builtin ops only.
+
+    `quantize`: None (float32), "float16", "dynamic" or "int8" (full-integer, calibrated on
+    `calibration`, pixels `(n, height, width, 3)` in [0, 255]); keras_vit/export_quantized.py.
 
     The file has one signature, `serving_default`, as the SavedModel's: float32
     pixels `(batch, height, width, 3)` in [0, 255] in; `logits`, `probabilities`
@@ -168,6 +171,10 @@ def export_tflite(model, path, top_k=5):
                                                              signature_keys=["serving_default"])
         # Builtins only: no Flex (TensorFlow) ops, which phones' TFLite runtimes lack.
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantize is not None:
+            from keras_vit.export_quantized import configure_converter
+
+            configure_converter(converter, quantize, calibration)
         try:
             content = converter.convert()
         except Exception as error:  # the converter's own error type is not public API
