@@ -47,8 +47,10 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["load_dataset", "make_pipeline"], "keras_vit.data"),
     **dict.fromkeys(["predict_images", "ImagePrediction"], "keras_vit.inference"),
     "evaluate": "keras_vit.evaluation",
+    **dict.fromkeys(["enable_lora", "merge_lora"], "keras_vit.models.lora"),
 }
 _SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "evaluation",
+               "export_quantized",
                "execution", "export", "inference", "labels", "layers", "models", "normalization",
                "preprocessing", "reports", "training", "variants")
 

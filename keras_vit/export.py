@@ -43,6 +43,7 @@ from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folde
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.execution import check_execution
 from keras_vit.labels import imagenet_label_names, read_labels
+from keras_vit.models.lora import merge_lora
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization, normalize_pixels
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images, preprocess_input
 
@@ -90,6 +91,7 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     renamed into place when complete, so TF Serving, which watches the folder,
     never sees a half-written version, and a failed export leaves none.
     """
+    model = merge_lora(model)  # an ordinary graph: TF Serving needs no LoRA
     height, width = _image_size(model)
     labels = _resolve_labels(labels, _classes(model))
     # Every argument is checked before the folder is made: a refused call leaves nothing.
@@ -143,8 +145,11 @@ def _move_into_place(written, export_dir, version, overwrite):
                           "keep taking them.")
 
 
-def export_tflite(model, path, top_k=5):
+def export_tflite(model, path, top_k=5, quantize=None, calibration=None):
     """Converts `model` to a TFLite file at `path`, with TFLite's builtin ops only.
+
+    `quantize`: None (float32), "float16", "dynamic" or "int8" (full-integer, calibrated on
+    `calibration`, pixels `(n, height, width, 3)` in [0, 255]); keras_vit/export_quantized.py.
 
     The file has one signature, `serving_default`, as the SavedModel's: float32
     pixels `(batch, height, width, 3)` in [0, 255] in; `logits`, `probabilities`
@@ -152,6 +157,7 @@ def export_tflite(model, path, top_k=5):
     Models whose weights exceed TFLite's 2 GiB FlatBuffer limit are refused.
     Returns `path`.
     """
+    model = merge_lora(model)  # one kernel per projection, not a LoRA graph
     size = _image_size(model)
     _check_top_k(top_k)
     if os.path.isdir(path):  # checked before the conversion, which takes a minute for B/16
@@ -167,6 +173,10 @@ def export_tflite(model, path, top_k=5):
                                                              signature_keys=["serving_default"])
         # Builtins only: no Flex (TensorFlow) ops, which phones' TFLite runtimes lack.
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantize is not None:
+            from keras_vit.export_quantized import configure_converter
+
+            configure_converter(converter, quantize, calibration)
         try:
             content = converter.convert()
         except Exception as error:  # the converter's own error type is not public API

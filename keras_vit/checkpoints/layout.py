@@ -288,8 +288,12 @@ def official_arrays(model):
     rows of `layout` run backwards, so a written model reloads bit-identically.
 
     Refuses a model holding a NaN or an infinity (a diverged run): every loader, keras_vit's
-    included, refuses such a file, so it is never written.
+    included, refuses such a file, so it is never written. A model trained with LoRA is
+    written merged (keras_vit/models/lora.py), so the file is an ordinary checkpoint.
     """
+    from keras_vit.models.lora import merge_lora  # here: models import the checkpoints
+
+    model = merge_lora(model)
     arrays = {}
     for row in layout(model):
         value = np.asarray(row.variable.numpy(), dtype=np.float32)

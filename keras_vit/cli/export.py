@@ -48,8 +48,23 @@ def add_parser(commands):
                              "(TF Serving then needs --xla_cpu_compilation_enabled=true on a "
                              "CPU); auto and graph write a plain graph, which every server runs "
                              "(default: auto)")
+    _add_quantize_arguments(parser)
     parser.set_defaults(run=run)
     return parser
+
+
+def _add_quantize_arguments(parser):
+    """Quantised exports (keras_vit/export_quantized.py), measured against the float model."""
+    parser.add_argument("--quantize", choices=("float16", "dynamic", "int8"), default=None,
+                        help="tflite: float16 weights, dynamic-range int8 weights, or int8 "
+                             "full-integer (calibrated on --calibration-data); keras: int8 "
+                             "(Keras' Model.quantize) (default: float32)")
+    parser.add_argument("--calibration-data", default=None,
+                        help="a dataset name ('digits', a TFDS name) or a folder of class "
+                             "sub-folders: its training split calibrates int8, its test split "
+                             "measures the agreement with the float model")
+    parser.add_argument("--calibration-images", type=positive_int, default=200,
+                        help="training images that calibrate int8 (default: 200)")
 
 
 def run(args):
@@ -59,6 +74,13 @@ def run(args):
 
 def _check_arguments(args):
     """What the flags say, checked before the model is built or anything is written."""
+    if args.quantize is not None and args.format == "saved_model":
+        raise CommandError("--quantize applies to --format tflite or keras.")
+    if args.format == "keras" and args.quantize not in (None, "int8"):
+        raise CommandError(f"--format keras quantises to int8 only, not {args.quantize}.")
+    if args.quantize == "int8" and args.format == "tflite" and not args.calibration_data:
+        raise CommandError("--quantize int8 calibrates on images: give --calibration-data "
+                           "(a dataset name or a folder).")
     if args.format != "saved_model" and args.version is not None:
         raise CommandError(f"--version numbers a saved_model's folder; --format {args.format} "
                            "writes one file.")
@@ -82,6 +104,8 @@ def _export(args):
 
     _check_arguments(args)
     model = load_model(args)
+    if args.quantize is not None:
+        return _export_quantized(args, model)
     if args.format == "keras":
         _save_keras(model, args.output)
         return f"Wrote {args.output}"
@@ -125,3 +149,40 @@ def _save_keras(model, path):
 
     with atomic_path(path) as tmp:
         model.save(tmp)
+
+
+def _export_quantized(args, model):
+    """A quantised tflite or keras file, and its agreement with the float model on held-out
+    images (the calibration data's test split), printed and written to OUTPUT.agreement.json."""
+    import json
+
+    from keras_vit import export_quantized as quantized
+    from keras_vit.atomic import atomic_open
+
+    size = model.input_shape[1:3]
+    calibration, held_out = (None, None)
+    if args.calibration_data:
+        calibration, held_out = quantized.calibration_pixels(
+            args.calibration_data, size, args.calibration_images)
+    reference = None if held_out is None else quantized.keras_logits(model, held_out)
+    if args.format == "tflite":
+        from keras_vit import export
+
+        export.export_tflite(model, args.output, top_k=args.top_k, quantize=args.quantize,
+                             calibration=calibration)
+        logits = None if held_out is None else quantized.tflite_logits(args.output, held_out)
+    else:
+        _save_keras(quantized.quantize_keras(model, args.quantize), args.output)
+        logits = None if held_out is None else quantized.keras_logits(model, held_out)
+    if logits is None:
+        return f"Wrote {args.output} ({args.quantize}; give --calibration-data to measure it)"
+    record = {"format": args.format, "quantize": args.quantize,
+              "calibration_data": args.calibration_data,
+              "calibration_images": int(len(calibration)),
+              "held_out": "the calibration data's test split",
+              **quantized.agreement(reference, logits)}
+    with atomic_open(args.output + ".agreement.json") as f:
+        json.dump(record, f, indent=2)
+    return (f"Wrote {args.output} ({args.quantize}): top-1 agreement with the float model "
+            f"{record['top1_agreement']:.4f}, max logit difference "
+            f"{record['max_logit_difference']:.4g} on {record['images']} held-out images")

@@ -53,7 +53,8 @@ def _add_arguments(train):
              "ResNet, the paper's CNN baseline (BiT-R50x1, ...) "
              f"(default: {digits.model} for digits, else B/16)")
     add("--weights", default=None,
-        help="a catalogue tag (imagenet21k, augreg-in21k, ...) or an .npz path "
+        help="a catalogue tag (imagenet21k, augreg-in21k, ...), an .npz path, or a .keras "
+             "file or run folder of an earlier train (its backbone, with a new head) "
              "(default: imagenet21k with --recipe finetune, none for scratch)")
     add("--recipe", choices=sorted(RECIPES), default=None,
         help="finetune: SGD momentum 0.9, clip 1, warmup+cosine, global batch 512; "
@@ -102,6 +103,7 @@ def _add_arguments(train):
     add("--validation-seed", type=int, default=SPLIT_SEED,
         help=f"seed that draws the validation split (default: {SPLIT_SEED})")
     _add_augreg_arguments(train)
+    _add_lora_arguments(train)
 
 
 def _add_augreg_arguments(train):
@@ -137,6 +139,17 @@ def _add_augreg_arguments(train):
                             "model.keras holds (default: off; --ema alone: 0.9999)")
 
 
+def _add_lora_arguments(train):
+    """LoRA: parameter-efficient fine-tuning (keras_vit/models/lora.py, whose LORA_TARGETS
+    the help names: not imported here, so that --help loads no Keras)."""
+    train.add_argument("--lora-rank", type=int, default=None,
+                       help="train rank-R LoRA factors and the head instead of every weight; "
+                            "the saved models hold the merged weights (default: off)")
+    train.add_argument("--lora-targets", default="query,value",
+                       help="comma-separated projections LoRA adapts, of query, key, value, "
+                            "out, mlp (default: query,value)")
+
+
 def run(args):
     from keras_vit.training import train
 
@@ -149,7 +162,8 @@ def run(args):
                    validation_seed=args.validation_seed, execution=args.execution,
                    drop_path=args.drop_path, augment=args.augment, mixup=args.mixup,
                    cutmix=args.cutmix, randaugment=args.randaugment,
-                   layer_decay=args.layer_decay, ema=args.ema)
+                   layer_decay=args.layer_decay, ema=args.ema,
+                   **_lora_options(args))
     skipped = report["skipped_files"]["count"]
     unsupported = report["unsupported_files"]["count"]
     print(f"test accuracy {report['accuracy']:.4f} on {report['num_test']} held-out images "
@@ -162,6 +176,13 @@ def run(args):
         print(f"keras-vit train: skipped unreadable file {path} (left out of the counts)",
               file=sys.stderr)
     return 0
+
+
+def _lora_options(args):
+    if args.lora_rank is None:
+        return {}
+    return {"lora_rank": args.lora_rank,
+            "lora_targets": [t.strip() for t in args.lora_targets.split(",") if t.strip()]}
 
 
 def _plural(count, noun):

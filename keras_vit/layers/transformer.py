@@ -10,6 +10,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit._support.private_keras import check_private_keras
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.drop_path import DropPath
 
@@ -19,6 +20,8 @@ LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 breaks pari
 # The MLP's two dense layers, named as the checkpoint's (weights map by name); the JAX
 # model-parallel layout map (training/jax_distribution.py) finds them by these names too.
 MLP_HIDDEN_NAME, MLP_OUTPUT_NAME = "Dense_0", "Dense_1"
+# The attention's projections LoRA can adapt, in the fused kernel's column order, then the output.
+LORA_TARGETS = ("query", "key", "value", "out")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -48,6 +51,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         # None: `use_fused_attention` decides; True/False force a path (tests, benchmarks).
         self.fused_attention = None
+        # LoRA factors by projection name, {"query": (a, b), ...} (`enable_lora`); never saved
+        # in the config: keras_vit saves LoRA-trained models merged (keras_vit/models/lora.py).
+        self.lora_factors = {}
+        self.lora_scale = 1.0
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -69,13 +76,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # matmul is the MatMul + BiasAdd pair that TensorFlow fuses into one kernel.
         flat = ops.reshape(x, (-1, width))
         if first_token_only:
-            query = _dense(x[:, 0], kernel[:, :width], bias[:width])
+            query = self._lora("query", x[:, 0], _dense(x[:, 0], kernel[:, :width], bias[:width]))
             key, value = ops.split(_dense(flat, kernel[:, width:], bias[width:]), 2, axis=-1)
             queries = 1
         else:
             # split (not indexing): its gradient is one concat, not three zero-padded copies
             query, key, value = ops.split(_dense(flat, kernel, bias), 3, axis=-1)
+            query = self._lora("query", flat, query)
             queries = tokens
+        key, value = self._lora("key", flat, key), self._lora("value", flat, value)
         if not return_attention_scores and (not training or not self.dropout) \
                 and use_fused_attention(self.fused_attention):
             # (batch, tokens, heads, head_dim) in and out: no transposes; the backend's
@@ -100,10 +109,53 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attended = ops.reshape(attended, (-1, width))
         dtype = attended.dtype
         out = _dense(attended, ops.cast(self.out_kernel, dtype), ops.cast(self.out_bias, dtype))
+        out = self._lora("out", attended, out)
         out = ops.reshape(out, (batch, queries, width))
         if return_attention_scores:
             return out, weights
         return out
+
+    def enable_lora(self, rank, targets=LORA_TARGETS, lora_alpha=None):
+        """LoRA on the projections named in `targets` ("query", "key", "value", "out"), as
+        Keras' `Dense.enable_lora`: each gains float32 factors `a` `(D, rank)` (he_uniform)
+        and `b` `(rank, D)` (zeros), adds `lora_alpha / rank * (x @ a) @ b` to its output, and
+        its kernel and bias stop training. The fused query/key/value kernel is one weight, so
+        Dense's method cannot be called per projection; this is its arithmetic per column block.
+        """
+        unknown = sorted(set(targets) - set(LORA_TARGETS))
+        if unknown or not targets:
+            raise ArgumentError(f"LoRA targets of the attention are {', '.join(LORA_TARGETS)}; "
+                                f"got {list(targets)!r}.")
+        if not self.built:
+            raise ArgumentError("enable_lora needs a built layer (build the model first).")
+        if self.lora_factors:
+            raise ArgumentError(f"{self.name} has LoRA already; enable it once per layer.")
+        check_private_keras("LoRA on the fused attention", self, "_tracker")
+        width = self.out_kernel.shape[0]
+        self._tracker.unlock()  # as Dense.enable_lora: weights added to a built layer
+        for name in targets:
+            self.lora_factors[name] = (
+                self.add_weight(name=f"lora_{name}_a", shape=(width, rank),
+                                initializer="he_uniform", dtype="float32"),
+                self.add_weight(name=f"lora_{name}_b", shape=(rank, width),
+                                initializer="zeros", dtype="float32"))
+        self._tracker.lock()
+        for variable in (self.qkv_kernel, self.qkv_bias, self.out_kernel, self.out_bias):
+            variable.trainable = False
+        self.lora_scale = (rank if lora_alpha is None else lora_alpha) / rank
+
+    def lora_deltas(self):
+        """{projection name: its LoRA update to the kernel, `scale * a @ b`, (D, D)}."""
+        return {name: self.lora_scale * ops.matmul(a, b)
+                for name, (a, b) in self.lora_factors.items()}
+
+    def _lora(self, name, inputs, outputs):
+        """`outputs` plus the LoRA update of projection `name` (Dense's order of operations:
+        through the rank first, never the (D, D) product)."""
+        if name not in self.lora_factors:
+            return outputs
+        a, b = (ops.cast(factor, inputs.dtype) for factor in self.lora_factors[name])
+        return outputs + ops.cast(self.lora_scale, inputs.dtype) * ops.matmul(ops.matmul(inputs, a), b)
 
     def _heads(self, x, batch, tokens, order):
         """`(batch * tokens, D)` -> `(batch, heads, ., .)` with the axes in `order`."""

@@ -65,10 +65,12 @@ from keras_vit.models.memory import check_fits
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
 from keras_vit.training import resume
 from keras_vit.training.distribute import multi_worker_fit
+from keras_vit.training.lora import check_lora, enable_lora, parameter_counts
 from keras_vit.training.placement import get_placement
 from keras_vit.training.prebuild import build_training_state
 from keras_vit.training.recipes import PRECISIONS, Recipe, accumulation_steps, get_recipe, make_optimizer
 from keras_vit.training.resume import check_outputs
+from keras_vit.training.transfer import backbone_weights, source_architecture
 from keras_vit.variants import Variant, get_architecture
 
 __all__ = ["train", "build_model", "RunConflictError", "RUN_OUTPUTS"]
@@ -101,17 +103,20 @@ class _Run:
     validation_fraction: float = VALIDATION_FRACTION
     validation_seed: int = SPLIT_SEED
     execution: str = "auto"
+    lora: dict | None = None  # {"rank": R, "targets": [...]}: LoRA instead of full fine-tuning
 
 
 def build_model(variant, weights, image_size, classes, dropout=0.0, drop_path_rate=0.0):
     """A ViT (or a BiT) for `classes`; with weights, the pre-trained head is replaced by a
-    zero one."""
-    if not isinstance(variant, Variant):  # a BiTVariant: BiT trains without dropout, as its paper
-        from keras_vit.models import BiT
+    zero one. `weights` may also name a `.keras` file or an earlier run's folder: its
+    backbone is kept and the head is always a new zero one (training/transfer.py)."""
+    with backbone_weights(weights) as weights:
+        if not isinstance(variant, Variant):  # a BiTVariant: BiT trains without dropout
+            from keras_vit.models import BiT
 
-        return BiT(variant, weights=weights, image_size=image_size, classes=classes)
-    return ViT(variant, weights=weights, image_size=image_size, classes=classes,
-               dropout=dropout, drop_path_rate=drop_path_rate)
+            return BiT(variant, weights=weights, image_size=image_size, classes=classes)
+        return ViT(variant, weights=weights, image_size=image_size, classes=classes,
+                   dropout=dropout, drop_path_rate=drop_path_rate)
 
 
 def _plan(recipe, num_train, steps, epochs, accumulation):
@@ -131,7 +136,8 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
           output="runs/keras_vit", data_dir=None, seed=0, verbose="auto", overwrite=False,
           validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED, execution=None,
           drop_path=None, augment=None, mixup=None, cutmix=None, randaugment=None,
-          layer_decay=None, ema=None):
+          layer_decay=None, ema=None, lora_rank=None,
+          lora_targets=("query", "value")):
     """Trains (or fine-tunes) a ViT and writes every output into `output`.
 
     Defaults come from the dataset's preset (`keras_vit.data.PRESETS`): digits
@@ -165,6 +171,9 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
             same folder raises `RunConflictError`.
         data_dir: TFDS data_dir holding prepared datasets.
         seed: random seed.
+        lora_rank: train LoRA factors of this rank (and the head) instead of every weight
+            (`keras_vit.enable_lora`); the saved models hold the merged weights.
+        lora_targets: the projections LoRA adapts ("query", "key", "value", "out", "mlp").
         verbose: `model.fit`'s verbosity (1: a progress bar updated every step).
         overwrite: delete a previous run's outputs in `output` and start again.
         validation_fraction: the share of the training examples held back as the
@@ -206,7 +215,8 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     if isinstance(validation_seed, bool) or not isinstance(validation_seed, numbers.Integral):
         raise ArgumentError(f"validation_seed must be an integer, got {validation_seed!r}.")
     preset = get_preset(dataset)
-    variant = get_architecture(model or preset.model)
+    # An earlier run's model (weights naming a .keras file or a run folder) is its own default.
+    variant = get_architecture(model or source_architecture(weights) or preset.model)
     if recipe is None:
         recipe = "finetune" if weights else preset.recipe
     if isinstance(recipe, str):
@@ -238,6 +248,9 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
 
     config = _run_config(dataset, variant, weights, recipe, precision, seed,
                          float(validation_fraction), int(validation_seed))
+    lora = check_lora(lora_rank, lora_targets)
+    if lora is not None:  # only then: runs without LoRA keep their run.json as it was
+        config["lora"] = lora
     finished = None if overwrite else _check_previous_run(output, config)
     if finished is not None:
         return finished
@@ -248,7 +261,7 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     try:
         return _fit_and_report(_Run(dataset, variant, weights, recipe, strategy, precision,
                                     output, data_dir, seed, verbose, float(validation_fraction),
-                                    int(validation_seed), execution), config, overwrite)
+                                    int(validation_seed), execution, lora), config, overwrite)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
@@ -428,6 +441,8 @@ def _compiled_model(run, placement, splits):
     with placement.scope():
         model = build_model(run.variant, run.weights, recipe.image_size, splits.num_classes,
                             recipe.dropout, recipe.drop_path_rate)
+        if run.lora is not None:
+            enable_lora(model, run.lora["rank"], run.lora["targets"])
         jit_compile = choose_jit_compile(
             model, (recipe.batch_size, *model.input_shape[1:]), run.execution, training=True)
         model.compile(optimizer=make_optimizer(recipe, plan[2], accumulation),
@@ -565,6 +580,8 @@ def _fit_in(output, run, placement, splits, config, model, plan):
         "gradient_accumulation_steps": accumulation,
         "optimizer_iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         "parameters": model.count_params(),
+        # What the optimizer updates and all the model holds (LoRA factors included).
+        "parameter_counts": parameter_counts(model), "lora": run.lora,
     }
     result = report.write_report(output, labels, np.argmax(logits, axis=-1), splits.class_names,
                                  summary, skipped_files=splits.skipped_files,

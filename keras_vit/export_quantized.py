@@ -1,0 +1,109 @@
+"""Quantised exports, and their agreement with the float model they came from.
+
+TFLite (`export_tflite(..., quantize=...)`), through TensorFlow Lite's converter:
+
+- "float16": weights stored as float16, computed in float32.
+- "dynamic": weights stored as int8, activations quantised on the fly (dynamic range).
+- "int8": full-integer post-training quantisation: weights and activations int8, their
+  ranges calibrated on real images (`calibration`, [0, 255] pixels). The converter's
+  `TFLITE_BUILTINS_INT8` ops set with `TFLITE_BUILTINS` beside it: an op without an int8
+  kernel stays float, so the file always converts; input and output stay float32, so the
+  signature is the float file's.
+
+Keras (`quantize_keras`): `Model.quantize("int8")`, Keras' own weight quantisation of its
+`Dense` layers (the MLPs and the head; the attention's fused kernel is not a Dense layer and
+stays float).
+
+`agreement(float_model, quantized, pixels)` is what each export prints and records: the
+share of images whose top-1 class is the float model's, and the largest logit difference.
+"""
+
+import numpy as np
+
+from keras_vit.errors import ArgumentError
+
+__all__ = ["QUANTIZE_MODES", "configure_converter", "agreement", "tflite_logits",
+           "calibration_pixels", "quantize_keras"]
+
+QUANTIZE_MODES = ("float16", "dynamic", "int8")
+
+
+def configure_converter(converter, quantize, calibration=None):
+    """Sets a `tf.lite.TFLiteConverter` for `quantize` (one of QUANTIZE_MODES);
+    `calibration`, pixels `(n, height, width, 3)` in [0, 255], is needed for "int8"."""
+    import tensorflow as tf
+
+    if quantize not in QUANTIZE_MODES:
+        raise ArgumentError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}.")
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantize == "int8":
+        if calibration is None or len(calibration) == 0:
+            raise ArgumentError("int8 quantisation calibrates on images: give calibration "
+                                "pixels (keras-vit export --calibration-data).")
+        images = np.asarray(calibration, np.float32)
+
+        def representative():
+            for image in images:
+                yield {"images": image[None]}
+
+        converter.representative_dataset = representative
+        # int8 kernels where TFLite has them; float where it has none (float fallback).
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
+                                               tf.lite.OpsSet.TFLITE_BUILTINS]
+
+
+def tflite_logits(path, pixels):
+    """The logits of the TFLite file at `path` on `pixels`, one image at a time (batch 1)."""
+    import tensorflow as tf
+
+    runner = tf.lite.Interpreter(model_path=path).get_signature_runner()
+    return np.concatenate([runner(images=np.asarray(pixels[i:i + 1], np.float32))["logits"]
+                           for i in range(len(pixels))])
+
+
+def keras_logits(model, pixels, batch_size=64):
+    """`model`'s logits on [0, 255] `pixels`, with the input normalisation export uses."""
+    import keras
+
+    from keras_vit.export import has_softmax_head, model_input
+
+    scores = keras.ops.convert_to_numpy(model.predict(
+        keras.ops.convert_to_numpy(model_input(model)(np.asarray(pixels, np.float32))),
+        batch_size=batch_size, verbose=0))
+    return np.log(scores) if has_softmax_head(model) else scores
+
+
+def agreement(reference_logits, logits):
+    """{"images", "top1_agreement", "max_logit_difference"} of `logits` against the float
+    model's `reference_logits`."""
+    reference_logits, logits = np.asarray(reference_logits), np.asarray(logits)
+    same = np.argmax(reference_logits, -1) == np.argmax(logits, -1)
+    return {"images": int(len(same)), "top1_agreement": float(np.mean(same)),
+            "max_logit_difference": float(np.max(np.abs(reference_logits - logits)))}
+
+
+def calibration_pixels(source, image_size, count, held_out=1000, data_dir=None):
+    """(calibration, held_out) pixels `(n, height, width, 3)` in [0, 255] from a dataset
+    name or folder: the first `count` images of its training split calibrate, and up to
+    `held_out` of its test split, which calibration never sees, measure the agreement."""
+    from keras_vit.data import load_dataset, make_pipeline
+
+    splits = load_dataset(source, data_dir=data_dir)
+
+    def pixels(split, limit):
+        batches = make_pipeline(split.take(limit), image_size, 64, training=False)
+        images = np.concatenate([x for x, _ in batches.as_numpy_iterator()])
+        return np.clip((images + 1.0) * 127.5, 0.0, 255.0)  # the pipeline's [-1, 1] undone
+
+    return pixels(splits.train, count), pixels(splits.test, held_out)
+
+
+def quantize_keras(model, mode="int8"):
+    """`model` with Keras' `Model.quantize(mode)` applied (in place); returns it."""
+    if mode != "int8":
+        raise ArgumentError(f"--format keras quantises to int8 only (Keras' Model.quantize), "
+                            f"got {mode!r}.")
+    model.quantize(mode)
+    return model

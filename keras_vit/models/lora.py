@@ -1,0 +1,138 @@
+"""LoRA (low-rank adaptation) on a ViT, on Keras' own LoRA, and the merge that saving goes through.
+
+`enable_lora(model, rank, targets=("query", "value"))` freezes every weight of the model but the
+head and adds rank-`rank` factors to the projections named in `targets`, as keras-hub's
+`Backbone.enable_lora` does: the MLP's `Dense` layers through Keras' `Dense.enable_lora`, the
+attention's projections through `MultiHeadSelfAttention.enable_lora` (the same arithmetic on the
+column blocks of its fused query/key/value kernel, which is one weight).
+
+`merge_lora(model)` is the model with each kernel replaced by `kernel + alpha / rank * a @ b`
+and no LoRA left: an ordinary keras_vit model. Every writer of a model file (model.keras and
+best.keras of a run, SavedModel, TFLite, save_npz, save_safetensors) writes the merged model,
+so the files load where nothing knows LoRA.
+"""
+
+import numbers
+
+import keras
+import numpy as np
+
+from keras_vit.errors import ArgumentError
+from keras_vit.layers.transformer import (
+    LORA_TARGETS as ATTENTION_TARGETS,
+)
+from keras_vit.layers.transformer import (
+    MultiHeadSelfAttention,
+    TransformerBlock,
+)
+
+__all__ = ["enable_lora", "merge_lora", "has_lora", "parameter_counts", "LORA_TARGETS"]
+
+# "mlp" adapts both of the MLP's Dense layers (Keras' own Dense.enable_lora).
+LORA_TARGETS = (*ATTENTION_TARGETS, "mlp")
+HEAD_LAYER = "head"
+
+
+def enable_lora(model, rank, targets=("query", "value"), lora_alpha=None):
+    """Adds LoRA factors of `rank` to `targets` in every encoder block of `model`, and
+    freezes every other weight but the head's; returns `model`.
+
+    `targets`: any of "query", "key", "value", "out" (the attention's projections) and
+    "mlp" (both MLP layers). The default, query and value, is LoRA's paper's choice and
+    keras-hub's. `lora_alpha` scales the update by `lora_alpha / rank` (default: `rank`,
+    a scale of 1, as Keras). The factors `b` start at zero, so the model computes exactly
+    what it computed before.
+    """
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank <= 0:
+        raise ArgumentError(f"LoRA rank must be a positive integer, got {rank!r}.")
+    targets = (targets,) if isinstance(targets, str) else tuple(targets)
+    unknown = [t for t in targets if t not in LORA_TARGETS]
+    if unknown or not targets:
+        raise ArgumentError(f"LoRA targets are {', '.join(LORA_TARGETS)}; got {list(targets)!r}.")
+    blocks = _blocks(model)
+    if not blocks:
+        raise ArgumentError(f"{model.name} has no transformer blocks for LoRA to adapt (a BiT "
+                            "ResNet has none); fine-tune it fully.")
+    if has_lora(model):
+        raise ArgumentError(f"{model.name} has LoRA already; enable it once.")
+    rank = int(rank)
+    for variable in model.weights:  # frozen first: enable_lora's factors are made trainable
+        variable.trainable = False
+    attention_targets = tuple(t for t in targets if t in ATTENTION_TARGETS)
+    for block in blocks:
+        if attention_targets:
+            block.attention.enable_lora(rank, attention_targets, lora_alpha=lora_alpha)
+        if "mlp" in targets:
+            for dense in (block.mlp.dense_0, block.mlp.dense_1):
+                dense.enable_lora(rank, lora_alpha=lora_alpha)
+    for variable in _head_weights(model):
+        variable.trainable = True
+    return model
+
+
+def has_lora(model):
+    """Whether any block of `model` has LoRA factors."""
+    return any(_lora_layers(block) for block in _blocks(model))
+
+
+def merge_lora(model):
+    """`model` itself when it has no LoRA; else a new model of the same config whose kernels
+    hold `kernel + alpha / rank * a @ b` and which has no LoRA factors.
+
+    The LoRA factors live in no config (the attention's) or in configs of layers the model
+    builds itself (the MLP's Dense layers), so the model's config rebuilds it without LoRA;
+    its variables are then assigned by path.
+    """
+    if not has_lora(model):
+        return model
+    merged = {}
+    for block in _blocks(model):
+        attention = block.attention
+        deltas = {name: keras.ops.convert_to_numpy(delta)
+                  for name, delta in attention.lora_deltas().items()}
+        width = attention.out_kernel.shape[0]
+        qkv = keras.ops.convert_to_numpy(attention.qkv_kernel).copy()
+        for column, name in enumerate(("query", "key", "value")):
+            if name in deltas:
+                qkv[:, column * width:(column + 1) * width] += deltas[name]
+        merged[attention.qkv_kernel.path] = qkv
+        if "out" in deltas:
+            merged[attention.out_kernel.path] = (keras.ops.convert_to_numpy(attention.out_kernel)
+                                                 + deltas["out"])
+        for dense in (block.mlp.dense_0, block.mlp.dense_1):
+            if dense.lora_enabled:  # Dense.kernel is Keras' own merge under LoRA
+                variable = next(v for v in dense.weights if v.name == "kernel")
+                merged[variable.path] = keras.ops.convert_to_numpy(dense.kernel)
+    copy = model.__class__.from_config(model.get_config())
+    values = {variable.path: variable for variable in model.weights}
+    for variable in copy.weights:
+        value = merged.get(variable.path)
+        if value is None:
+            value = keras.ops.convert_to_numpy(values[variable.path])
+        variable.assign(np.asarray(value, dtype=variable.dtype))
+    return copy
+
+
+def parameter_counts(model):
+    """{"trainable": ..., "total": ...}: parameters (not variables) of `model`."""
+    def count(variables):
+        return int(sum(np.prod(v.shape) for v in variables))
+
+    return {"trainable": count(model.trainable_weights), "total": count(model.weights)}
+
+
+def _blocks(model):
+    return [layer for layer in model.layers if isinstance(layer, TransformerBlock)
+            and isinstance(layer.attention, MultiHeadSelfAttention)]
+
+
+def _lora_layers(block):
+    return [layer for layer in (block.attention, block.mlp.dense_0, block.mlp.dense_1)
+            if getattr(layer, "lora_factors", None) or getattr(layer, "lora_enabled", False)]
+
+
+def _head_weights(model):
+    try:
+        return model.get_layer(HEAD_LAYER).weights
+    except ValueError:
+        return []

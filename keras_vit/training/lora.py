@@ -1,0 +1,22 @@
+"""LoRA in a training run: the arguments checked and recorded; the work is
+keras_vit/models/lora.py's."""
+
+import numbers
+
+from keras_vit.errors import ArgumentError
+from keras_vit.models.lora import LORA_TARGETS, enable_lora, parameter_counts
+
+__all__ = ["check_lora", "enable_lora", "parameter_counts"]
+
+
+def check_lora(rank, targets):
+    """None without a rank; else {"rank", "targets"} as run.json and report.json record them."""
+    if rank is None:
+        return None
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank <= 0:
+        raise ArgumentError(f"lora_rank must be a positive integer, got {rank!r}.")
+    targets = [targets] if isinstance(targets, str) else list(targets)
+    unknown = [t for t in targets if t not in LORA_TARGETS]
+    if unknown or not targets:
+        raise ArgumentError(f"lora_targets are some of {', '.join(LORA_TARGETS)}; got {targets!r}.")
+    return {"rank": int(rank), "targets": targets}

@@ -1,0 +1,99 @@
+"""Starting a run from an earlier run: `weights` naming a `.keras` file or a run folder.
+
+The earlier model's backbone goes into the new model through the same loader as every
+other checkpoint: it is written as a temporary official-layout `.npz` (with save_npz's
+record of its numerics, grid and normalisation) without its head, so the new model gets
+the paper's zero-initialised head for the new dataset's classes, its position
+embeddings are resized for a new resolution, and a shape that does not fit is refused
+naming the keys, as for any file.
+"""
+
+import contextlib
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.errors import ArgumentError, PathNotFoundError
+
+__all__ = ["run_model_file", "source_architecture", "backbone_weights"]
+
+RUN_MODEL = "model.keras"  # what a finished run's folder holds (keras_vit/training/run.py)
+RUN_FILE = "run.json"
+
+
+def run_model_file(weights):
+    """The `.keras` file `weights` names (itself, or a run folder's model.keras), or None
+    when `weights` is something else (a catalogue tag, an .npz, ...)."""
+    if not isinstance(weights, (str, os.PathLike)):
+        return None
+    path = os.fspath(weights)
+    if path.endswith(".keras"):
+        if not os.path.isfile(path):
+            raise PathNotFoundError(f"No .keras file at {path}.")
+        return path
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, RUN_FILE)):
+        model = os.path.join(path, RUN_MODEL)
+        if not os.path.isfile(model):
+            raise CheckpointError(f"{path} is a run folder without {RUN_MODEL} (the run has not "
+                                  "finished); finish it, or pass its best.keras.")
+        return model
+    return None
+
+
+def source_architecture(weights):
+    """The architecture name of the model `weights` names when it is a `.keras` file or a
+    run folder (the run's recorded model, else the model's own name); None otherwise."""
+    path = run_model_file(weights)
+    if path is None:
+        return None
+    from keras_vit.variants import get_architecture
+
+    recorded = _recorded_model(os.path.dirname(path) or ".")
+    name = recorded if isinstance(recorded, str) else _load(path).name
+    try:
+        return get_architecture(name).name
+    except ValueError:
+        raise ArgumentError(f"{path} holds a model named {name!r}, which is no architecture "
+                            "keras_vit knows by name; give its architecture with --model.") from None
+
+
+@contextlib.contextmanager
+def backbone_weights(weights):
+    """`weights` as the loader reads it: for a `.keras` file or a run folder, the path of a
+    temporary `.npz` of its model without the head (deleted on exit); else `weights`."""
+    path = run_model_file(weights)
+    if path is None:
+        yield weights
+        return
+    from keras_vit.checkpoints.formats.npz_metadata import (
+        METADATA_KEY,
+        metadata_array,
+        model_metadata,
+    )
+    from keras_vit.checkpoints.layout import is_head_key, official_arrays
+
+    model = _load(path)
+    arrays = {key: value for key, value in official_arrays(model).items()
+              if not is_head_key(key) and not key.startswith("pre_logits/")}
+    arrays[METADATA_KEY] = metadata_array(model_metadata(model))
+    with tempfile.TemporaryDirectory() as folder:
+        npz = os.path.join(folder, "backbone.npz")
+        np.savez(npz, **arrays)
+        yield npz
+
+
+def _load(path):
+    from keras_vit.models.factory import load_keras
+
+    return load_keras(path, compile=False)
+
+
+def _recorded_model(folder):
+    try:
+        with open(os.path.join(folder, RUN_FILE), encoding="utf-8") as f:
+            return json.load(f).get("config", {}).get("model")
+    except (OSError, ValueError, AttributeError):
+        return None

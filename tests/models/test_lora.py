@@ -1,0 +1,127 @@
+"""LoRA: what trains, the merge, and every saved format loading where nothing knows LoRA."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.errors import ArgumentError
+from keras_vit.models.lora import enable_lora, has_lora, merge_lora, parameter_counts
+from keras_vit.variants import get_variant
+from tests.conftest import ROOT, run_python
+
+SIZE, CLASSES = 16, 5
+# Merged against unmerged logits: x @ (W + A B) against x @ W + (x @ A) @ B differ by float32
+# reassociation only: a relative 2^-24 per rounding, times a reduction of at most
+# D + rank terms per product, through `depth` blocks. For the demo ViT (D = 64, 2 blocks) and
+# logits of order 1 that is ~ 2 * 70 * 6e-8 ~ 1e-5 in the worst case, and far less in
+# practice (round-off errors cancel): the issue's 1e-5 is the bound.
+MERGE_TOLERANCE = 1e-5
+
+
+def _vit_parameters(variant, rank, targets, classes, tokens):
+    """Parameters of a plain ViT with LoRA, from the paper's shapes alone (numpy by hand):
+    (LoRA factors + head, total)."""
+    d, m, p = variant.width, variant.mlp_dim, variant.patch_size
+    block = (2 * d) + (d * 3 * d + 3 * d) + (d * d + d) + (2 * d) + (d * m + m) + (m * d + d)
+    head = d * classes + classes
+    base = (p * p * 3 * d + d) + d + tokens * d + variant.depth * block + 2 * d + head
+    per_block = {"query": 2 * d * rank, "key": 2 * d * rank, "value": 2 * d * rank,
+                 "out": 2 * d * rank, "mlp": (d + m) * rank + (m + d) * rank}
+    lora = variant.depth * sum(per_block[t] for t in targets)
+    return lora + head, base + lora
+
+
+def _demo(rank=2, targets=("query", "value")):
+    model = keras_vit.ViT("demo", image_size=SIZE, classes=CLASSES)
+    enable_lora(model, rank, targets)
+    return model
+
+
+def _perturb(model, seed=0):
+    """Random b factors and head: a fresh LoRA (b = 0) would merge to the same kernel."""
+    rng = np.random.default_rng(seed)
+    for v in model.weights:
+        if v.path.endswith(("_b", "lora_kernel_b")) or v.path.startswith("head/"):
+            v.assign(rng.normal(0.0, 0.05, v.shape).astype(v.dtype))
+    return model
+
+
+def test_b16_rank_4_on_query_and_value_trains_under_3_percent():
+    """B/16 at 224 (197 tokens), 1000 classes, counted from its shapes: the count is checked
+    against a built model on the demo ViT below, so it is the code's count."""
+    trainable, total = _vit_parameters(get_variant("B/16"), 4, ("query", "value"), 1000, 197)
+    assert trainable / total <= 0.03, trainable / total  # 0.0106: 147,456 + 769,000 of 86.7M
+
+
+@pytest.mark.parametrize("targets", [("query", "value"), ("query", "key", "value", "out", "mlp")])
+def test_only_the_lora_factors_and_the_head_train(targets):
+    model = _demo(3, targets)
+    variant = get_variant("demo")
+    tokens = (SIZE // variant.patch_size) ** 2 + 1
+    assert parameter_counts(model) == dict(zip(
+        ("trainable", "total"), _vit_parameters(variant, 3, targets, CLASSES, tokens)))
+    assert all("lora" in v.path or v.path.startswith("head/") for v in model.trainable_weights)
+
+
+def test_a_fresh_lora_computes_what_the_model_did(tmp_path):
+    images = np.random.default_rng(1).uniform(-1, 1, (3, SIZE, SIZE, 3)).astype("float32")
+    model = keras_vit.ViT("demo", image_size=SIZE, classes=CLASSES)
+    _perturb(model)
+    before = keras.ops.convert_to_numpy(model(images))
+    enable_lora(model, 2, ("query", "key", "value", "out", "mlp"))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(images)), before, atol=0, rtol=0)
+
+
+def test_merged_and_unmerged_outputs_agree():
+    model = _perturb(_demo(4, ("query", "key", "value", "out", "mlp")))
+    merged = merge_lora(model)
+    assert has_lora(model) and not has_lora(merged) and merge_lora(merged) is merged
+    assert not [v.path for v in merged.weights if "lora" in v.path]
+    images = np.random.default_rng(2).uniform(-1, 1, (4, SIZE, SIZE, 3)).astype("float32")
+    unmerged_logits = keras.ops.convert_to_numpy(model(images))
+    difference = np.abs(keras.ops.convert_to_numpy(merged(images)) - unmerged_logits).max()
+    assert difference <= MERGE_TOLERANCE
+    # The LoRA update is not negligible, so the check above can fail.
+    base = keras_vit.ViT("demo", image_size=SIZE, classes=CLASSES)
+    base.set_weights([w for v, w in zip(model.weights, model.get_weights())
+                      if "lora" not in v.path])
+    assert np.abs(keras.ops.convert_to_numpy(base(images)) - unmerged_logits).max() > 100 * MERGE_TOLERANCE
+
+
+def test_bad_lora_arguments_are_refused_in_one_line():
+    model = keras_vit.ViT("demo", image_size=SIZE, classes=CLASSES)
+    for rank, targets, match in ((0, ("query",), "positive"), (2, ("qkv",), "targets are"),
+                                 (2.5, ("query",), "positive")):
+        with pytest.raises(ArgumentError, match=match):
+            enable_lora(model, rank, targets)
+    enable_lora(model, 2)
+    with pytest.raises(ArgumentError, match="already"):
+        enable_lora(model, 2)
+
+
+def test_every_saved_format_reloads_merged_in_a_fresh_process(tmp_path):
+    """model.keras (as a run saves it), SavedModel, TFLite, save_npz and save_safetensors of a
+    LoRA model, loaded by another Python process: each equals the unmerged model's logits."""
+    from keras_vit.export import export_saved_model, export_tflite
+    from keras_vit.training.resume import save_model
+
+    model = _perturb(_demo(2, ("query", "value", "mlp")))
+    pixels = np.random.default_rng(3).uniform(0, 255, (3, SIZE, SIZE, 3)).astype("float32")
+    expected = keras.ops.convert_to_numpy(model(keras_vit.preprocess_input(pixels)))
+    save_model(model, str(tmp_path / "model.keras"))
+    export_saved_model(model, str(tmp_path / "saved_model"), labels=None)
+    export_tflite(model, str(tmp_path / "model.tflite"))
+    keras_vit.save_npz(model, str(tmp_path / "model.npz"))
+    keras_vit.save_safetensors(model, str(tmp_path / "model.safetensors"))
+    np.save(tmp_path / "pixels.npy", pixels)
+    result = run_python([os.path.join(ROOT, "tests", "scripts", "load_merged.py"), str(tmp_path),
+                         str(tmp_path / "pixels.npy"), str(tmp_path / "logits.npz")], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with np.load(tmp_path / "logits.npz") as logits:
+        assert sorted(logits) == ["keras", "npz", "safetensors", "saved_model", "tflite"]
+        for name in logits:
+            np.testing.assert_allclose(logits[name], expected, atol=MERGE_TOLERANCE,
+                                       err_msg=name)

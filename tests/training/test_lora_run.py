@@ -1,0 +1,39 @@
+"""`train(lora_rank=...)`: the run trains LoRA factors and the head, records what trained, and
+saves merged models that load without LoRA."""
+
+import json
+import os
+
+import keras
+import numpy as np
+
+from keras_vit import data
+from keras_vit.training import train
+from keras_vit.variants import get_variant
+from tests.models.test_lora import _vit_parameters
+
+
+def test_a_lora_run_records_its_parameters_and_saves_merged_models(tmp_path):
+    output = str(tmp_path / "run")
+    report = train("digits", model="demo", steps=2, batch_size=16, output=output, verbose=0,
+                   execution="graph", lora_rank=2, lora_targets=("query", "value"))
+    with open(os.path.join(output, "report.json")) as f:
+        saved = json.load(f)
+    with open(os.path.join(output, "run.json")) as f:
+        assert json.load(f)["config"]["lora"] == {"rank": 2, "targets": ["query", "value"]}
+    counts = saved["parameter_counts"]
+    assert saved["lora"] == {"rank": 2, "targets": ["query", "value"]}
+    demo = get_variant("demo")  # counted from its shapes by hand, 10 classes, 16 px
+    expected = _vit_parameters(demo, 2, ("query", "value"), 10, (16 // demo.patch_size) ** 2 + 1)
+    assert (counts["trainable"], counts["total"]) == expected
+    assert counts["total"] == saved["parameters"]
+    for name in ("model.keras", "best.keras"):
+        model = keras.saving.load_model(os.path.join(output, name))
+        assert not [v.path for v in model.weights if "lora" in v.path], name
+    # The report's accuracy (the unmerged model's predictions) is the merged file's.
+    model = keras.saving.load_model(os.path.join(output, "model.keras"))
+    splits = data.load_digits()
+    predictions = np.argmax(model.predict(data.make_pipeline(splits.test, 16, 128, False),
+                                          verbose=0), axis=-1)
+    labels = np.array([y for _, y in splits.test.as_numpy_iterator()])
+    assert np.mean(predictions == labels) == report["accuracy"]
