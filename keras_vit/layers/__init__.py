@@ -1,20 +1,29 @@
 """keras_vit's Keras layers: one concept per file, all `keras.ops`, all serializable."""
 
+from keras_vit.layers.attention_pooling import MAPHead
 from keras_vit.layers.patching import PatchEncoder
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.resnet import BottleneckUnit, PreActBottleneckUnit, ResNetTrunk, StdConv2D
-from keras_vit.layers.tokens import AddPositionEmbedding, ClassToken, resize_position_embedding
-from keras_vit.layers.transformer import MlpBlock, MultiHeadSelfAttention, TransformerBlock
+from keras_vit.layers.tokens import (
+    AddPositionEmbedding,
+    ClassToken,
+    PrefixTokens,
+    resize_position_embedding,
+)
+from keras_vit.layers.transformer import LayerScale, MlpBlock, MultiHeadSelfAttention, TransformerBlock
 
 __all__ = [
     "PatchEncoder",
     "ClassToken",
+    "PrefixTokens",
     "AddPositionEmbedding",
     "resize_position_embedding",
     "MultiHeadSelfAttention",
     "MlpBlock",
+    "LayerScale",
     "TransformerBlock",
     "TokenPooling",
+    "MAPHead",
     "StdConv2D",
     "BottleneckUnit",
     "ResNetTrunk",

@@ -18,11 +18,11 @@ class PatchEncoder(keras.layers.Layer):
 
     `input_normalization`, ((mean,) * 3, (std,) * 3) or None for the official [-1, 1],
     records what the weights expect of their input (keras_vit.normalization); it changes
-    no computation.
+    no computation. `use_bias=False` leaves the bias out (OpenAI CLIP's patch embedding).
     """
 
     def __init__(self, hidden_size, patch_size, kernel_initializer="lecun_normal",
-                 bias_initializer="zeros", input_normalization=None, **kwargs):
+                 bias_initializer="zeros", input_normalization=None, use_bias=True, **kwargs):
         super().__init__(**kwargs)
         if hidden_size <= 0 or patch_size <= 0:
             raise ArgumentError(f"hidden_size and patch_size must be positive, got "
@@ -31,6 +31,7 @@ class PatchEncoder(keras.layers.Layer):
         self.patch_size = patch_size
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.use_bias = bool(use_bias)
         self.input_normalization = (None if input_normalization is None else
                                     [[float(v) for v in part] for part in input_normalization])
 
@@ -39,13 +40,16 @@ class PatchEncoder(keras.layers.Layer):
         p = self.patch_size
         self.kernel = self.add_weight(name="kernel", shape=(p, p, channels, self.hidden_size),
                                       initializer=self.kernel_initializer)
-        self.bias = self.add_weight(name="bias", shape=(self.hidden_size,),
-                                    initializer=self.bias_initializer)
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(name="bias", shape=(self.hidden_size,),
+                                        initializer=self.bias_initializer)
 
     def call(self, images):
         x = ops.conv(images, ops.cast(self.kernel, images.dtype), strides=self.patch_size,
                      padding="valid")
-        x = x + ops.cast(self.bias, x.dtype)
+        if self.bias is not None:
+            x = x + ops.cast(self.bias, x.dtype)
         shape = ops.shape(x)
         return ops.reshape(x, (shape[0], shape[1] * shape[2], self.hidden_size))
 
@@ -62,4 +66,5 @@ class PatchEncoder(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "input_normalization": self.input_normalization,
+            "use_bias": self.use_bias,
         }
