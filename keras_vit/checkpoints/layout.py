@@ -198,8 +198,8 @@ def layout(model):
         block += 1
     if "encoder_norm" in names:
         norm("Transformer/encoder_norm", model.get_layer("encoder_norm"))
-    if "map_head" in names:
-        rows += _map_head_rows(model.get_layer("map_head"))
+    if "map_pool" in names:
+        rows += _map_head_rows(model.get_layer("map_pool"))
     for name in ("pre_logits", "head", "head_dist"):
         if name in names:
             dense(name, model.get_layer(name))

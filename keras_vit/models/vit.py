@@ -281,7 +281,7 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         return keras.Model(images, _distilled_head(variant, x, head), name=name)
     if head.pooling == "map":
         x = MAPHead(variant.heads, variant.mlp_dim, approximate_gelu=approximate_gelu,
-                    activation=activation, layer_norm_epsilon=epsilon, name="map_head")(x)
+                    activation=activation, layer_norm_epsilon=epsilon, name="map_pool")(x)
     elif head.pooling is not None:
         x = TokenPooling(head.pooling, num_prefix_tokens=variant.num_prefix_tokens,
                          name=f"{head.pooling}_pool")(x)
