@@ -14,8 +14,8 @@ import re
 
 from keras_vit.errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "get_variant", "variant_names",
-           "constructor_names", "BiTVariant", "BIT_VARIANTS", "get_bit_variant",
+__all__ = ["Variant", "VARIANTS", "FAMILIES", "DEMO_VARIANT", "get_variant", "variant_names",
+           "family_names", "constructor_names", "BiTVariant", "BIT_VARIANTS", "get_bit_variant",
            "bit_constructor_names", "get_architecture"]
 
 
@@ -26,12 +26,47 @@ class Variant:
     name: str  # the official spelling, e.g. "ViT-B_16"
     width: int
     depth: int
-    mlp_dim: int
+    mlp_dim: int  # the first MLP layer's width (SwiGLU: both halves, packed)
     heads: int
     patch_size: int  # on the image, or on the ResNet feature map for hybrids
-    classifier: str = "token"  # "token" (class token) or "gap" (mean of patches)
+    # "token" (class token), "gap" (mean of patches) or "map" (attention pooling, MAPHead)
+    classifier: str = "token"
     resnet_stages: tuple | None = None  # BiT units per stage; () = stem only
     resnet_width: int = 1
+    # --- what the families after the paper change (FAMILIES below); the defaults are the
+    # paper's ViT, so its rows read as before.
+    family: str = "ViT"
+    class_token: bool | None = None  # None: a class token exactly when classifier == "token"
+    distilled: bool = False  # DeiT: a distillation token after the class token, and its head
+    register_tokens: int = 0  # learned tokens after the class token (DINOv2 with registers)
+    # Whether the position embedding covers the prefix tokens too (timm's not no_embed_class):
+    # True in the paper, DeiT and DINOv2; False in DeiT III and DINOv2 with registers.
+    embed_prefix_tokens: bool = True
+    layer_scale: float | None = None  # LayerScale's initial value; None: no LayerScale
+    feed_forward: str = "mlp"  # "mlp" (Dense, activation, Dense) or "swiglu" (packed)
+    activation: str = "gelu"  # the MLP's: "gelu" or "quick_gelu" (OpenAI CLIP)
+    # The GELU form of the family's own code, used without weights: tanh in the paper's and
+    # big_vision's JAX code, erf in the PyTorch families'. Weights bring their source's.
+    approximate_gelu: bool = True
+    pre_norm: bool = False  # a LayerNorm before the encoder (CLIP)
+    patch_bias: bool = True  # whether the patch embedding has a bias (not in CLIP)
+    layer_norm_epsilon: float | None = None  # None: the weights' source's (1e-6 official)
+    image_size: int = 224  # the default resolution
+    normalization: tuple | None = None  # (mean, std) on [0, 1] pixels; None: official [-1, 1]
+
+    def __post_init__(self):
+        if self.class_token is None:
+            object.__setattr__(self, "class_token", self.classifier == "token")
+
+    @property
+    def num_prefix_tokens(self):
+        """Tokens before the patches: class, distillation and register tokens."""
+        return int(self.class_token) + int(self.distilled) + self.register_tokens
+
+    @property
+    def position_prefix_tokens(self):
+        """Prefix tokens the position embedding covers (0 with timm's no_embed_class)."""
+        return self.num_prefix_tokens if self.embed_prefix_tokens else 0
 
     @property
     def is_hybrid(self):
@@ -81,13 +116,16 @@ class Variant:
 
     @property
     def short_name(self):
-        """"B/16", "R50+B/16", "B/16-gap"."""
-        return _short(self.name)
+        """"B/16", "R50+B/16", "B/16-gap"; a family's name as it is ("DINOv2-S/14-reg4")."""
+        return self.name if self.family != "ViT" else _short(self.name)
 
     @property
     def constructor_name(self):
-        """"ViT_B16" for ViT-B_16, "ViT_R50_B16" for R50+ViT-B_16; None for gap variants and
-        for variants outside `VARIANTS`, which have no named constructor."""
+        """"ViT_B16" for ViT-B_16, "ViT_R50_B16" for R50+ViT-B_16, "DINOv2_S14_reg4" for
+        DINOv2-S/14-reg4; None for gap variants and for variants outside `VARIANTS` and
+        `FAMILIES`, which have no named constructor."""
+        if FAMILIES.get(self.name) == self:
+            return self.name.replace("/", "").replace("-", "_")
         if self.classifier == "gap" or VARIANTS.get(self.name) != self:
             return None
         resnet, _, vit = self.name.rpartition("+")  # "R50", "ViT-B_16"
@@ -145,6 +183,56 @@ VARIANTS = {
 DEMO_VARIANT = Variant("ViT-demo_4", width=64, depth=4, mlp_dim=128, heads=4, patch_size=4)
 
 
+# --- the families after the paper ------------------------------------------------------------
+# What each family changes, as rows of data (docs/families.md; timm builds them alike:
+# tests/models/test_families.py checks every row against timm's own model). Names follow the
+# families' own: "DeiT-S/16", "DeiT-S/16-distilled", "DeiT3-B/16", "DINOv2-S/14",
+# "DINOv2-S/14-reg4", "SigLIP-B/16", "CLIP-B/32".
+IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+CLIP_MEAN_STD = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+# DINOv2 giant: width 1536, 24 heads, 40 blocks, a SwiGLU feed-forward of 2 x 4096 (packed).
+_FAMILY_SIZES = {**_SIZES, "g": (1536, 40, 8192, 24)}
+
+
+def _family(family, size, patch, suffix="", **fields):
+    width, depth, mlp_dim, heads = _FAMILY_SIZES[size]
+    name = f"{family}-{size}/{patch}{suffix}"
+    return Variant(name, width, depth, mlp_dim, heads, patch, family=family, **fields)
+
+
+# DeiT (Touvron et al. 2021): the paper's ViT trained on ImageNet-1k alone, in PyTorch (erf
+# GELU, ImageNet mean/std); "distilled" adds a distillation token and its head.
+_DEIT = dict(approximate_gelu=False, normalization=IMAGENET_MEAN_STD)
+# DeiT III: LayerScale (1e-6), and a position embedding on the patches only.
+_DEIT3 = dict(_DEIT, layer_scale=1e-6, embed_prefix_tokens=False)
+# DINOv2: LayerScale (1e-5), patch 14, 518 px; with registers, 4 register tokens and a position
+# embedding on the patches only.
+_DINOV2 = dict(_DEIT, layer_scale=1e-5, image_size=518)
+_REG4 = dict(register_tokens=4, embed_prefix_tokens=False)
+# SigLIP: no class token, attention pooling (MAPHead); big_vision's tanh GELU; [-1, 1] pixels.
+_SIGLIP = dict(classifier="map")
+# OpenAI CLIP's image tower: a LayerNorm before the encoder, no patch bias, epsilon 1e-5,
+# QuickGELU.
+_CLIP = dict(pre_norm=True, patch_bias=False, layer_norm_epsilon=1e-5, activation="quick_gelu",
+             normalization=CLIP_MEAN_STD)
+
+FAMILIES = {
+    v.name: v
+    for v in [
+        *(_family("DeiT", size, 16, **_DEIT) for size in ("Ti", "S", "B")),
+        *(_family("DeiT", size, 16, "-distilled", distilled=True, **_DEIT)
+          for size in ("Ti", "S", "B")),
+        *(_family("DeiT3", size, 16, **_DEIT3) for size in ("S", "B", "L")),
+        *(_family("DINOv2", size, 14, **_DINOV2) for size in ("S", "B", "L")),
+        _family("DINOv2", "g", 14, feed_forward="swiglu", **_DINOV2),
+        *(_family("DINOv2", size, 14, "-reg4", **_DINOV2, **_REG4) for size in ("S", "B", "L")),
+        _family("DINOv2", "g", 14, "-reg4", feed_forward="swiglu", **_DINOV2, **_REG4),
+        _family("SigLIP", "B", 16, **_SIGLIP),
+        *(_family("CLIP", size, patch, **_CLIP) for size, patch in (("B", 32), ("B", 16), ("L", 14))),
+    ]
+}
+
+
 def _short(official):
     short = official.replace("ViT-", "").replace("_", "/").replace("-gap-norep", "-gap")
     return short
@@ -158,7 +246,7 @@ def _canonical_key(name):
     return key
 
 
-_BY_KEY = {**{_canonical_key(v.name): v for v in VARIANTS.values()},
+_BY_KEY = {**{_canonical_key(v.name): v for v in [*VARIANTS.values(), *FAMILIES.values()]},
            "demo": DEMO_VARIANT, _canonical_key(DEMO_VARIANT.name): DEMO_VARIANT}
 
 
@@ -167,9 +255,15 @@ def variant_names():
     return list(VARIANTS)
 
 
+def family_names():
+    """Names of every family variant ("DeiT-Ti/16", ...), in table order."""
+    return list(FAMILIES)
+
+
 def constructor_names():
-    """The named constructors' names ("ViT_Ti16", ...), in table order."""
-    return [v.constructor_name for v in VARIANTS.values() if v.constructor_name]
+    """The named constructors' names ("ViT_Ti16", ..., "DeiT_Ti16", ...), in table order."""
+    return [v.constructor_name for v in [*VARIANTS.values(), *FAMILIES.values()]
+            if v.constructor_name]
 
 
 def get_variant(name):
@@ -185,8 +279,9 @@ def get_variant(name):
     if variant is None:
         from keras_vit._support.names import did_you_mean
 
-        known = ", ".join(f'"{v.short_name}"' for v in VARIANTS.values())
-        hint = did_you_mean(name, [v.short_name for v in VARIANTS.values()] + list(VARIANTS))
+        every = [*VARIANTS.values(), *FAMILIES.values()]
+        known = ", ".join(f'"{v.short_name}"' for v in every)
+        hint = did_you_mean(name, [v.short_name for v in every] + list(VARIANTS))
         if _BIT_KEY.fullmatch(_bit_key(name)):
             raise ArgumentError(f"{name!r} is a BiT ResNet, not a ViT: build it with "
                                 f"keras_vit.BiT({name!r}).")
@@ -213,9 +308,27 @@ TIMM_ARCHITECTURES = {
     "vit_large_patch16": ("ViT-L_16", None),
     "vit_large_patch32": ("ViT-L_32", None),
     "vit_huge_patch14": ("ViT-H_14", None),
-    "deit_tiny_patch16": ("ViT-Ti_16", None),
-    "deit_small_patch16": ("ViT-S_16", None),
-    "deit_base_patch16": ("ViT-B_16", None),
+    "deit_tiny_patch16": ("DeiT-Ti/16", None),
+    "deit_small_patch16": ("DeiT-S/16", None),
+    "deit_base_patch16": ("DeiT-B/16", None),
+    "deit_tiny_distilled_patch16": ("DeiT-Ti/16-distilled", None),
+    "deit_small_distilled_patch16": ("DeiT-S/16-distilled", None),
+    "deit_base_distilled_patch16": ("DeiT-B/16-distilled", None),
+    "deit3_small_patch16": ("DeiT3-S/16", None),
+    "deit3_base_patch16": ("DeiT3-B/16", None),
+    "deit3_large_patch16": ("DeiT3-L/16", None),
+    "vit_small_patch14_dinov2": ("DINOv2-S/14", None),
+    "vit_base_patch14_dinov2": ("DINOv2-B/14", None),
+    "vit_large_patch14_dinov2": ("DINOv2-L/14", None),
+    "vit_giant_patch14_dinov2": ("DINOv2-g/14", None),
+    "vit_small_patch14_reg4_dinov2": ("DINOv2-S/14-reg4", None),
+    "vit_base_patch14_reg4_dinov2": ("DINOv2-B/14-reg4", None),
+    "vit_large_patch14_reg4_dinov2": ("DINOv2-L/14-reg4", None),
+    "vit_giant_patch14_reg4_dinov2": ("DINOv2-g/14-reg4", None),
+    "vit_base_patch16_siglip": ("SigLIP-B/16", None),
+    "vit_base_patch32_clip_quickgelu": ("CLIP-B/32", None),
+    "vit_base_patch16_clip_quickgelu": ("CLIP-B/16", None),
+    "vit_large_patch14_clip_quickgelu": ("CLIP-L/14", None),
     "vit_base_patch16_gap": ("ViT-B_16-gap-norep", 16),
     "vit_tiny_r_s16_p8": ("R+ViT-Ti_16", None),
     "vit_small_r26_s32": ("R26+ViT-S_32", None),
@@ -233,7 +346,7 @@ def timm_variant(architecture):
     if base not in TIMM_ARCHITECTURES:
         return None
     official, heads = TIMM_ARCHITECTURES[base]
-    variant = VARIANTS[official]
+    variant = VARIANTS.get(official) or FAMILIES[official]
     if heads is None:
         return variant
     return dataclasses.replace(variant, heads=heads, name=architecture.split(".", 1)[0])

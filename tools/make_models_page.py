@@ -12,8 +12,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from keras_vit.checkpoints import catalogue
-from keras_vit.variants import BIT_VARIANTS, VARIANTS
+from keras_vit.variants import BIT_VARIANTS, FAMILIES, VARIANTS
 from tests.models.test_bit import TIMM_PARAMS
+from tests.models.test_families import FAMILY_PARAMS
 from tests.models.test_variants import EXPECTED_PARAMS
 
 PAGE = os.path.join(os.path.dirname(__file__), "..", "docs", "models-and-weights.md")
@@ -72,6 +73,19 @@ multiples of it.
 
 | variant | constructor | width | depth | MLP | heads | stride | pooling | parameters |
 |---|---|---|---|---|---|---|---|---|
+"""
+
+FAMILY_TABLE = """
+## Families
+
+The families after the paper, one row each of `keras_vit.FAMILIES`; what each changes and
+where its weights live: [Families](families.md). timm's architecture names work as variant
+names (`keras_vit.ViT("vit_small_patch14_reg4_dinov2")`). Parameters at the default size
+with a 1000-class head, equal to timm's (asserted by `tests/models/test_families.py`).
+"Prefix" counts the tokens before the patches (class, distillation, registers).
+
+| variant | constructor | width | depth | MLP | heads | patch | image px | prefix | pooling | parameters |
+|---|---|---|---|---|---|---|---|---|---|---|
 """
 
 WEIGHTS = """
@@ -199,6 +213,14 @@ def render():
         pooling = "class token" if v.classifier == "token" else "mean (gap)"
         lines.append(f"| {v.name} | {constructor_name(v)} | {v.width} | {v.depth} | {v.mlp_dim} | "
                      f"{v.heads} | {v.total_stride} | {pooling} | {count} |\n")
+    lines.append(FAMILY_TABLE)
+    for v in FAMILIES.values():
+        pooling = {"token": "class token", "map": "MAP head"}[v.classifier]
+        pooling += " + distillation" if v.distilled else ""
+        mlp = f"{v.mlp_dim} (SwiGLU)" if v.feed_forward == "swiglu" else str(v.mlp_dim)
+        lines.append(f"| {v.name} | `{v.constructor_name}` | {v.width} | {v.depth} | {mlp} | "
+                     f"{v.heads} | {v.patch_size} | {v.image_size} | {v.num_prefix_tokens} | "
+                     f"{pooling} | {FAMILY_PARAMS[v.name]:,} |\n")
     lines.append(WEIGHTS)
     for c in catalogue():
         if c.hub or c.format == "bit":

@@ -27,7 +27,11 @@ __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_ke
            "KEY_KERNEL", "KEY_BIAS", "VALUE_KERNEL", "VALUE_BIAS", "OUT_KERNEL", "OUT_BIAS",
            "MLP0_KERNEL", "MLP0_BIAS", "MLP1_KERNEL", "MLP1_BIAS", "TRUNK_ROOT_KERNEL",
            "TRUNK_ROOT_SCALE", "TRUNK_ROOT_BIAS", "UNIT", "UNIT_PARTS", "UNIT_CONV_KERNEL",
-           "UNIT_NORM"]
+           "UNIT_NORM", "DIST_TOKEN_KEY", "REG_TOKEN_KEY", "PRE_NORM_SCALE", "PRE_NORM_BIAS",
+           "LS1_SCALE", "LS3_SCALE", "HEAD_DIST_KERNEL_KEY", "HEAD_DIST_BIAS_KEY", "MAP_PROBE",
+           "MAP_QUERY_KERNEL", "MAP_QUERY_BIAS", "MAP_KEY_KERNEL", "MAP_KEY_BIAS",
+           "MAP_VALUE_KERNEL", "MAP_VALUE_BIAS", "MAP_OUT_KERNEL", "MAP_OUT_BIAS", "MAP_LN_SCALE",
+           "MAP_LN_BIAS", "MAP_MLP0_KERNEL", "MAP_MLP0_BIAS", "MAP_MLP1_KERNEL", "MAP_MLP1_BIAS"]
 
 # The official keys, as released (pre-Linen names); "{i}" is an encoder block's index, "{s}"
 # and "{u}" a hybrid trunk's stage and unit (both from 1). Every other module names a key
@@ -51,6 +55,24 @@ VALUE_KERNEL, VALUE_BIAS = ATTENTION + "/value/kernel", ATTENTION + "/value/bias
 OUT_KERNEL, OUT_BIAS = ATTENTION + "/out/kernel", ATTENTION + "/out/bias"
 MLP0_KERNEL, MLP0_BIAS = BLOCK + "/MlpBlock_3/Dense_0/kernel", BLOCK + "/MlpBlock_3/Dense_0/bias"
 MLP1_KERNEL, MLP1_BIAS = BLOCK + "/MlpBlock_3/Dense_1/kernel", BLOCK + "/MlpBlock_3/Dense_1/bias"
+# The families' additions (keras_vit/variants.py FAMILIES), spelled in the same style: DeiT's
+# distillation token and head, DINOv2's register tokens, LayerScale after each block's
+# attention and MLP, CLIP's LayerNorm before the encoder, and SigLIP's attention-pooling head
+# as big_vision names it (MAPHead_0/...).
+DIST_TOKEN_KEY, REG_TOKEN_KEY = "dist_token", "reg_token"  # (1, 1, D), (1, registers, D)
+PRE_NORM_SCALE, PRE_NORM_BIAS = "Transformer/pre_norm/scale", "Transformer/pre_norm/bias"
+LS1_SCALE, LS3_SCALE = BLOCK + "/LayerScale_1/scale", BLOCK + "/LayerScale_3/scale"
+HEAD_DIST_KERNEL_KEY, HEAD_DIST_BIAS_KEY = "head_dist/kernel", "head_dist/bias"
+MAP = "MAPHead_0"
+MAP_PROBE = MAP + "/probe"  # (1, 1, D)
+MAP_ATTENTION = MAP + "/MultiHeadDotProductAttention_0"
+MAP_QUERY_KERNEL, MAP_QUERY_BIAS = MAP_ATTENTION + "/query/kernel", MAP_ATTENTION + "/query/bias"
+MAP_KEY_KERNEL, MAP_KEY_BIAS = MAP_ATTENTION + "/key/kernel", MAP_ATTENTION + "/key/bias"
+MAP_VALUE_KERNEL, MAP_VALUE_BIAS = MAP_ATTENTION + "/value/kernel", MAP_ATTENTION + "/value/bias"
+MAP_OUT_KERNEL, MAP_OUT_BIAS = MAP_ATTENTION + "/out/kernel", MAP_ATTENTION + "/out/bias"
+MAP_LN_SCALE, MAP_LN_BIAS = MAP + "/LayerNorm_0/scale", MAP + "/LayerNorm_0/bias"
+MAP_MLP0_KERNEL, MAP_MLP0_BIAS = MAP + "/MlpBlock_0/Dense_0/kernel", MAP + "/MlpBlock_0/Dense_0/bias"
+MAP_MLP1_KERNEL, MAP_MLP1_BIAS = MAP + "/MlpBlock_0/Dense_1/kernel", MAP + "/MlpBlock_0/Dense_1/bias"
 # The hybrids' ResNet trunk.
 TRUNK_ROOT_KERNEL = "conv_root/kernel"
 TRUNK_ROOT_SCALE, TRUNK_ROOT_BIAS = "gn_root/scale", "gn_root/bias"
@@ -62,7 +84,7 @@ UNIT_NORM = {norm: (f"{UNIT}/{norm}/scale", f"{UNIT}/{norm}/bias") for _, norm i
 # BiT's release files (big_transfer): every key under "resnet/".
 BIT_ROOT_KEY = "resnet/root_block/standardized_conv2d/kernel"  # (7, 7, 3, 64 * width)
 BIT_HEAD_KERNEL_KEY = "resnet/head/conv2d/kernel"  # (1, 1, features, classes)
-HEAD_PREFIXES = ("head/", "resnet/head/")
+HEAD_PREFIXES = ("head/", "head_dist/", "resnet/head/")
 # Keys a model may leave unused: a fine-tuned model drops the pre-training head.
 DROPPABLE_PREFIXES = ("pre_logits/", *HEAD_PREFIXES)
 # Every key of the hybrids' ResNet trunk starts with one of these.
@@ -141,7 +163,8 @@ def layout(model):
 
     def dense(prefix, layer):
         rows.append(Row((f"{prefix}/kernel",), layer.kernel))
-        rows.append(Row((f"{prefix}/bias",), layer.bias))
+        if layer.bias is not None:  # CLIP's patch embedding has none
+            rows.append(Row((f"{prefix}/bias",), layer.bias))
 
     def norm(prefix, layer):
         rows.append(Row((f"{prefix}/scale",), layer.gamma))
@@ -153,8 +176,13 @@ def layout(model):
         dense("embedding", model.get_layer("embedding"))
     if "cls" in names:
         rows.append(Row(("cls",), model.get_layer("cls").cls))
+    for key in (DIST_TOKEN_KEY, REG_TOKEN_KEY):  # the layers carry the keys' names
+        if key in names:
+            rows.append(Row((key,), model.get_layer(key).tokens))
     if "posembed_input" in names:
         rows.append(Row((POS_EMBED_KEY,), model.get_layer("posembed_input").pos_embedding))
+    if "pre_norm" in names:
+        norm("Transformer/pre_norm", model.get_layer("pre_norm"))
     block = 0
     while f"encoderblock_{block}" in names:
         layer = model.get_layer(f"encoderblock_{block}")
@@ -164,10 +192,15 @@ def layout(model):
         norm(f"{prefix}/LayerNorm_2", layer.norm_2)
         dense(f"{prefix}/MlpBlock_3/Dense_0", layer.mlp.dense_0)
         dense(f"{prefix}/MlpBlock_3/Dense_1", layer.mlp.dense_1)
+        for scale in (layer.layer_scale_1, layer.layer_scale_3):
+            if scale is not None:
+                rows.append(Row((f"{prefix}/{scale.name}/scale",), scale.scale))
         block += 1
     if "encoder_norm" in names:
         norm("Transformer/encoder_norm", model.get_layer("encoder_norm"))
-    for name in ("pre_logits", "head"):
+    if "map_pool" in names:
+        rows += _map_head_rows(model.get_layer("map_pool"))
+    for name in ("pre_logits", "head", "head_dist"):
         if name in names:
             dense(name, model.get_layer(name))
     for row in rows:
@@ -256,6 +289,35 @@ def _attention_rows(prefix, attention):
             lambda a: a[0].reshape(width, width), ((heads, head_dim, width),)),
         Row((f"{prefix}/out/bias",), attention.out_bias),
     ]
+
+
+def _map_head_rows(head):
+    """The rows of a `MAPHead`, in big_vision's MAPHead_0 layout: the probe, the attention's
+    query (D, heads, head_dim) and key and value (fused in keras_vit's (D, 2 D) kernel), the
+    output (heads, head_dim, D), the LayerNorm and the MLP."""
+    width, heads = head.query_kernel.shape[0], head.num_heads
+    head_dim = width // heads
+    rows = [
+        Row((MAP_PROBE,), head.probe),
+        Row((MAP_QUERY_KERNEL,), head.query_kernel, lambda a: a[0].reshape(width, width),
+            ((width, heads, head_dim),)),
+        Row((MAP_QUERY_BIAS,), head.query_bias, lambda a: a[0].reshape(width), ((heads, head_dim),)),
+        Row((MAP_KEY_KERNEL, MAP_VALUE_KERNEL), head.kv_kernel,
+            lambda a: np.concatenate([x.reshape(width, width) for x in a], axis=1),
+            ((width, heads, head_dim),) * 2),
+        Row((MAP_KEY_BIAS, MAP_VALUE_BIAS), head.kv_bias,
+            lambda a: np.concatenate([x.reshape(width) for x in a]), ((heads, head_dim),) * 2),
+        Row((MAP_OUT_KERNEL,), head.out_kernel, lambda a: a[0].reshape(width, width),
+            ((heads, head_dim, width),)),
+        Row((MAP_OUT_BIAS,), head.out_bias),
+        Row((MAP_LN_SCALE,), head.norm.gamma), Row((MAP_LN_BIAS,), head.norm.beta),
+    ]
+    for key, variable in ((MAP_MLP0_KERNEL, head.mlp.dense_0.kernel),
+                          (MAP_MLP0_BIAS, head.mlp.dense_0.bias),
+                          (MAP_MLP1_KERNEL, head.mlp.dense_1.kernel),
+                          (MAP_MLP1_BIAS, head.mlp.dense_1.bias)):
+        rows.append(Row((key,), variable))
+    return rows
 
 
 def describe_architecture(arrays):

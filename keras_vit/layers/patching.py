@@ -23,7 +23,7 @@ class PatchEncoder(keras.layers.Layer):
 
     `input_normalization`, ((mean,) * 3, (std,) * 3) or None for the official [-1, 1],
     records what the weights expect of their input (keras_vit.normalization); it changes
-    no computation.
+    no computation. `use_bias=False` leaves the bias out (OpenAI CLIP's patch embedding).
 
     `flatten=False` returns the grid `(batch, rows, cols, width)` instead, whose shape tells
     `AddPositionEmbedding` the grid of an image whose size is only known at call time.
@@ -32,7 +32,7 @@ class PatchEncoder(keras.layers.Layer):
     """
 
     def __init__(self, hidden_size, patch_size, kernel_initializer="lecun_normal",
-                 bias_initializer="zeros", input_normalization=None, flatten=True, pad=False,
+                 bias_initializer="zeros", input_normalization=None, use_bias=True, flatten=True, pad=False,
                  **kwargs):
         super().__init__(**kwargs)
         if hidden_size <= 0 or patch_size <= 0:
@@ -42,6 +42,7 @@ class PatchEncoder(keras.layers.Layer):
         self.patch_size = patch_size
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.use_bias = bool(use_bias)
         self.input_normalization = (None if input_normalization is None else
                                     [[float(v) for v in part] for part in input_normalization])
         self.flatten = bool(flatten)
@@ -52,8 +53,10 @@ class PatchEncoder(keras.layers.Layer):
         p = self.patch_size
         self.kernel = self.add_weight(name="kernel", shape=(p, p, channels, self.hidden_size),
                                       initializer=self.kernel_initializer)
-        self.bias = self.add_weight(name="bias", shape=(self.hidden_size,),
-                                    initializer=self.bias_initializer)
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(name="bias", shape=(self.hidden_size,),
+                                        initializer=self.bias_initializer)
 
     def call(self, images):
         if self.pad:
@@ -62,7 +65,8 @@ class PatchEncoder(keras.layers.Layer):
                                       [0, (p - shape[2] % p) % p], [0, 0]])
         x = ops.conv(images, ops.cast(self.kernel, images.dtype), strides=self.patch_size,
                      padding="valid")
-        x = x + ops.cast(self.bias, x.dtype)
+        if self.bias is not None:
+            x = x + ops.cast(self.bias, x.dtype)
         if not self.flatten:
             return x
         shape = ops.shape(x)
@@ -88,6 +92,7 @@ class PatchEncoder(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "input_normalization": self.input_normalization,
+            "use_bias": self.use_bias,
             "flatten": self.flatten,
             "pad": self.pad,
         }

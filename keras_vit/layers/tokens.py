@@ -1,4 +1,4 @@
-"""ClassToken, AddPositionEmbedding, and the position-embedding resize."""
+"""ClassToken, PrefixTokens, AddPositionEmbedding, and the position-embedding resize."""
 
 import keras
 import numpy as np
@@ -7,7 +7,7 @@ from keras import ops
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.interpolation import bicubic_resize_matrix
 
-__all__ = ["ClassToken", "AddPositionEmbedding", "resize_position_embedding"]
+__all__ = ["ClassToken", "PrefixTokens", "AddPositionEmbedding", "resize_position_embedding"]
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -26,6 +26,40 @@ class ClassToken(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         n = None if input_shape[1] is None else input_shape[1] + 1
         return (input_shape[0], n, input_shape[2])
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PrefixTokens(keras.layers.Layer):
+    """Prepends `num_tokens` learned tokens: `(batch, n, D) -> (batch, n + num_tokens, D)`.
+
+    The class token's generalisation, for DeiT's distillation token (one) and DINOv2's
+    register tokens (four). The tokens `(1, num_tokens, D)` start at zero, as timm's
+    `dist_token` and `reg_token` are laid out; a model prepends these first, then its
+    class token, so that the class token comes first (timm's order).
+    """
+
+    def __init__(self, num_tokens=1, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
+            raise ArgumentError(f"num_tokens must be a positive int, got {num_tokens!r}.")
+        self.num_tokens = num_tokens
+
+    def build(self, input_shape):
+        self.tokens = self.add_weight(name="tokens", shape=(1, self.num_tokens, input_shape[-1]),
+                                      initializer="zeros")
+
+    def call(self, tokens):
+        prefix = ops.cast(self.tokens, tokens.dtype)
+        prefix = ops.broadcast_to(prefix, (ops.shape(tokens)[0], self.num_tokens,
+                                           ops.shape(tokens)[-1]))
+        return ops.concatenate([prefix, tokens], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        n = None if input_shape[1] is None else input_shape[1] + self.num_tokens
+        return (input_shape[0], n, input_shape[2])
+
+    def get_config(self):
+        return {**super().get_config(), "num_tokens": self.num_tokens}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

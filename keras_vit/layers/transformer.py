@@ -14,7 +14,8 @@ from keras_vit._support.private_keras import check_private_keras
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.drop_path import DropPath
 
-__all__ = ["MultiHeadSelfAttention", "MlpBlock", "TransformerBlock", "use_fused_attention"]
+__all__ = ["MultiHeadSelfAttention", "MlpBlock", "LayerScale", "TransformerBlock",
+           "use_fused_attention", "MLP_ACTIVATIONS"]
 
 LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 breaks parity
 # The MLP's two dense layers, named as the checkpoint's (weights map by name); the JAX
@@ -22,6 +23,10 @@ LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 breaks pari
 MLP_HIDDEN_NAME, MLP_OUTPUT_NAME = "Dense_0", "Dense_1"
 # The attention's projections LoRA can adapt, in the fused kernel's column order, then the output.
 LORA_TARGETS = ("query", "key", "value", "out")
+# The feed-forwards a block computes: GELU (the paper's), OpenAI CLIP's QuickGELU x * sigmoid(1.702 x),
+# and DINOv2 giant's SwiGLU: silu(a) * b of the two halves (a, b) of one packed first layer,
+# as timm's SwiGLUPacked (the second layer then reads mlp_dim // 2 features).
+MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -182,14 +187,22 @@ class MlpBlock(keras.layers.Layer):
     """Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout.
 
     `approximate_gelu=True` is the tanh approximation the official models
-    compute (flax `nn.gelu`); `False` is the exact erf form.
+    compute (flax `nn.gelu`); `False` is the exact erf form. `activation`
+    "quick_gelu" is OpenAI CLIP's `x * sigmoid(1.702 x)`; "swiglu" is DINOv2
+    giant's gated unit: the first layer's `mlp_dim` outputs are two halves
+    `(a, b)`, and `silu(a) * b` (`mlp_dim // 2` features) feeds the second.
     """
 
-    def __init__(self, mlp_dim, dropout=0.0, approximate_gelu=True, **kwargs):
+    def __init__(self, mlp_dim, dropout=0.0, approximate_gelu=True, activation="gelu", **kwargs):
         super().__init__(**kwargs)
+        if activation not in MLP_ACTIVATIONS:
+            raise ArgumentError(f"activation must be one of {MLP_ACTIVATIONS}, got {activation!r}.")
+        if activation == "swiglu" and mlp_dim % 2:
+            raise ArgumentError(f"A SwiGLU feed-forward packs two halves: mlp_dim {mlp_dim} is odd.")
         self.mlp_dim = mlp_dim
         self.dropout = dropout
         self.approximate_gelu = approximate_gelu
+        self.activation = activation
         policy = self.dtype_policy
         self.dense_0 = keras.layers.Dense(mlp_dim, name=MLP_HIDDEN_NAME, dtype=policy,
                                           kernel_initializer="glorot_uniform",
@@ -202,14 +215,22 @@ class MlpBlock(keras.layers.Layer):
                                           kernel_initializer="glorot_uniform",
                                           bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
         self.dense_0.build(input_shape)
-        self.dense_1.build((*input_shape[:-1], self.mlp_dim))
+        hidden = self.mlp_dim // 2 if self.activation == "swiglu" else self.mlp_dim
+        self.dense_1.build((*input_shape[:-1], hidden))
 
     def call(self, x, training=None):
         # On a 2-D (batch * tokens, D) input Dense is MatMul + BiasAdd, which TensorFlow
         # fuses with the GELU into one kernel; a 3-D input would put a reshape between them.
         shape = ops.shape(x)
         x = ops.reshape(x, (-1, x.shape[-1]))
-        x = ops.gelu(self.dense_0(x), approximate=self.approximate_gelu)
+        x = self.dense_0(x)
+        if self.activation == "gelu":
+            x = ops.gelu(x, approximate=self.approximate_gelu)
+        elif self.activation == "quick_gelu":
+            x = x * ops.sigmoid(ops.cast(1.702, x.dtype) * x)
+        else:  # swiglu
+            gate, value = ops.split(x, 2, axis=-1)
+            x = ops.silu(gate) * value
         x = self.dropout_0(x, training=training)
         x = self.dropout_1(self.dense_1(x), training=training)
         return ops.reshape(x, shape)
@@ -219,7 +240,32 @@ class MlpBlock(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout": self.dropout,
-                "approximate_gelu": self.approximate_gelu}
+                "approximate_gelu": self.approximate_gelu, "activation": self.activation}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class LayerScale(keras.layers.Layer):
+    """Multiplies each channel by a learned scale, `(..., D) -> (..., D)`: CaiT's LayerScale,
+    as DeiT III and DINOv2 put it on each residual branch (timm's `ls1`, `ls2`). The scale
+    starts at `init_value` (1e-6 in DeiT III, 1e-5 in DINOv2), so a new block starts close to
+    the identity."""
+
+    def __init__(self, init_value=1e-5, **kwargs):
+        super().__init__(**kwargs)
+        self.init_value = float(init_value)
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(name="scale", shape=(input_shape[-1],),
+                                     initializer=keras.initializers.Constant(self.init_value))
+
+    def call(self, x):
+        return x * ops.cast(self.scale, x.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "init_value": self.init_value}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -241,8 +287,12 @@ class TransformerBlock(keras.layers.Layer):
 
     def __init__(self, num_heads, mlp_dim, dropout=0.0, attention_dropout=0.0,
                  approximate_gelu=True, layer_norm_epsilon=LAYER_NORM_EPSILON, drop_path=0.0,
-                 **kwargs):
+                 activation="gelu", layer_scale=None, **kwargs):
         super().__init__(**kwargs)
+        # The families' switches (keras_vit/variants.py): the MLP's activation, and LayerScale
+        # on both residual branches (None: none, as in the paper).
+        self.activation = activation
+        self.layer_scale = layer_scale
         self.num_heads = num_heads
         # transformers' google/vit-* models use 1e-12; the official ones 1e-6.
         self.layer_norm_epsilon = layer_norm_epsilon
@@ -262,11 +312,18 @@ class TransformerBlock(keras.layers.Layer):
         self.norm_2 = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="LayerNorm_2",
                                                       dtype=policy)
         self.mlp = MlpBlock(mlp_dim, dropout=dropout, approximate_gelu=approximate_gelu,
-                            name="MlpBlock_3", dtype=policy)
+                            activation=activation, name="MlpBlock_3", dtype=policy)
+        # Named after the branch each scales, as the other sub-layers are numbered.
+        self.layer_scale_1 = self.layer_scale_3 = None
+        if layer_scale is not None:
+            self.layer_scale_1 = LayerScale(layer_scale, name="LayerScale_1", dtype=policy)
+            self.layer_scale_3 = LayerScale(layer_scale, name="LayerScale_3", dtype=policy)
 
     def build(self, input_shape):
-        for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
-            layer.build(input_shape)
+        for layer in (self.norm_0, self.attention, self.norm_2, self.mlp, self.layer_scale_1,
+                      self.layer_scale_3):
+            if layer is not None:
+                layer.build(input_shape)
 
     def call(self, x, training=None, return_attention_scores=False, first_token_only=False):
         attended = self.attention(self.norm_0(x), training=training,
@@ -276,9 +333,14 @@ class TransformerBlock(keras.layers.Layer):
             attended, weights = attended
         if first_token_only:
             x = x[:, :1]
+        if self.layer_scale_1 is not None:
+            attended = self.layer_scale_1(attended)
         x = x + self.drop_path_0(self.attention_output_dropout(attended, training=training),
                                  training=training)
-        x = x + self.drop_path_1(self.mlp(self.norm_2(x), training=training), training=training)
+        fed_forward = self.mlp(self.norm_2(x), training=training)
+        if self.layer_scale_3 is not None:
+            fed_forward = self.layer_scale_3(fed_forward)
+        x = x + self.drop_path_1(fed_forward, training=training)
         if return_attention_scores:
             return x, weights
         return x
@@ -300,6 +362,8 @@ class TransformerBlock(keras.layers.Layer):
             "approximate_gelu": self.approximate_gelu,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "drop_path": self.drop_path,
+            "activation": self.activation,
+            "layer_scale": self.layer_scale,
         }
 
 

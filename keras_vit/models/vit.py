@@ -11,7 +11,9 @@ from keras_vit.errors import ArgumentError
 from keras_vit.layers import (
     AddPositionEmbedding,
     ClassToken,
+    MAPHead,
     PatchEncoder,
+    PrefixTokens,
     ResNetTrunk,
     TokenPooling,
     TransformerBlock,
@@ -27,13 +29,13 @@ from keras_vit.models.arguments import (
 )
 from keras_vit.models.memory import check_fits
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, rescaling_arguments
-from keras_vit.variants import VARIANTS, constructor_names, get_variant
+from keras_vit.variants import FAMILIES, VARIANTS, constructor_names, get_variant
 
-# ViT and one named constructor per official non-gap variant (ViT_Ti16, ...), made at the end
-# of this file from the variant table.
+# ViT and one named constructor per official non-gap variant (ViT_Ti16, ...) and per family
+# variant (DeiT_S16, DINOv2_S14_reg4, ...), made at the end of this file from the tables.
 __all__ = ["ViT", *constructor_names()]
 
-_POOLINGS = ("token", "gap", "max", None)
+_POOLINGS = ("token", "gap", "max", "map", None)
 # keras.applications' spellings: "avg" is the mean of the patch tokens ("gap"); "max" their
 # maximum, per feature (features only: no official head was trained on it).
 _POOLING_ALIASES = {"avg": "gap", "max": "max"}
@@ -159,12 +161,13 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
                 raise ArgumentError(f"{rate_name} must be in [0, 1), got {rate}.")
 
         # A model computes what its weights' library computes, unless the caller says otherwise.
-        source_gelu, source_epsilon = source.numerics if source else (True, LAYER_NORM_EPSILON)
+        source_gelu, source_epsilon = _numerics(variant, source)
         approximate_gelu = source_gelu if approximate_gelu is None else approximate_gelu
         epsilon = source_epsilon if layer_norm_epsilon is None else layer_norm_epsilon
 
         # The pixels the weights expect: include_preprocessing computes it; the model records it.
-        normalization = (source.normalization if source is not None else None) or OFFICIAL_NORMALIZATION
+        normalization = ((source.normalization if source is not None else None)
+                         or variant.normalization or OFFICIAL_NORMALIZATION)
         head = _Head(include_top, classes, pooling, classifier_activation, representation_size)
         trunk_numerics = (source.trunk_numerics if source is not None else None) or {}
         model = _build(built, image_size, channels, head, dropout, attention_dropout,
@@ -177,14 +180,27 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
     return model
 
 
+def _numerics(variant, source):
+    """(approximate_gelu, layer_norm_epsilon): the source's, else the family's own. An epsilon
+    the family fixes (CLIP's 1e-5) holds unless the source records its own; the GELU form is
+    the source library's (timm computes erf GELU for every family, big_vision tanh)."""
+    if source is None:
+        return variant.approximate_gelu, variant.layer_norm_epsilon or LAYER_NORM_EPSILON
+    gelu, epsilon = source.numerics
+    if variant.layer_norm_epsilon is not None and source.layer_norm_epsilon is None:
+        epsilon = variant.layer_norm_epsilon
+    return gelu, epsilon
+
+
 def _default_name(variant):
-    # TensorFlow scope names reject "+"; the AugReg file names spell it "_" too (R50_L_32).
-    return variant.name.replace("+", "_")
+    # TensorFlow scope names reject "+" and Keras "/"; the AugReg file names spell "+" as "_"
+    # too (R50_L_32). "DINOv2-S/14" is "DINOv2-S_14".
+    return variant.name.replace("+", "_").replace("/", "_")
 
 
 def _image_size(image_size, source, variant):
     if image_size is None:
-        image_size = source.resolution if source and source.resolution else 224
+        image_size = source.resolution if source and source.resolution else variant.image_size
     image_size = size_argument(image_size)
     if min(variant.feature_size(s) for s in image_size) < variant.patch_size:
         raise ArgumentError(f"patch_size {variant.patch_size} is larger than the image "
@@ -228,12 +244,17 @@ def _check_hybrid_image_size(variant, image_size):
 
 def _check_head_arguments(variant, include_top, pooling, classifier_activation):
     if pooling not in _POOLINGS:
-        raise ArgumentError(f'pooling must be "token", "gap" (or "avg"), "max" or None, got {pooling!r}.')
+        raise ArgumentError(f'pooling must be "token", "gap" (or "avg"), "max", "map" or None, '
+                            f'got {pooling!r}.')
     if pooling == "max" and include_top:
         raise ArgumentError('pooling="max" gives features (include_top=False); no official head '
                             'was trained on it. With the head use "token" or "gap".')
-    if pooling == "token" and variant.classifier == "gap":
-        raise ArgumentError(f'{variant.short_name} has no class token; use pooling="gap" or None.')
+    if pooling == "token" and not variant.class_token:
+        raise ArgumentError(f'{variant.short_name} has no class token; use pooling='
+                            f'"{variant.classifier}", "gap" or None.')
+    if pooling == "map" and variant.classifier != "map":
+        raise ArgumentError(f'{variant.short_name} has no attention-pooling (MAP) head; use '
+                            f'pooling="{variant.classifier}", "gap" or None.')
     if include_top and pooling is None:
         raise ArgumentError("include_top=True needs pooled features: pooling must be "
                             '"token" or "gap", not None.')
@@ -273,29 +294,46 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
     recorded = None if normalization == OFFICIAL_NORMALIZATION else normalization
     # Any image size: the patches keep their grid, whose shape sizes the position embedding.
     x = grid = PatchEncoder(variant.width, variant.patch_size, input_normalization=recorded,
-                            flatten=not dynamic, pad=dynamic, name="embedding")(x)
+                            use_bias=variant.patch_bias, flatten=not dynamic, pad=dynamic,
+                            name="embedding")(x)
     if dynamic:
         x = keras.layers.Reshape((-1, variant.width), name="patch_tokens")(grid)
-    has_cls = variant.classifier == "token"
-    if has_cls:
-        x = ClassToken(name="cls")(x)
-    posembed = AddPositionEmbedding(variant.token_grid(image_size), num_prefix_tokens=int(has_cls),
-                                    dynamic_grid=dynamic, name="posembed_input")
-    x = posembed(x, grid=grid) if dynamic else posembed(x)
+    position_embedding = AddPositionEmbedding(
+        variant.token_grid(image_size), num_prefix_tokens=variant.position_prefix_tokens,
+        dynamic_grid=dynamic, name="posembed_input")
+
+    def embed(tokens):
+        return position_embedding(tokens, grid=grid) if dynamic else position_embedding(tokens)
+
+    if not variant.embed_prefix_tokens:  # DeiT III, DINOv2 with registers: patches only
+        x = embed(x)
+    x = _prefix_tokens(variant, x)
+    if variant.embed_prefix_tokens:
+        x = embed(x)
     x = keras.layers.Dropout(dropout)(x)
+    if variant.pre_norm:  # CLIP: a LayerNorm before the encoder
+        x = keras.layers.LayerNormalization(epsilon=epsilon, name="pre_norm")(x)
+    activation = "swiglu" if variant.feed_forward == "swiglu" else variant.activation
     for i in range(variant.depth):
         block = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
                                  attention_dropout=attention_dropout,
                                  approximate_gelu=approximate_gelu, layer_norm_epsilon=epsilon,
                                  drop_path=drop_path_rates(drop_path_rate, variant.depth)[i],
+                                 activation=activation, layer_scale=variant.layer_scale,
                                  name=f"encoderblock_{i}")
         # Class-token pooling reads one token of the last block; computing only that one
-        # gives the same output for ~7% less work (ViT-B/16). pooling=None keeps them all.
+        # gives the same output for ~7% less work (ViT-B/16). pooling=None keeps them all;
+        # a distilled model reads its second token too.
         last = i == variant.depth - 1
-        x = block(x, first_token_only=last and head.pooling == "token")
+        x = block(x, first_token_only=last and head.pooling == "token" and not variant.distilled)
     x = keras.layers.LayerNormalization(epsilon=epsilon, name="encoder_norm")(x)
-    if head.pooling is not None:
-        x = TokenPooling(head.pooling, num_prefix_tokens=int(has_cls),
+    if variant.distilled and head.pooling == "token":
+        return keras.Model(images, _distilled_head(variant, x, head), name=name)
+    if head.pooling == "map":
+        x = MAPHead(variant.heads, variant.mlp_dim, approximate_gelu=approximate_gelu,
+                    activation=activation, layer_norm_epsilon=epsilon, name="map_pool")(x)
+    elif head.pooling is not None:
+        x = TokenPooling(head.pooling, num_prefix_tokens=variant.num_prefix_tokens,
                          name=f"{head.pooling}_pool")(x)
     if head.include_top:
         if head.representation_size:
@@ -311,6 +349,40 @@ def drop_path_rates(rate, depth):
     """Each block's stochastic depth rate: linear from 0 (first block) to `rate` (last), as
     timm's `torch.linspace(0, drop_path_rate, depth)`."""
     return [rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
+
+
+def _prefix_tokens(variant, x):
+    """Prepends the tokens before the patches, in timm's order: class, distillation,
+    registers (each layer prepends, so the last added comes first)."""
+    if variant.register_tokens:
+        x = PrefixTokens(variant.register_tokens, name="reg_token")(x)
+    if variant.distilled:
+        x = PrefixTokens(1, name="dist_token")(x)
+    if variant.class_token:
+        x = ClassToken(name="cls")(x)
+    return x
+
+
+def _distilled_head(variant, tokens, head):
+    """DeiT's two heads: "head" on the class token and "head_dist" on the distillation token;
+    the model returns their average, as DeiT and timm do at inference. Each head's logits are
+    layer outputs (`model.get_layer("head_dist").output`), for a distillation loss in training.
+    Without the top, the features are the two tokens' average (timm's `pre_logits`)."""
+    prefix = variant.num_prefix_tokens
+    cls = TokenPooling("token", num_prefix_tokens=prefix, name="token_pool")(tokens)
+    dist = TokenPooling("distillation", num_prefix_tokens=prefix, name="distillation_pool")(tokens)
+    if not head.include_top:
+        return keras.layers.Average(name="distilled_features")([cls, dist])
+    if head.representation_size:
+        raise ArgumentError("A distilled DeiT has no pre_logits layer; build it with "
+                            "representation_size=None.")
+    logits = [keras.layers.Dense(head.classes, kernel_initializer="zeros", dtype="float32",
+                                 name=layer)(features)
+              for layer, features in (("head", cls), ("head_dist", dist))]
+    x = keras.layers.Average(name="distilled_logits", dtype="float32")(logits)
+    if head.activation is not None:
+        x = keras.layers.Activation(head.activation, dtype="float32", name="predictions")(x)
+    return x
 
 
 def _named(variant):
@@ -331,7 +403,7 @@ def _named(variant):
 # `__all__` and (tests/models/test_variants.py checks) its entry in docs/api.md, with nothing else to
 # edit. Static analysers do not see names made this way; IDEs and the API page (mkdocstrings
 # with force_inspection) read the imported module, which has them.
-for _variant in VARIANTS.values():
+for _variant in [*VARIANTS.values(), *FAMILIES.values()]:
     if _variant.constructor_name:
         globals()[_variant.constructor_name] = _named(_variant)
 del _variant

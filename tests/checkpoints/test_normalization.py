@@ -100,8 +100,12 @@ def test_a_model_fed_otherwise_warns_once_and_records_what_it_expects(deit_folde
                                rtol=1e-7)
     again = keras_vit.ViT(_variant(), weights=npz, include_preprocessing=True)
     np.testing.assert_allclose(np.asarray(again(pixels)), _timm_logits(model, pixels), atol=TOL)
-    # An official file leaves the official normalisation, recorded as nothing special.
-    assert input_normalization(keras_vit.ViT(_variant())) == OFFICIAL_NORMALIZATION
+    # The paper's ViT of the same size, without weights, keeps the official normalisation,
+    # recorded as nothing special; the DeiT row without weights expects its family's own.
+    paper = dataclasses.replace(keras_vit.get_variant("Ti/16"), depth=2)
+    assert input_normalization(keras_vit.ViT(paper)) == OFFICIAL_NORMALIZATION
+    np.testing.assert_allclose(input_normalization(keras_vit.ViT(_variant())),
+                               IMAGENET_NORMALIZATION, rtol=1e-7)
 
 
 def test_the_training_pipeline_feeds_what_the_weights_expect():

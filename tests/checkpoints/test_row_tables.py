@@ -132,9 +132,10 @@ def test_official_to_source_to_official_is_the_identity(name, official, write, r
 
 def test_a_source_key_no_row_takes_is_passed_on_for_the_loader_to_name():
     arrays = official_to_timm(official_vit())
-    arrays["blocks.0.ls1.gamma"] = np.ones(D, np.float32)  # a layer-scale ViT: not this layout
+    # A query-key-normalised ViT (timm's qk_norm): no row of this layout takes it.
+    arrays["blocks.0.attn.q_norm.weight"] = np.ones(D // HEADS, np.float32)
     back = timm_to_official(arrays, heads=HEADS)
-    assert "timm:blocks.0.ls1.gamma" in back
+    assert "timm:blocks.0.attn.q_norm.weight" in back
 
 
 def test_an_official_key_a_format_has_no_place_for_is_refused_on_writing():

@@ -54,6 +54,20 @@ LAYER_CASES = [
     # BiT's pre-activation unit, with its projection (channels and resolution change).
     (keras_vit.PreActBottleneckUnit, {"features": 32, "strides": 2}, (1, 7, 7, 64),
      (1, 4, 4, 128), ()),
+    # The families' layers (numerics in tests/models/test_family_layers.py).
+    (keras_vit.PrefixTokens, {"num_tokens": 4}, (2, 5, 8), (2, 9, 8), ()),
+    (keras_vit.LayerScale, {"init_value": 1e-5}, (2, 5, 8), (2, 5, 8), ()),
+    (keras_vit.MlpBlock, {"mlp_dim": 16, "activation": "quick_gelu"}, (2, 5, 8), (2, 5, 8),
+     ("dropout",)),
+    (keras_vit.MlpBlock, {"mlp_dim": 16, "activation": "swiglu"}, (2, 5, 8), (2, 5, 8),
+     ("dropout",)),
+    (keras_vit.TransformerBlock, {"num_heads": 2, "mlp_dim": 16, "layer_scale": 1e-5,
+                                  "activation": "quick_gelu"},
+     (2, 5, 8), (2, 5, 8), ("dropout", "attention_dropout")),
+    (keras_vit.MAPHead, {"num_heads": 2, "mlp_dim": 16}, (2, 5, 8), (2, 8), ()),
+    (keras_vit.TokenPooling, {"mode": "distillation", "num_prefix_tokens": 2}, (2, 5, 8), (2, 8), ()),
+    (keras_vit.PatchEncoder, {"hidden_size": 8, "patch_size": 4, "use_bias": False},
+     (2, 8, 12, 3), (2, 6, 8), ()),
 ]
 
 

@@ -85,8 +85,7 @@ class CheckpointInfo:
             return None
         # The grid the file records (save_npz), else a square token count's; a non-square count
         # with no record could be several grids, so the caller's image_size decides.
-        grid = self.metadata.get("grid") or square_grid(
-            pos[1] - (1 if variant.classifier == "token" else 0))
+        grid = self.metadata.get("grid") or square_grid(pos[1] - variant.position_prefix_tokens)
         if not grid:
             return None
         rows, cols = (side * variant.total_stride for side in grid)

@@ -20,7 +20,7 @@ from keras_vit.errors import ArgumentError
 
 __all__ = ["Transform", "KeyRow", "to_official", "from_official", "COPY", "LINEAR", "CONV",
            "HEADS_IN", "HEADS_BIAS", "HEADS_OUT", "FUSED_QKV", "FUSED_QKV_BIAS",
-           "ADD_BATCH_AXIS"]
+           "ADD_BATCH_AXIS", "FUSED_KV", "FUSED_KV_BIAS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +65,9 @@ def _from_conv(a, heads):
     return a.transpose(2, 3, 1, 0) if a.ndim == 4 else a
 
 
-def _fused_parts(a):
-    third = a.shape[0] // 3
-    return [a[j * third:(j + 1) * third] for j in range(3)]
+def _fused_parts(a, count=3):
+    part = a.shape[0] // count
+    return [a[j * part:(j + 1) * part] for j in range(count)]
 
 
 COPY = Transform("copy", lambda a, heads: a, lambda a: a)
@@ -88,6 +88,13 @@ FUSED_QKV = Transform(
     lambda parts: np.concatenate([HEADS_IN.inverse(p) for p in parts]))
 FUSED_QKV_BIAS = Transform(
     "fused_qkv_bias", lambda a, heads: [HEADS_BIAS.forward(p, heads) for p in _fused_parts(a)],
+    lambda parts: np.concatenate([HEADS_BIAS.inverse(p) for p in parts]))
+# timm's attention pooling fuses key and value alone, (2D, D) <-> the official key and value.
+FUSED_KV = Transform(
+    "fused_kv", lambda a, heads: [HEADS_IN.forward(p, heads) for p in _fused_parts(a, 2)],
+    lambda parts: np.concatenate([HEADS_IN.inverse(p) for p in parts]))
+FUSED_KV_BIAS = Transform(
+    "fused_kv_bias", lambda a, heads: [HEADS_BIAS.forward(p, heads) for p in _fused_parts(a, 2)],
     lambda parts: np.concatenate([HEADS_BIAS.inverse(p) for p in parts]))
 # keras-hub's position embedding (tokens, D) <-> the official (1, tokens, D).
 ADD_BATCH_AXIS = Transform("add_batch_axis", lambda a, heads: a[None] if a.ndim == 2 else a,

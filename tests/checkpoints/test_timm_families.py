@@ -1,0 +1,131 @@
+"""The families from timm's own files: timm builds each with random weights at depth 2 and a
+small image, writes its state dict (safetensors), and keras_vit's model of the same name,
+loading that file through the timm format's rows, computes what timm's forward computes.
+
+Tolerance: relative (to the largest output) 1e-4 in float32, the issue's bound. Two float32
+implementations of the same two blocks differ by rounding, ~1e-7 relative per operation over
+sums of at most a few thousand terms (measured: 3e-7 to 8e-7), so 1e-4 leaves two orders of
+magnitude while any wrong mapping (a transposed kernel, a missing LayerScale, tanh for erf
+GELU, a register token in the wrong place) moves the outputs by 1e-3 or more.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+from safetensors.torch import save_file
+
+import keras_vit
+from tests.checkpoints.test_formats import _images, _randomise
+from tests.oracle import import_timm
+
+RELATIVE_TOLERANCE = 1e-4
+DEPTH = 2
+
+
+def _timm_file(tmp_path, architecture, size, **kwargs):
+    """timm's model with random weights, written by safetensors from its own state dict."""
+    timm = import_timm()
+    import torch
+
+    model = timm.create_model(architecture, pretrained=False, depth=DEPTH, img_size=size, **kwargs)
+    _randomise(model, torch)
+    path = tmp_path / f"{architecture}.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return model, str(path)
+
+
+def _timm_outputs(model, images, features=False):
+    import torch
+
+    with torch.no_grad():
+        x = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
+        if features:
+            return model.forward_head(model.forward_features(x), pre_logits=True).numpy()
+        return model(x).numpy()
+
+
+def _assert_close(ours, theirs):
+    assert ours.shape == theirs.shape
+    assert np.abs(theirs).max() > 0.1  # a loaded model, not zeros
+    relative = np.abs(ours - theirs).max() / np.abs(theirs).max()
+    assert relative <= RELATIVE_TOLERANCE, f"relative max difference {relative:.2e}"
+
+
+def _ours(architecture, path, size, **kwargs):
+    variant = dataclasses.replace(keras_vit.get_variant(architecture), depth=DEPTH)
+    return keras_vit.ViT(variant, weights=path, image_size=size, **kwargs)
+
+
+# (timm architecture, image size, keyword arguments for timm): each a multiple of its patch.
+CASES = [
+    ("deit_small_distilled_patch16_224", 64, {}),
+    ("deit3_small_patch16_224", 64, {}),
+    ("vit_small_patch14_dinov2", 56, {}),
+    ("vit_small_patch14_reg4_dinov2", 56, {}),
+    ("vit_base_patch16_siglip_224", 48, {}),
+    ("vit_base_patch16_clip_quickgelu_224", 48, {}),
+]
+
+
+@pytest.mark.parametrize("architecture,size,kwargs", CASES, ids=[c[0] for c in CASES])
+def test_the_family_computes_what_timm_computes(architecture, size, kwargs, tmp_path):
+    theirs, path = _timm_file(tmp_path, architecture, size, **kwargs)
+    ours = _ours(architecture, path, size, include_top=theirs.num_classes > 0)
+    images = _images(2, (size, size))
+    _assert_close(np.asarray(ours(images)), _timm_outputs(theirs, images))
+    if theirs.num_classes:  # and the features before the head
+        features = _ours(architecture, path, size, include_top=False)
+        _assert_close(np.asarray(features(images)), _timm_outputs(theirs, images, features=True))
+
+
+def test_the_swiglu_giant_computes_what_timm_computes(tmp_path):
+    # DINOv2-g's SwiGLU at its full width (1536) but one block, 28 px and a 10-class head.
+    theirs, path = _timm_file(tmp_path, "vit_giant_patch14_dinov2", 28, num_classes=10)
+    variant = dataclasses.replace(keras_vit.get_variant("DINOv2-g/14"), depth=DEPTH)
+    ours = keras_vit.ViT(variant, weights=path, image_size=28)
+    images = _images(2, (28, 28))
+    _assert_close(np.asarray(ours(images)), _timm_outputs(theirs, images))
+
+
+def test_each_distilled_head_is_reachable_and_is_timms(tmp_path):
+    """The model's output is the mean of its two heads (DeiT at inference); each head's logits
+    are a layer output, equal to timm's `head` on the class token and `head_dist` on the
+    distillation token, for a distillation loss in training."""
+    import torch
+
+    theirs, path = _timm_file(tmp_path, "deit_small_distilled_patch16_224", 64)
+    ours = _ours("deit_small_distilled_patch16_224", path, 64)
+    both = keras.Model(ours.input, [ours.get_layer("head").output,
+                                    ours.get_layer("head_dist").output])
+    images = _images(2, (64, 64))
+    with torch.no_grad():
+        tokens = theirs.forward_features(torch.from_numpy(images.transpose(0, 3, 1, 2).copy()))
+        expected = [theirs.head(tokens[:, 0]).numpy(), theirs.head_dist(tokens[:, 1]).numpy()]
+    head, head_dist = (np.asarray(t) for t in both(images))
+    _assert_close(head, expected[0])
+    _assert_close(head_dist, expected[1])
+    assert np.abs(head - head_dist).max() > 0.1  # two different heads, not one read twice
+    np.testing.assert_allclose(np.asarray(ours(images)), (head + head_dist) / 2, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("architecture,size", [("vit_small_patch14_reg4_dinov2", 28),
+                                               ("vit_base_patch16_siglip_224", 32),
+                                               ("deit_small_distilled_patch16_224", 32),
+                                               ("vit_base_patch16_clip_quickgelu_224", 32)])
+def test_save_safetensors_writes_what_timm_loads_strictly(architecture, size, tmp_path):
+    """keras_vit's model written back through the same rows loads into timm's model with
+    `strict=True` (no key missing or left over) and computes the same."""
+    timm = import_timm()
+    import torch
+    from safetensors.torch import load_file
+
+    theirs, path = _timm_file(tmp_path, architecture, size)
+    ours = _ours(architecture, path, size, include_top=theirs.num_classes > 0)
+    written = keras_vit.save_safetensors(ours, str(tmp_path / "back.safetensors"))
+    again = timm.create_model(architecture, pretrained=False, depth=DEPTH, img_size=size)
+    again.load_state_dict(load_file(written), strict=True)
+    images = _images(2, (size, size))
+    np.testing.assert_array_equal(_timm_outputs(again.eval(), images), _timm_outputs(theirs, images))
+    del torch

@@ -1,0 +1,191 @@
+"""The family rows of the variant table (keras_vit.variants.FAMILIES) against timm's own
+models: every switch, the default resolution and normalisation timm's pretrained config
+records, and the exact parameter count of every named size; names and constructors; and
+each family through the model checks every table passes (tests/model_checks.py).
+
+timm builds the full-size models on torch's "meta" device (shapes, no memory); keras_vit's
+count comes from one- and two-block copies at full width, since a count is affine in the
+depth (every block has the same parameters): count(depth) = c1 + (depth - 1) * (c2 - c1).
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.variants import FAMILIES, TIMM_ARCHITECTURES, get_variant
+from tests.model_checks import check_model
+from tests.oracle import import_timm
+
+# Counts at each row's default resolution with a 1000-class head, as timm's model of the
+# row counts them (timm 1.0.31, on the meta device; test_the_tables_counts_are_timms re-derives
+# each where timm is installed). tools/make_models_page.py shows them.
+FAMILY_PARAMS = {
+    "DeiT-Ti/16": 5_717_416,
+    "DeiT-S/16": 22_050_664,
+    "DeiT-B/16": 86_567_656,
+    "DeiT-Ti/16-distilled": 5_910_800,
+    "DeiT-S/16-distilled": 22_436_432,
+    "DeiT-B/16-distilled": 87_338_192,
+    "DeiT3-S/16": 22_059_496,
+    "DeiT3-B/16": 86_585_320,
+    "DeiT3-L/16": 304_374_760,
+    "DINOv2-S/14": 22_441_192,
+    "DINOv2-B/14": 87_348_712,
+    "DINOv2-L/14": 305_392_616,
+    "DINOv2-g/14": 1_138_016_232,
+    "DINOv2-S/14-reg4": 22_442_344,
+    "DINOv2-B/14-reg4": 87_351_016,
+    "DINOv2-L/14-reg4": 305_395_688,
+    "DINOv2-g/14-reg4": 1_138_020_840,
+    "SigLIP-B/16": 93_653_224,
+    "CLIP-B/32": 88_225_000,
+    "CLIP-B/16": 86_568_424,
+    "CLIP-L/14": 304_204_776,
+}
+# Each family row and timm's architecture of it (the table's inverse, checked complete below).
+TIMM_NAME = {official: base for base, (official, _) in TIMM_ARCHITECTURES.items()
+             if official in FAMILIES}
+# Too heavy for the default run at full width (their one- and two-block copies hold 30M to
+# 100M parameters, and timm's meta build of the giant is slow to construct).
+HEAVY = {n for n, v in FAMILIES.items() if v.width >= 1024}
+
+
+def _timm_model(name, **kwargs):
+    timm = import_timm()
+    import torch
+
+    base = TIMM_NAME[name]
+    registered = base + "_224" if timm.list_models(base + "_224") else base
+    with torch.device("meta"):
+        return timm.create_model(registered, pretrained=False, **kwargs)
+
+
+def _ours_count(variant, classes=1000):
+    def count(depth):
+        model = keras_vit.ViT(dataclasses.replace(variant, depth=depth), classes=classes)
+        return model.count_params()
+
+    one, two = count(1), count(2)
+    return one + (variant.depth - 1) * (two - one)
+
+
+def test_every_family_row_has_its_timm_architecture():
+    assert set(TIMM_NAME) == set(FAMILIES)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n in HEAVY else ())
+                                  for n in FAMILIES])
+def test_the_row_is_what_timm_builds(name):
+    import torch
+
+    variant = FAMILIES[name]
+    model = _timm_model(name)
+    block = model.blocks[0]
+    assert model.embed_dim == variant.width and len(model.blocks) == variant.depth
+    assert block.attn.num_heads == variant.heads
+    assert block.mlp.fc1.out_features == variant.mlp_dim
+    assert model.patch_embed.patch_size == (variant.patch_size,) * 2
+    assert (model.patch_embed.proj.bias is not None) == variant.patch_bias
+    assert (model.cls_token is not None) == variant.class_token
+    assert (getattr(model, "dist_token", None) is not None) == variant.distilled
+    assert model.num_reg_tokens == variant.register_tokens
+    assert model.no_embed_class == (not variant.embed_prefix_tokens)
+    assert model.global_pool == {"token": "token", "map": "map"}[variant.classifier]
+    assert (not isinstance(model.norm_pre, torch.nn.Identity)) == variant.pre_norm
+    scale = getattr(block.ls1, "gamma", None)
+    assert (scale is not None) == (variant.layer_scale is not None)
+    assert type(block.mlp).__name__ == {"mlp": "Mlp", "swiglu": "GluMlp"}[variant.feed_forward]
+    act = type(block.mlp.act).__name__
+    assert act == {"gelu": "GELU", "quick_gelu": "QuickGELU"}.get(variant.activation, act)
+    assert block.norm1.eps == (variant.layer_norm_epsilon or 1e-6)
+    cfg = model.pretrained_cfg
+    assert cfg["input_size"][1:] == (variant.image_size,) * 2
+    expected = variant.normalization or ((0.5,) * 3, (0.5,) * 3)
+    np.testing.assert_allclose(np.asarray([cfg["mean"], cfg["std"]]), expected, rtol=1e-6)
+
+
+def test_every_row_has_a_count():
+    assert set(FAMILY_PARAMS) == set(FAMILIES)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n in HEAVY else ())
+                                  for n in FAMILIES])
+def test_the_tables_counts_are_timms(name):
+    variant = FAMILIES[name]
+    theirs = _timm_model(name, num_classes=1000, img_size=variant.image_size)
+    assert sum(p.numel() for p in theirs.parameters()) == FAMILY_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n in HEAVY else ())
+                                  for n in FAMILIES])
+def test_the_parameter_count_is_timms(name):
+    assert _ours_count(FAMILIES[name]) == FAMILY_PARAMS[name]
+
+
+def test_the_depth_extrapolation_is_the_count_of_a_built_model():
+    # The affine rule above, checked where building is cheap: DeiT-Ti/16-distilled, 12 blocks.
+    variant = FAMILIES["DeiT-Ti/16-distilled"]
+    assert _ours_count(variant) == keras_vit.ViT(variant).count_params()
+
+
+@pytest.mark.parametrize("spelling,name", [
+    ("DINOv2-S/14-reg4", "DINOv2-S/14-reg4"), ("dinov2-s/14-reg4", "DINOv2-S/14-reg4"),
+    ("vit_small_patch14_reg4_dinov2", "DINOv2-S/14-reg4"), ("DeiT3-B/16", "DeiT3-B/16"),
+    ("deit3_base_patch16_224", "DeiT3-B/16"), ("deit_small_distilled_patch16_224",
+                                               "DeiT-S/16-distilled"),
+    ("vit_base_patch16_siglip_224", "SigLIP-B/16"), ("clip-l/14", "CLIP-L/14"),
+])
+def test_names(spelling, name):
+    assert get_variant(spelling) is FAMILIES[name]
+
+
+def test_every_row_has_one_named_constructor_with_the_table_name():
+    for variant in FAMILIES.values():
+        constructor = getattr(keras_vit, variant.constructor_name)
+        assert variant.constructor_name in keras_vit.__all__
+        # "DINOv2-S/14-reg4" -> DINOv2_S14_reg4, spelled here by hand for a few.
+    assert keras_vit.DINOv2_S14_reg4.__name__ == "DINOv2_S14_reg4"
+    assert keras_vit.DeiT_S16_distilled.__name__ == "DeiT_S16_distilled"
+    assert keras_vit.DeiT3_B16.__name__ == "DeiT3_B16"
+    assert keras_vit.SigLIP_B16.__name__ == "SigLIP_B16"
+    del constructor
+
+
+def test_defaults_follow_the_family():
+    variant = dataclasses.replace(FAMILIES["DINOv2-S/14-reg4"], depth=1)
+    model = keras_vit.ViT(variant)
+    assert model.input_shape[1:3] == (518, 518)  # 37 x 37 patches of 14
+    assert model.get_layer("posembed_input").pos_embedding.shape == (1, 37 * 37, 384)
+    assert model.get_layer("reg_token").tokens.shape == (1, 4, 384)
+    assert model.name == "DINOv2-S_14-reg4"
+    from keras_vit.normalization import IMAGENET_NORMALIZATION, input_normalization
+
+    np.testing.assert_allclose(input_normalization(model), IMAGENET_NORMALIZATION)
+    clip = keras_vit.ViT(dataclasses.replace(FAMILIES["CLIP-B/32"], depth=1))
+    assert clip.get_layer("encoderblock_0").layer_norm_epsilon == 1e-5
+    assert clip.get_layer("encoderblock_0").mlp.activation == "quick_gelu"
+
+
+def test_a_pooling_the_family_lacks_is_refused_in_one_line():
+    siglip = dataclasses.replace(FAMILIES["SigLIP-B/16"], depth=1)
+    with pytest.raises(keras_vit.ArgumentError, match="no class token"):
+        keras_vit.ViT(siglip, pooling="token")
+    with pytest.raises(keras_vit.ArgumentError, match="no attention-pooling"):
+        keras_vit.ViT(dataclasses.replace(FAMILIES["DeiT-S/16"], depth=1), pooling="map")
+
+
+# One small model of each way a family is put together, through the shared model checks.
+ASSEMBLIES = ["DeiT-Ti/16-distilled", "DeiT3-S/16", "DINOv2-S/14-reg4", "SigLIP-B/16", "CLIP-B/32"]
+
+
+@pytest.mark.parametrize("name", ASSEMBLIES)
+def test_the_model_checks(name, tmp_path):
+    variant = dataclasses.replace(FAMILIES[name], depth=1)
+    p = variant.patch_size
+    size = (2 * p, 3 * p)
+    # The count is checked against timm's above; here it only has to survive the round trips.
+    expected = keras_vit.ViT(variant, image_size=size, classes=7).count_params()
+    check_model(lambda **kw: keras_vit.ViT(variant, **kw), image_size=size, classes=7,
+                expected_params=expected, tmp_path=tmp_path)
