@@ -73,11 +73,12 @@ def backbone_weights(weights):
         metadata_array,
         model_metadata,
     )
-    from keras_vit.checkpoints.layout import is_head_key, official_arrays
+    from keras_vit.checkpoints.layout import DROPPABLE_PREFIXES, official_arrays
 
     model = _load(path)
+    # The head, and pre_logits when there is one: the new dataset's model starts both afresh.
     arrays = {key: value for key, value in official_arrays(model).items()
-              if not is_head_key(key) and not key.startswith("pre_logits/")}
+              if not key.startswith(DROPPABLE_PREFIXES)}
     arrays[METADATA_KEY] = metadata_array(model_metadata(model))
     with tempfile.TemporaryDirectory() as folder:
         npz = os.path.join(folder, "backbone.npz")
