@@ -24,31 +24,32 @@ def pytest_xdist_auto_num_workers(config):
     return (os.cpu_count() or 1) + 1
 
 
-# The modules that take longest in the default suite, longest first (seconds each took on
-# 2 cores, 2026-11-24, without the tests now marked slow). pytest-xdist's loadscope hands a
-# whole module to one worker, and by default the modules of most tests first: then heavy
-# modules of few tests came last, and the suite's last minute ran on one or two workers.
-# With --no-loadscope-reorder (setup.cfg) the workers take modules in collection order,
-# which this puts longest first so that they finish together. A module not listed runs
-# after these, in file order.
+# The modules that take longest in the default suite, longest first (seconds their tests took
+# on one worker, summed, in a default run on 2 cores, 2026-11-26, before the slow marks of that
+# day). pytest-xdist's loadscope hands a whole module to one worker, and by default the modules
+# of most tests first: then heavy modules of few tests came last, and the suite's last minute
+# ran on one or two workers. With --no-loadscope-reorder (setup.cfg) the workers take modules
+# in collection order, which this puts longest first so that they finish together. A module
+# not listed runs after these, in file order.
 LONGEST_MODULES = (
-    "docs/test_snippets.py",                 # 126
-    "data/test_pixel_budget.py",             # 82
-    "test_export.py",                        # 82
-    "training/test_run.py",                  # 81
-    "checkpoints/test_cache.py",             # 75
-    "docs/test_tutorials.py",                # 71
-    "checkpoints/test_official_parity.py",   # 70
-    "checkpoints/test_formats.py",           # 62
-    "cli/test_logging.py",                   # 62
-    "training/test_jax.py",                  # 53
-    "data/test_splits.py",                   # 50
-    "test_inference.py",                     # 48
-    "models/test_variants.py",               # 46
-    "test_evaluate.py",                      # 38
-    "cli/test_hostile_arguments.py",         # 37
-    "checkpoints/test_loader.py",            # 35
-    "models/test_torch_backend.py",          # 28
+    "docs/test_snippets.py",                 # 183
+    "training/test_run.py",                  # 183
+    "test_export.py",                        # 140
+    "checkpoints/test_formats.py",           # 109
+    "checkpoints/test_cache.py",             # 98
+    "checkpoints/test_official_parity.py",   # 86
+    "cli/test_hostile_arguments.py",         # 79
+    "cli/test_logging.py",                   # 76
+    "data/test_pixel_budget.py",             # 73
+    "test_execution.py",                     # 67
+    "models/test_variants.py",               # 67
+    "training/test_jax.py",                  # 61
+    "test_inference.py",                     # 60
+    "checkpoints/test_loader.py",            # 54
+    "docs/test_tutorials.py",                # 53
+    "test_evaluate.py",                      # 51
+    "models/test_bit.py",                    # 47
+    "models/test_layers.py",                 # 47
 )
 
 

@@ -210,6 +210,7 @@ def test_a_digits_run_trains_under_xla(tmp_path):
     assert matrix.sum() == 360 and report["accuracy"] == pytest.approx(np.trace(matrix) / 360)
 
 
+@pytest.mark.slow  # test_timing_runs_both_modes_and_they_compute_the_same compiles with XLA by default
 def test_export_compiles_the_model_with_xla_only_when_asked(tmp_path, monkeypatch):
     from keras_vit import export
 

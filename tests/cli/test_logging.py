@@ -67,6 +67,7 @@ def test_hidden_cuda_errors_are_named_where_a_driver_is_loaded(tmp_path):
                              "reasons.\n"), result.stderr
 
 
+@pytest.mark.slow  # the same check as python -m keras_vit's above, through the console script
 def test_the_installed_script_is_quiet_too():
     script = shutil.which("keras-vit", path=os.path.dirname(sys.executable))
     if script is None:

@@ -161,8 +161,9 @@ def _run_bash(block):
 
 
 # The Serving page's blocks export and serve three SavedModels (half a minute of CPU); what
-# they run, tests/test_export.py and tests/data/test_pixel_budget.py run by default.
-SLOW_PAGES = {"docs/serving.md"}
+# they run, tests/test_export.py and tests/data/test_pixel_budget.py run by default. The
+# Looking inside page's (a quarter of a minute) are what tests/analysis runs by default.
+SLOW_PAGES = {"docs/serving.md", "docs/looking-inside.md"}
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PAGES else p
