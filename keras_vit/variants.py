@@ -54,14 +54,17 @@ class Variant:
     image_size: int = 224  # the default resolution
     normalization: tuple | None = None  # (mean, std) on [0, 1] pixels; None: official [-1, 1]
 
-    def __post_init__(self):
-        if self.class_token is None:
-            object.__setattr__(self, "class_token", self.classifier == "token")
+    @property
+    def has_class_token(self):
+        """`class_token`, or when it is None whether `classifier` is "token". Not resolved
+        into the field: `dataclasses.replace(variant, classifier="gap")` must lose the token
+        as the official gap models do."""
+        return self.classifier == "token" if self.class_token is None else self.class_token
 
     @property
     def num_prefix_tokens(self):
         """Tokens before the patches: class, distillation and register tokens."""
-        return int(self.class_token) + int(self.distilled) + self.register_tokens
+        return int(self.has_class_token) + int(self.distilled) + self.register_tokens
 
     @property
     def position_prefix_tokens(self):
@@ -280,13 +283,16 @@ def get_variant(name):
         from keras_vit._support.names import did_you_mean
 
         every = [*VARIANTS.values(), *FAMILIES.values()]
-        known = ", ".join(f'"{v.short_name}"' for v in every)
+        # The paper's variants by name; the families by where they are listed, so the line
+        # stays a line.
+        known = ", ".join(f'"{v.short_name}"' for v in VARIANTS.values())
         hint = did_you_mean(name, [v.short_name for v in every] + list(VARIANTS))
         if _BIT_KEY.fullmatch(_bit_key(name)):
             raise ArgumentError(f"{name!r} is a BiT ResNet, not a ViT: build it with "
                                 f"keras_vit.BiT({name!r}).")
         raise ArgumentError(f"Unknown ViT variant {name!r}.{hint} Known variants: {known} "
-                            '(official spellings such as "ViT-B_16" work too).')
+                            '(official spellings such as "ViT-B_16" work too), and the '
+                            'families of keras_vit.FAMILIES ("DeiT-S/16", "DINOv2-S/14-reg4", ...).')
     return variant
 
 

@@ -98,7 +98,7 @@ def make_smoke_vit(real_vit):
             image_size = image_size or entry.resolution
             if kwargs.get("include_top", True):  # as the real call: a headless model has no classes
                 classes = classes or entry.classes
-        size = image_size or 224
+        size = image_size or variant.image_size  # the family's default (DINOv2: 518)
         size = (size, size) if isinstance(size, int) else tuple(size)
         return real_vit(tiny_variant(variant, size), weights=None, image_size=image_size,
                         classes=classes, **kwargs)

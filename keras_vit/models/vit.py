@@ -249,7 +249,7 @@ def _check_head_arguments(variant, include_top, pooling, classifier_activation):
     if pooling == "max" and include_top:
         raise ArgumentError('pooling="max" gives features (include_top=False); no official head '
                             'was trained on it. With the head use "token" or "gap".')
-    if pooling == "token" and not variant.class_token:
+    if pooling == "token" and not variant.has_class_token:
         raise ArgumentError(f'{variant.short_name} has no class token; use pooling='
                             f'"{variant.classifier}", "gap" or None.')
     if pooling == "map" and variant.classifier != "map":
@@ -358,7 +358,7 @@ def _prefix_tokens(variant, x):
         x = PrefixTokens(variant.register_tokens, name="reg_token")(x)
     if variant.distilled:
         x = PrefixTokens(1, name="dist_token")(x)
-    if variant.class_token:
+    if variant.has_class_token:
         x = ClassToken(name="cls")(x)
     return x
 

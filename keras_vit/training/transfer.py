@@ -9,12 +9,12 @@ naming the keys, as for any file.
 """
 
 import contextlib
-import json
 import os
 import tempfile
 
 import numpy as np
 
+from keras_vit._support.json_files import read_json
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.errors import ArgumentError, PathNotFoundError
 
@@ -94,7 +94,7 @@ def _load(path):
 
 def _recorded_model(folder):
     try:
-        with open(os.path.join(folder, RUN_FILE), encoding="utf-8") as f:
-            return json.load(f).get("config", {}).get("model")
-    except (OSError, ValueError, AttributeError):
+        record = read_json(os.path.join(folder, RUN_FILE), "a run record", CheckpointError)
+        return record.get("config", {}).get("model")
+    except (OSError, CheckpointError, AttributeError):
         return None

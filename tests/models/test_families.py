@@ -88,7 +88,7 @@ def test_the_row_is_what_timm_builds(name):
     assert block.mlp.fc1.out_features == variant.mlp_dim
     assert model.patch_embed.patch_size == (variant.patch_size,) * 2
     assert (model.patch_embed.proj.bias is not None) == variant.patch_bias
-    assert (model.cls_token is not None) == variant.class_token
+    assert (model.cls_token is not None) == variant.has_class_token
     assert (getattr(model, "dist_token", None) is not None) == variant.distilled
     assert model.num_reg_tokens == variant.register_tokens
     assert model.no_embed_class == (not variant.embed_prefix_tokens)
