@@ -51,9 +51,9 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["enable_lora", "merge_lora"], "keras_vit.models.lora"),
 }
 _SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "evaluation",
-               "export_quantized",
-               "execution", "export", "inference", "labels", "layers", "models", "normalization",
-               "preprocessing", "reports", "training", "variants")
+               "execution", "export", "export_quantized", "inference", "labels", "layers",
+               "model_io", "models", "normalization", "preprocessing", "reports", "training",
+               "variants")
 
 __getattr__, __dir__, __all__ = _lazy.attach(__name__, {**_CORE, **_ON_FIRST_USE}, _SUBMODULES)
 

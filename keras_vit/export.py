@@ -43,9 +43,9 @@ from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folde
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.execution import check_execution
 from keras_vit.labels import imagenet_label_names, read_labels
+from keras_vit.model_io import has_softmax_head, model_input
 from keras_vit.models.lora import merge_lora
-from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization, normalize_pixels
-from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images, preprocess_input
+from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images
 
 __all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head",
            "model_input"]
@@ -389,31 +389,6 @@ def _classes(model):
         raise ArgumentError(f"Export needs a classifier with output (batch, classes); {model.name} "
                             f"returns {shape}. Build it with include_top=True.")
     return shape[1]
-
-
-def has_softmax_head(model):
-    """Whether `model`'s "head" layer ends in a softmax (it returns probabilities, not logits)."""
-    try:
-        head = model.get_layer("head")
-    except ValueError:
-        return False
-    return getattr(head, "activation", None) is keras.activations.softmax
-
-
-def model_input(model):
-    """What turns [0, 255] pixels into `model`'s input: nothing for a model built with
-    `include_preprocessing=True` (its "preprocessing" layer does it), else the normalisation
-    its weights expect (keras_vit.normalization: [-1, 1] unless its source said otherwise)."""
-    try:
-        layer = model.get_layer("preprocessing")
-    except ValueError:
-        layer = None
-    if isinstance(layer, keras.layers.Rescaling):
-        return lambda pixels: pixels
-    normalization = input_normalization(model)
-    if normalization == OFFICIAL_NORMALIZATION:
-        return preprocess_input
-    return lambda pixels: normalize_pixels(pixels, normalization)
 
 
 def _resolve_labels(labels, classes):

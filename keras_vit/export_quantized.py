@@ -67,7 +67,7 @@ def keras_logits(model, pixels, batch_size=64):
     """`model`'s logits on [0, 255] `pixels`, with the input normalisation export uses."""
     import keras
 
-    from keras_vit.export import has_softmax_head, model_input
+    from keras_vit.model_io import has_softmax_head, model_input
 
     scores = keras.ops.convert_to_numpy(model.predict(
         keras.ops.convert_to_numpy(model_input(model)(np.asarray(pixels, np.float32))),

@@ -197,7 +197,7 @@ class KerasRunner:
 
     def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
                  execution=None, images=0):
-        from keras_vit.export import has_softmax_head, model_input
+        from keras_vit.model_io import has_softmax_head, model_input
 
         self.model, self.batch_size, self.max_pixels = model, batch_size, max_pixels
         self.size, self.channels = tuple(model.input_shape[1:3]), model.input_shape[-1]
