@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 import keras_vit
 from tests.checkpoints.test_formats import _images, _randomise
-from tests.oracle import import_timm
+from tests.oracle import import_timm, run_timm
 
 RELATIVE_TOLERANCE = 1e-4
 DEPTH = 2
@@ -34,16 +34,6 @@ def _timm_file(tmp_path, architecture, size, **kwargs):
     path = tmp_path / f"{architecture}.safetensors"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     return model, str(path)
-
-
-def _timm_outputs(model, images, features=False):
-    import torch
-
-    with torch.no_grad():
-        x = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
-        if features:
-            return model.forward_head(model.forward_features(x), pre_logits=True).numpy()
-        return model(x).numpy()
 
 
 def _assert_close(ours, theirs):
@@ -74,10 +64,10 @@ def test_the_family_computes_what_timm_computes(architecture, size, kwargs, tmp_
     theirs, path = _timm_file(tmp_path, architecture, size, **kwargs)
     ours = _ours(architecture, path, size, include_top=theirs.num_classes > 0)
     images = _images(2, (size, size))
-    _assert_close(np.asarray(ours(images)), _timm_outputs(theirs, images))
+    _assert_close(np.asarray(ours(images)), run_timm(theirs, images))
     if theirs.num_classes:  # and the features before the head
         features = _ours(architecture, path, size, include_top=False)
-        _assert_close(np.asarray(features(images)), _timm_outputs(theirs, images, features=True))
+        _assert_close(np.asarray(features(images)), run_timm(theirs, images, features=True))
 
 
 def test_the_swiglu_giant_computes_what_timm_computes(tmp_path):
@@ -86,7 +76,7 @@ def test_the_swiglu_giant_computes_what_timm_computes(tmp_path):
     variant = dataclasses.replace(keras_vit.get_variant("DINOv2-g/14"), depth=DEPTH)
     ours = keras_vit.ViT(variant, weights=path, image_size=28)
     images = _images(2, (28, 28))
-    _assert_close(np.asarray(ours(images)), _timm_outputs(theirs, images))
+    _assert_close(np.asarray(ours(images)), run_timm(theirs, images))
 
 
 def test_each_distilled_head_is_reachable_and_is_timms(tmp_path):
@@ -127,5 +117,5 @@ def test_save_safetensors_writes_what_timm_loads_strictly(architecture, size, tm
     again = timm.create_model(architecture, pretrained=False, depth=DEPTH, img_size=size)
     again.load_state_dict(load_file(written), strict=True)
     images = _images(2, (size, size))
-    np.testing.assert_array_equal(_timm_outputs(again.eval(), images), _timm_outputs(theirs, images))
+    np.testing.assert_array_equal(run_timm(again.eval(), images), run_timm(theirs, images))
     del torch
