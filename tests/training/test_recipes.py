@@ -94,6 +94,51 @@ def test_accumulation_applies_the_mean_gradient_every_k_steps():
     np.testing.assert_allclose(weight.numpy(), [-lr * 0.3], rtol=1e-5)
 
 
+class _CountingSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Warmup and cosine, counting how often it is evaluated."""
+
+    def __init__(self):
+        self.calls = 0
+        self.schedule = learning_rate_schedule(0.1, total_steps=20, warmup_steps=4)
+
+    def __call__(self, step):
+        self.calls += 1
+        return self.schedule(step)
+
+
+def _three_traced_steps(optimizer):
+    weights = [tf.Variable(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)),
+               tf.Variable(np.float32([0.5, -0.25]))]
+    grads = [tf.constant(np.float32([[0.3, -0.2, 0.1], [0.0, 0.4, -0.5]])),
+             tf.constant(np.float32([0.7, -0.1]))]
+
+    optimizer.build(weights)  # its variables exist before the trace, which so runs once
+
+    @tf.function
+    def step():
+        optimizer.apply(grads, weights)
+
+    for _ in range(3):
+        step()
+    return [w.numpy() for w in weights]
+
+
+@pytest.mark.parametrize("name", ["AdamW", "SGD"])
+def test_the_schedule_is_evaluated_once_per_update_and_the_steps_are_keras_own(name):
+    options = ({"weight_decay": 0.05} if name == "AdamW" else {"momentum": 0.9})
+    ours, theirs = _CountingSchedule(), _CountingSchedule()
+    got = _three_traced_steps(getattr(training, name)(learning_rate=ours, **options))
+    expected = _three_traced_steps(getattr(keras.optimizers, name)(learning_rate=theirs,
+                                                                   **options))
+    # The same float32 ops in the same order: equal to the last bit.
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    # Traced once: Keras' AdamW reads the rate once for the update and once per variable
+    # for the weight decay (3 here); keras_vit's once in all.
+    assert ours.calls == 1
+    assert theirs.calls == (3 if name == "AdamW" else 1)
+
+
 def test_new_head_starts_at_zero_and_trains():
     model = build_model(DEMO_VARIANT, None, 16, classes=7)
     head = model.get_layer("head")
