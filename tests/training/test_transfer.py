@@ -1,5 +1,7 @@
 """Chaining runs: `train(weights=<.keras file or run folder>)` starts from that model's
-backbone with a new zero head, here from digits 0-4 to a folder of digits 5-9."""
+backbone with a new zero head for the new dataset: by default from the suite's shared digits
+run (tests/conftest.py, ten classes) to a folder of digits 5-9; the slow test runs the whole
+chain, a run on digits 0-4 then one on 5-9."""
 
 import json
 import os
@@ -36,9 +38,15 @@ def write_digits(root, digits):
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory):
+def first_run(digits_run, tmp_path_factory):
+    """The shared digits run (read only), and a folder of digits 5-9."""
+    return digits_run[0], write_digits(tmp_path_factory.mktemp("transfer") / "high", range(5, 10))
+
+
+@pytest.fixture(scope="module")
+def low_digits_run(tmp_path_factory):
     """A one-epoch demo run on digits 0-4, and a folder of digits 5-9."""
-    tmp = tmp_path_factory.mktemp("transfer")
+    tmp = tmp_path_factory.mktemp("chain")
     low, high = write_digits(tmp / "low", range(5)), write_digits(tmp / "high", range(5, 10))
     output = str(tmp / "x")
     train(low, model="demo", output=output, seed=0, **SMALL)
@@ -50,11 +58,13 @@ def _weights(model):
 
 
 # The run folder's case is the same load once run_model_file maps the folder to its
-# model.keras (checked by the test below), so only the file's case runs by default.
-@pytest.mark.parametrize("name", ["model.keras", pytest.param("", marks=pytest.mark.slow)])
-def test_weights_from_a_run_keep_its_backbone_and_start_a_zero_head(first_run, name, tmp_path,
+# model.keras (checked by the test below), so only the file's case runs by default, from the
+# shared digits run; the slow case runs the whole chain, digits 0-4 then 5-9, from the folder.
+@pytest.mark.parametrize("chain", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["model.keras", "run-folder-of-digits-0-4"])
+def test_weights_from_a_run_keep_its_backbone_and_start_a_zero_head(chain, request, tmp_path,
                                                                     monkeypatch):
-    output, high = first_run
+    output, high = request.getfixturevalue("low_digits_run" if chain else "first_run")
     source = _weights(keras.saving.load_model(os.path.join(output, "model.keras"), compile=False))
     assert np.any(source["head/kernel"] != 0)  # trained: a kept head would show
     started = {}
@@ -66,7 +76,7 @@ def test_weights_from_a_run_keep_its_backbone_and_start_a_zero_head(first_run, n
 
     build_model = run_module.build_model
     monkeypatch.setattr(run_module, "build_model", build_and_record)
-    weights = os.path.join(output, name) if name else output
+    weights = output if chain else os.path.join(output, "model.keras")
     # No model named: the earlier run's architecture is the default.
     report = train(high, weights=weights, output=str(tmp_path / "y"), **SMALL)
 
