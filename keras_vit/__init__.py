@@ -48,11 +48,11 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["load_dataset", "make_pipeline"], "keras_vit.data"),
     **dict.fromkeys(["predict_images", "ImagePrediction"], "keras_vit.inference"),
     "evaluate": "keras_vit.evaluation",
-    **dict.fromkeys(["enable_lora", "merge_lora"], "keras_vit.models.lora"),
+    **dict.fromkeys(["enable_lora", "merge_lora"], "keras_vit.lora"),
 }
 _SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "evaluation",
                "execution", "export", "export_quantized", "inference", "labels", "layers",
-               "model_io", "models", "normalization", "preprocessing", "reports", "training",
+               "lora", "memory", "model_io", "models", "normalization", "preprocessing", "reports", "training",
                "variants")
 
 __getattr__, __dir__, __all__ = _lazy.attach(__name__, {**_CORE, **_ON_FIRST_USE}, _SUBMODULES)

@@ -43,8 +43,8 @@ from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folde
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.execution import check_execution
 from keras_vit.labels import imagenet_label_names, read_labels
+from keras_vit.lora import merge_lora
 from keras_vit.model_io import has_softmax_head, model_input
-from keras_vit.models.lora import merge_lora
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images
 
 __all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head",

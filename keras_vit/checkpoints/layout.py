@@ -351,9 +351,9 @@ def official_arrays(model):
 
     Refuses a model holding a NaN or an infinity (a diverged run): every loader, keras_vit's
     included, refuses such a file, so it is never written. A model trained with LoRA is
-    written merged (keras_vit/models/lora.py), so the file is an ordinary checkpoint.
+    written merged (keras_vit/lora.py), so the file is an ordinary checkpoint.
     """
-    from keras_vit.models.lora import merge_lora  # here: models import the checkpoints
+    from keras_vit.lora import merge_lora  # here: importing checkpoints loads no Keras layers
 
     model = merge_lora(model)
     arrays = {}

@@ -220,7 +220,7 @@ def load_model(args):
         # first use, so it is registered here.
         import keras_vit.training.optimizers  # noqa: F401
         return load_keras(args.model)
-    from keras_vit.models.memory import check_fits
+    from keras_vit.memory import check_fits
     from keras_vit.variants import get_architecture
 
     architecture = get_architecture(args.model)  # a ViT variant, or a BiT ("BiT-R50x1")

@@ -140,7 +140,7 @@ def _add_augreg_arguments(train):
 
 
 def _add_lora_arguments(train):
-    """LoRA: parameter-efficient fine-tuning (keras_vit/models/lora.py, whose LORA_TARGETS
+    """LoRA: parameter-efficient fine-tuning (keras_vit/lora.py, whose LORA_TARGETS
     the help names: not imported here, so that --help loads no Keras)."""
     train.add_argument("--lora-rank", type=int, default=None,
                        help="train rank-R LoRA factors and the head instead of every weight; "

@@ -57,7 +57,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # None: `use_fused_attention` decides; True/False force a path (tests, benchmarks).
         self.fused_attention = None
         # LoRA factors by projection name, {"query": (a, b), ...} (`enable_lora`); never saved
-        # in the config: keras_vit saves LoRA-trained models merged (keras_vit/models/lora.py).
+        # in the config: keras_vit saves LoRA-trained models merged (keras_vit/lora.py).
         self.lora_factors = {}
         self.lora_scale = 1.0
 

@@ -1,7 +1,7 @@
 """Models built from the variant tables: the ViT (plain and hybrid), the hybrids' ResNet trunk,
 and BiT ResNetV2, the paper's CNN baseline; `build` and `load` (factory.py) turn a name or a
-file into one. arguments.py holds the checks the constructors share, memory.py the
-fits-in-memory check they run first."""
+file into one. arguments.py holds the checks the constructors share; keras_vit/memory.py the
+fits-in-memory check they run first (beside the errors: checkpoint configs run it too)."""
 
 from keras_vit.models import bit as _bit
 from keras_vit.models import vit as _vit

@@ -9,6 +9,7 @@ import keras
 from keras_vit.checkpoints import load_weights, resolve_weights
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.resnet import PreActBottleneckUnit, bit_conv, bit_group_norm
+from keras_vit.memory import check_fits
 from keras_vit.models.arguments import (
     classes_argument,
     flag_argument,
@@ -17,7 +18,6 @@ from keras_vit.models.arguments import (
     positive_int,
     size_argument,
 )
-from keras_vit.models.memory import check_fits
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, rescaling_arguments
 from keras_vit.variants import BIT_VARIANTS, bit_constructor_names, get_bit_variant
 

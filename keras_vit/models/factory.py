@@ -20,7 +20,7 @@ def build(architecture, **kwargs):
     """A ViT (plain or hybrid, "demo" included) or a BiT, by any name the command line accepts
     ("B/16", "R50+B/16", "demo", "BiT-R50x1") or a `Variant` / `BiTVariant`; `kwargs` as
     `keras_vit.ViT` or `keras_vit.BiT` take them (the constructors check sizes against this
-    machine's memory, `keras_vit.models.memory`)."""
+    machine's memory, `keras_vit.memory`)."""
     from keras_vit.models.bit import BiT
     from keras_vit.models.vit import ViT
     from keras_vit.variants import BiTVariant, get_architecture

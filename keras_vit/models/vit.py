@@ -19,6 +19,7 @@ from keras_vit.layers import (
     TransformerBlock,
 )
 from keras_vit.layers.transformer import LAYER_NORM_EPSILON
+from keras_vit.memory import check_fits
 from keras_vit.models.arguments import (
     classes_argument,
     flag_argument,
@@ -27,7 +28,6 @@ from keras_vit.models.arguments import (
     positive_int,
     size_argument,
 )
-from keras_vit.models.memory import check_fits
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, rescaling_arguments
 from keras_vit.variants import FAMILIES, VARIANTS, constructor_names, get_variant
 

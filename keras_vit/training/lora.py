@@ -1,10 +1,10 @@
 """LoRA in a training run: the arguments checked and recorded; the work is
-keras_vit/models/lora.py's."""
+keras_vit/lora.py's."""
 
 import numbers
 
 from keras_vit.errors import ArgumentError
-from keras_vit.models.lora import LORA_TARGETS, enable_lora, parameter_counts
+from keras_vit.lora import LORA_TARGETS, enable_lora, parameter_counts
 
 __all__ = ["check_lora", "enable_lora", "parameter_counts"]
 

@@ -60,8 +60,8 @@ from keras_vit.data.augment import Augmentation, get_augmentation
 from keras_vit.data.splitting import SPLIT_SEED
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
 from keras_vit.execution import check_execution, choose_jit_compile
+from keras_vit.memory import check_fits
 from keras_vit.models import ViT
-from keras_vit.models.memory import check_fits
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
 from keras_vit.training import resume
 from keras_vit.training.distribute import multi_worker_fit

@@ -25,8 +25,8 @@ from keras_vit.checkpoints.formats.config_values import (
     strings,
 )
 from keras_vit.errors import SizeError
+from keras_vit.memory import check_fits
 from keras_vit.models import vit as vit_module
-from keras_vit.models.memory import check_fits
 from keras_vit.variants import Variant
 from tests.checkpoints.test_transformers_hybrid import FOLDER, TINY, _edited_copy
 

@@ -1,5 +1,5 @@
 """keras_vit.models.arguments: the checks ViT, BiT and ResNetV2 share, with one wording each;
-and the memory check (keras_vit.models.memory) each constructor runs before it builds."""
+and the memory check (keras_vit.memory) each constructor runs before it builds."""
 
 import pytest
 

@@ -8,7 +8,7 @@ import pytest
 
 import keras_vit
 from keras_vit.errors import ArgumentError
-from keras_vit.models.lora import enable_lora, has_lora, merge_lora, parameter_counts
+from keras_vit.lora import enable_lora, has_lora, merge_lora, parameter_counts
 from keras_vit.variants import get_variant
 from tests.conftest import ROOT, run_python
 

@@ -6,7 +6,7 @@ float that no integer conversion survives. Every field a format reads from a con
 here for its type and range, naming the file and the field in one line; a format declares its
 fields as a table ({field: check}) and `check_fields` applies it, so a new format (a family's
 config) reuses the checks and the caps. `check_architecture` then runs the memory check
-(models/memory.py) on the architecture the config describes, before anything is built.
+(keras_vit/memory.py) on the architecture the config describes, before anything is built.
 """
 
 import math
@@ -149,8 +149,8 @@ def check_fields(path, config, fields, prefix="", required=()):
 
 def check_architecture(path, variant, image_size=None, classes=None):
     """Refuses, in one line naming `path`, the architecture a config describes when it
-    cannot fit in this machine's memory (models/memory.py), before anything is built."""
-    from keras_vit.models.memory import check_fits  # the models package imports this one
+    cannot fit in this machine's memory (keras_vit/memory.py), before anything is built."""
+    from keras_vit.memory import check_fits
 
     try:
         check_fits(variant, image_size, classes)
