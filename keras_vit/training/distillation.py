@@ -28,7 +28,7 @@ import keras
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.errors import ArgumentError
+from keras_vit.errors import ArgumentError, PathNotFoundError
 from keras_vit.normalization import input_normalization, rescaling_arguments
 
 __all__ = ["KINDS", "DEFAULT_TEMPERATURE", "DEFAULT_ALPHA", "HardDistillation", "TokenDistiller",
@@ -147,10 +147,17 @@ def load_teacher(teacher, weights=None):
         raise CheckpointError(f"teacher {teacher} is a folder but neither a run folder nor a "
                               "model: give a .keras file or a run folder (a SavedModel's "
                               "signatures take pixels at a size they do not record).")
+    from keras_vit.variants import get_architecture
+
+    try:
+        architecture = get_architecture(teacher)
+    except ValueError:
+        raise PathNotFoundError(f"No teacher at {teacher}: give a .keras file, a run folder, or "
+                                "an architecture name with teacher weights.") from None
     if weights is None:
         raise ArgumentError(f"teacher {teacher!r} names an architecture without weights: "
                             "give --teacher-weights (a teacher must be trained).")
-    return build(teacher, weights=weights)
+    return build(architecture, weights=weights)
 
 
 def _has_preprocessing(model):

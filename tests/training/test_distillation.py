@@ -185,6 +185,7 @@ def test_an_unreadable_or_missing_teacher_is_one_line(tmp_path):
     for teacher, family in [(str(torn), CheckpointError),
                             (str(tmp_path / "missing.keras"), PathNotFoundError),
                             (str(tmp_path), CheckpointError),  # a folder holding no model
+                            (str(tmp_path / "no_run"), PathNotFoundError),
                             ("S/16", ArgumentError)]:  # an architecture without weights
         with pytest.raises(family) as error:
             load_teacher(teacher)

@@ -14,7 +14,8 @@ import pytest
 import keras_vit
 from keras_vit.analysis import compare_runs
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.errors import ArgumentError, RunConflictError
+from keras_vit.errors import ArgumentError, DatasetError, RunConflictError
+from keras_vit.reports import read_report
 from keras_vit.training import train
 from tests.analysis.test_compare import table_rows
 from tests.training.test_distillation import TINY, TINY_DEIT, planted_head
@@ -145,3 +146,14 @@ def test_a_bad_teacher_is_refused_in_one_line_before_anything_is_written(tmp_pat
                   "--output", str(tmp_path / "never")])
     assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "3 classes" in result.stderr
+
+
+def test_a_reports_teacher_is_checked_against_the_schema(student_run, tmp_path):
+    """A report.json whose teacher has a field of the wrong type is refused naming it."""
+    copy = shutil.copytree(student_run[0], tmp_path / "edited")
+    report = read(copy, "report.json")
+    with open(os.path.join(copy, "report.json"), "w") as f:
+        json.dump({**report, "teacher": {**report["teacher"], "classes": "ten"}}, f)
+    with pytest.raises(DatasetError) as error:
+        read_report(os.path.join(copy, "report.json"))
+    assert "teacher.classes" in str(error.value) and "\n" not in str(error.value)
