@@ -32,8 +32,8 @@ from keras_vit.errors import ArgumentError, PathNotFoundError
 from keras_vit.normalization import input_normalization, rescaling_arguments
 
 __all__ = ["KINDS", "DEFAULT_TEMPERATURE", "DEFAULT_ALPHA", "HardDistillation", "TokenDistiller",
-           "check_distillation", "load_teacher", "teacher_input_adapter", "make_distiller",
-           "student_of", "has_distillation_token"]
+           "check_distillation", "check_teacher", "load_teacher", "teacher_input_adapter",
+           "make_distiller", "student_of", "has_distillation_token", "teacher_spec"]
 
 KINDS = ("soft", "hard")
 DEFAULT_TEMPERATURE = 3.0  # DeiT's soft distillation (paper, section 5.1)
@@ -158,6 +158,20 @@ def load_teacher(teacher, weights=None):
         raise ArgumentError(f"teacher {teacher!r} names an architecture without weights: "
                             "give --teacher-weights (a teacher must be trained).")
     return build(architecture, weights=weights)
+
+
+def check_teacher(teacher, name, classes, dataset):
+    """`teacher`, refused in one line unless it returns logits of the dataset's classes."""
+    from keras_vit.model_io import has_softmax_head
+
+    scored = teacher.output_shape[-1]
+    if scored != classes:
+        raise ArgumentError(f"teacher {name} scores {scored} classes, the dataset {dataset!r} "
+                            f"has {classes}: a teacher must be trained on the student's classes.")
+    if has_softmax_head(teacher):
+        raise ArgumentError(f"teacher {name} returns probabilities (a softmax head); "
+                            "distillation reads its logits: give a model without the softmax.")
+    return teacher
 
 
 def _has_preprocessing(model):

@@ -66,6 +66,7 @@ from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
 from keras_vit.training import resume
 from keras_vit.training.distillation import (
     check_distillation,
+    check_teacher,
     load_teacher,
     make_distiller,
     student_of,
@@ -503,13 +504,8 @@ def _compiled_model(run, placement, splits):
 
 def _checked_teacher(record, splits):
     """The teacher `record` names, loaded; refused unless it scores the dataset's classes."""
-    teacher = load_teacher(record["model"], record["weights"])
-    classes = teacher.output_shape[-1]
-    if classes != splits.num_classes:
-        raise ArgumentError(f"teacher {record['model']} scores {classes} classes, the dataset "
-                            f"{splits.name!r} has {splits.num_classes}: a teacher must be trained "
-                            "on the student's classes.")
-    return teacher
+    return check_teacher(load_teacher(record["model"], record["weights"]), record["model"],
+                         splits.num_classes, splits.name)
 
 
 def _teacher_report(model, record):

@@ -17,6 +17,7 @@ from keras_vit.errors import ArgumentError, PathNotFoundError
 from keras_vit.training.distillation import (
     TokenDistiller,
     check_distillation,
+    check_teacher,
     load_teacher,
     make_distiller,
     teacher_input_adapter,
@@ -190,3 +191,15 @@ def test_an_unreadable_or_missing_teacher_is_one_line(tmp_path):
         with pytest.raises(family) as error:
             load_teacher(teacher)
         assert "\n" not in str(error.value), teacher
+
+
+def test_a_teacher_of_other_classes_or_with_a_softmax_head_is_refused_in_one_line():
+    logits = linear(0, "teacher")
+    assert check_teacher(logits, "t", CLASSES, "d") is logits
+    probabilities = keras_vit.ViT(TINY, image_size=8, classes=CLASSES,
+                                  classifier_activation="softmax")
+    for teacher, classes, named in [(logits, CLASSES + 1, "3 classes"),
+                                    (probabilities, CLASSES, "softmax")]:
+        with pytest.raises(ArgumentError) as error:
+            check_teacher(teacher, "t", classes, "d")
+        assert named in str(error.value) and "\n" not in str(error.value)
