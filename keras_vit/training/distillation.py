@@ -225,8 +225,12 @@ def make_distiller(teacher, student, kind, temperature, alpha):
     loss = (HardDistillation() if kind == "hard" else keras.distillation.LogitsDistillation(
         temperature=temperature, loss=keras.losses.KLDivergence()))
     distiller = TokenDistiller if has_distillation_token(student) else keras.distillation.Distiller
-    return distiller(teacher=teacher_input_adapter(teacher, student), student=student,
-                     distillation_losses=loss, student_loss_weight=1.0 - alpha)
+    distiller = distiller(teacher=teacher_input_adapter(teacher, student), student=student,
+                          distillation_losses=loss, student_loss_weight=1.0 - alpha)
+    # Built now, by a call on one image: a re-run restores its backup before fit, and Keras
+    # loads weights only into a built model (Distiller, subclassed, is built by its first call).
+    distiller(np.zeros((1, *student.input_shape[1:]), student.input.dtype), training=False)
+    return distiller
 
 
 def student_of(model):

@@ -203,3 +203,32 @@ def test_a_teacher_of_other_classes_or_with_a_softmax_head_is_refused_in_one_lin
         with pytest.raises(ArgumentError) as error:
             check_teacher(teacher, "t", classes, "d")
         assert named in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("variant", [TINY, TINY_DEIT], ids=["vit", "distilled-deit"])
+def test_a_distillers_backup_restores_its_student_and_optimizer(variant, tmp_path):
+    """What a re-run resumes from: the Backup callback's file of a distiller loads into a new
+    one (same teacher, fresh student) as made, before fit has built anything."""
+    from keras_vit.training.resume import Backup, restore
+
+    keras.utils.set_random_seed(0)
+    teacher = keras_vit.ViT(TINY, image_size=8, classes=CLASSES)
+
+    def distiller():
+        made = compiled(make_distiller(teacher, keras_vit.ViT(variant, image_size=8,
+                                                              classes=CLASSES), "soft", T, 0.5))
+        made.optimizer.build(made.trainable_variables)
+        return made
+
+    trained, rng = distiller(), np.random.default_rng(4)
+    for variable in trained.student.weights + trained.optimizer.variables:
+        variable.assign(rng.integers(1, 9, variable.shape).astype(variable.dtype))
+    backup = Backup(str(tmp_path / "backup"))
+    backup.set_model(trained)
+    backup.on_epoch_end(0)
+    fresh = distiller()
+    assert restore(fresh, str(tmp_path / "backup")) == 1
+    for saved, loaded in zip(trained.student.weights + trained.optimizer.variables,
+                             fresh.student.weights + fresh.optimizer.variables):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded),
+                                      keras.ops.convert_to_numpy(saved), err_msg=saved.path)
