@@ -8,7 +8,9 @@ predicted; above `SPARSE_CONFUSION_CLASSES` classes its non-zero cells only, as
 {"cells": [[true, predicted, count], ...]}: `confusion_cells` reads either), `skipped_files`;
 and, by who wrote it, `model`, `weights`, `recipe`,
 `parameters`, `gflops_per_image`, `train_seconds`, `images_per_second`, `epochs_logged`,
-`top5_accuracy`, `image_count`, `few_shot_probe`. `REQUIRED` are what `read_report` insists on.
+`top5_accuracy`, `image_count`, `few_shot_probe`, `teacher` (a distilled run's teacher: its
+`model` path or name, `distillation` kind, `temperature`, `alpha`, `classes`; null without
+one). `REQUIRED` are what `read_report` insists on.
 """
 
 import contextlib
@@ -240,6 +242,13 @@ def check_report(report, path):
         _check(path, field, report.get(field), kind, optional=True)
     if "confusion_matrix" in report:
         _check_confusion(path, report["confusion_matrix"], len(names))
+    teacher = report.get("teacher")
+    if teacher is not None:
+        _check_mapping(path, "teacher", teacher)
+        for field, kind in (("model", _TEXT), ("distillation", _TEXT), ("classes", _COUNT),
+                            ("alpha", _SHARE)):
+            _check(path, f"teacher.{field}", teacher.get(field), kind)
+        _check(path, "teacher.temperature", teacher.get("temperature"), _AMOUNT, optional=True)
     recipe = report.get("recipe")
     if recipe is not None:
         _check_mapping(path, "recipe", recipe)

@@ -10,7 +10,8 @@ What compare reads from a folder's report.json (the schema `train` writes):
   (`keras_vit.data.split_fingerprint` of the test split's example ids), and the numbers
   measured on that test split: `accuracy`, `macro_avg` {precision, recall, f1},
   `per_class` {class name: {precision, recall, f1, support}}.
-- optional (shown as "-" when absent): `model`, `weights`, `recipe.name`, `parameters`,
+- optional (shown as "-" when absent): `model`, `weights`, `recipe.name`, `teacher` (a
+  distilled run's teacher and its distillation; "none" for a run trained without one), `parameters`,
   `gflops_per_image` (else counted from the folder's model.keras, `forward_flops`),
   `train_seconds`, `images_per_second` (else training images per second:
   `steps_per_epoch * recipe.batch_size * epochs_logged / train_seconds`), and
@@ -198,6 +199,8 @@ def comparison_markdown(runs):
         # A run records its starting weights (None: from scratch); an evaluation folder none.
         ("weights", lambda r, run: MISSING if "weights" not in r else _cell(r["weights"] or "none")),
         ("recipe", lambda r, run: _cell((r.get("recipe") or {}).get("name") or MISSING)),
+        # A distilled run's teacher and how it taught; "none" for a run trained without one.
+        ("teacher", lambda r, run: MISSING if "teacher" not in r else _cell(_teacher(r["teacher"]))),
         ("parameters", lambda r, run: _number(r.get("parameters"), ",")),
         ("GFLOPs per image", lambda r, run: _number(run["gflops"], ".4g")),
         ("training time (s)", lambda r, run: _number(r.get("train_seconds"), ".1f")),
@@ -225,6 +228,14 @@ def comparison_markdown(runs):
               "2 per multiply-add (keras_vit.analysis.forward_flops). Training images/s: "
               "images through training steps per second of logged epoch time.", ""]
     return "\n".join(lines)
+
+
+def _teacher(teacher):
+    if not teacher:
+        return "none"
+    how = teacher["distillation"] + (f" T={teacher['temperature']:g}"
+                                     if teacher.get("temperature") else "")
+    return f"{teacher['model']} ({how}, alpha {teacher['alpha']:g})"
 
 
 def _plain(text):

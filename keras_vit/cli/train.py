@@ -104,6 +104,7 @@ def _add_arguments(train):
         help=f"seed that draws the validation split (default: {SPLIT_SEED})")
     _add_augreg_arguments(train)
     _add_lora_arguments(train)
+    _add_distillation_arguments(train)
 
 
 def _add_augreg_arguments(train):
@@ -150,6 +151,32 @@ def _add_lora_arguments(train):
                             "out, mlp (default: query,value)")
 
 
+def _add_distillation_arguments(train):
+    """Distillation from a frozen teacher (keras_vit/training/distillation.py, whose defaults
+    the help quotes: not imported here, so that --help loads no Keras)."""
+    group = train.add_argument_group(
+        "distillation", "a frozen teacher teaches the student beside the labels (Keras' "
+        "Distiller); recorded in run.json and report.json")
+    group.add_argument("--teacher", default=None, metavar="MODEL",
+                       help="the teacher: a .keras file, a run folder of an earlier train, or "
+                            "an architecture with --teacher-weights; its classes must be the "
+                            "dataset's; it is fed the student's images at its own size and "
+                            "normalisation")
+    group.add_argument("--teacher-weights", default=None, metavar="WEIGHTS",
+                       help="the weights of a teacher named by its architecture (as --weights "
+                            "accepts them, head included)")
+    group.add_argument("--distillation", choices=("soft", "hard"), default=None,
+                       help="soft: KL divergence at --distillation-temperature (times T squared); "
+                            "hard: cross-entropy on the teacher's argmax, DeiT's (default: soft; "
+                            "hard for a distilled DeiT, whose distillation token learns from "
+                            "the teacher)")
+    group.add_argument("--distillation-temperature", type=float, default=None, metavar="T",
+                       help="soft distillation's temperature (default: 3.0, DeiT's)")
+    group.add_argument("--distillation-alpha", type=float, default=None, metavar="ALPHA",
+                       help="the distillation loss's weight in [0, 1]; the labels' loss gets "
+                            "1 - ALPHA (default: 0.5)")
+
+
 def run(args):
     from keras_vit.training import train
 
@@ -163,7 +190,10 @@ def run(args):
                    drop_path=args.drop_path, augment=args.augment, mixup=args.mixup,
                    cutmix=args.cutmix, randaugment=args.randaugment,
                    layer_decay=args.layer_decay, ema=args.ema,
-                   **_lora_options(args))
+                   teacher=args.teacher, teacher_weights=args.teacher_weights,
+                   distillation=args.distillation,
+                   distillation_temperature=args.distillation_temperature,
+                   distillation_alpha=args.distillation_alpha, **_lora_options(args))
     skipped = report["skipped_files"]["count"]
     unsupported = report["unsupported_files"]["count"]
     print(f"test accuracy {report['accuracy']:.4f} on {report['num_test']} held-out images "

@@ -10,6 +10,8 @@ strategy, and on JAX, Keras builds them before tracing itself.
 import keras
 import numpy as np
 
+from keras_vit.training.distillation import student_of
+
 __all__ = ["build_training_state"]
 
 
@@ -28,9 +30,10 @@ def build_training_state(model):
         return
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
-    images = np.zeros((1, *model.input_shape[1:]), model.input.dtype)
+    student = student_of(model)  # a distiller takes its student's images and labels
+    images = np.zeros((1, *student.input_shape[1:]), student.input.dtype)
     predicted = model(images, training=False)
-    labels = np.zeros(predicted.shape, "float32")  # the one-hot labels train() fits on
+    labels = np.zeros((1, student.output_shape[-1]), "float32")  # the one-hot labels train() fits on
     model.compute_loss(images, labels, predicted)
     model.compute_metrics(images, labels, predicted, None)
     model.reset_metrics()

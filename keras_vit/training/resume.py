@@ -38,6 +38,7 @@ from keras_vit._support.json_files import read_json
 from keras_vit.atomic import atomic_open, atomic_path, remove_temporaries
 from keras_vit.errors import RunConflictError
 from keras_vit.lora import merge_lora
+from keras_vit.training.distillation import student_of
 
 __all__ = ["resume", "Backup", "BestCheckpoint", "check_outputs"]
 
@@ -214,9 +215,10 @@ def _rebuild_best(model, output, epoch, rows, say):
 
 def save_model(model, path):
     """`model.save(path)`, atomically; a LoRA-trained model merged, so the file loads where
-    nothing knows LoRA (keras_vit/lora.py)."""
+    nothing knows LoRA (keras_vit/lora.py); a distiller's student."""
     with atomic_path(path) as tmp:
-        merge_lora(model).save(tmp)
+        # A distilled run saves its student alone (the teacher stays where it was).
+        merge_lora(student_of(model)).save(tmp)
 
 
 class Backup(keras.callbacks.Callback):

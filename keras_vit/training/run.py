@@ -64,6 +64,14 @@ from keras_vit.memory import check_fits
 from keras_vit.models import ViT
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
 from keras_vit.training import resume
+from keras_vit.training.distillation import (
+    check_distillation,
+    check_teacher,
+    load_teacher,
+    make_distiller,
+    student_of,
+    teacher_spec,
+)
 from keras_vit.training.distribute import multi_worker_fit
 from keras_vit.training.lora import check_lora, enable_lora, parameter_counts
 from keras_vit.training.placement import get_placement
@@ -104,6 +112,7 @@ class _Run:
     validation_seed: int = SPLIT_SEED
     execution: str = "auto"
     lora: dict | None = None  # {"rank": R, "targets": [...]}: LoRA instead of full fine-tuning
+    teacher: dict | None = None  # run.json's teacher record: distillation from that model
 
 
 def build_model(variant, weights, image_size, classes, dropout=0.0, drop_path_rate=0.0):
@@ -137,7 +146,8 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
           validation_fraction=VALIDATION_FRACTION, validation_seed=SPLIT_SEED, execution=None,
           drop_path=None, augment=None, mixup=None, cutmix=None, randaugment=None,
           layer_decay=None, ema=None, lora_rank=None,
-          lora_targets=("query", "value")):
+          lora_targets=("query", "value"), teacher=None, teacher_weights=None,
+          distillation=None, distillation_temperature=None, distillation_alpha=None):
     """Trains (or fine-tunes) a ViT and writes every output into `output`.
 
     Defaults come from the dataset's preset (`keras_vit.data.PRESETS`): digits
@@ -201,6 +211,21 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
         ema: the momentum of an exponential moving average of the weights
             (Keras' `use_ema`, e.g. 0.9999), which model.keras holds (best.keras,
             chosen during training, holds the trained weights).
+        teacher: distil from this frozen model (`keras.distillation.Distiller`): a
+            `.keras` file, an earlier run's folder, or an architecture name with
+            `teacher_weights`; its classes must be the dataset's. It is fed the
+            student's images, resized and normalised as its own weights expect
+            (keras_vit/training/distillation.py).
+        teacher_weights: the weights of a teacher named by its architecture (what
+            `weights` accepts; the head they hold is the teacher's).
+        distillation: "soft" (KL at a temperature, Keras' LogitsDistillation) or
+            "hard" (cross-entropy on the teacher's argmax, DeiT's); default soft, and
+            hard for a distilled DeiT student, whose distillation head learns from the
+            teacher and class head from the labels.
+        distillation_temperature: soft distillation's temperature (default 3.0, DeiT's);
+            Keras multiplies the KL by its square.
+        distillation_alpha: the distillation loss's weight in [0, 1]; the labels' loss
+            gets `1 - alpha` (default 0.5).
 
     Returns:
         The report dict that is also written to `output/report.json`.
@@ -251,6 +276,10 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     lora = check_lora(lora_rank, lora_targets)
     if lora is not None:  # only then: runs without LoRA keep their run.json as it was
         config["lora"] = lora
+    teacher_record = _teacher_record(teacher, teacher_weights, distillation,
+                                     distillation_temperature, distillation_alpha, variant)
+    if teacher_record is not None:  # only then: runs without a teacher keep their run.json
+        config["teacher"] = teacher_record
     finished = None if overwrite else _check_previous_run(output, config)
     if finished is not None:
         return finished
@@ -261,9 +290,25 @@ def train(dataset="digits", model=None, weights=None, image_size=None, batch_siz
     try:
         return _fit_and_report(_Run(dataset, variant, weights, recipe, strategy, precision,
                                     output, data_dir, seed, verbose, float(validation_fraction),
-                                    int(validation_seed), execution, lora), config, overwrite)
+                                    int(validation_seed), execution, lora, teacher_record),
+                               config, overwrite)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
+
+
+def _teacher_record(teacher, weights, kind, temperature, alpha, variant):
+    """run.json's record of the distillation (None without a teacher); DeiT's defaults."""
+    if teacher is None:
+        given = [name for name, value in (("teacher_weights", weights), ("distillation", kind),
+                                          ("distillation_temperature", temperature),
+                                          ("distillation_alpha", alpha)) if value is not None]
+        if given:
+            raise ArgumentError(f"{', '.join(given)} need a teacher (--teacher).")
+        return None
+    kind, temperature, alpha = check_distillation(kind, temperature, alpha,
+                                                  getattr(variant, "distilled", False))
+    return {"model": teacher_spec(teacher), "weights": weights, "distillation": kind,
+            "temperature": temperature, "alpha": alpha}
 
 
 def _run_config(dataset, variant, weights, recipe, precision, seed,
@@ -445,12 +490,32 @@ def _compiled_model(run, placement, splits):
             enable_lora(model, run.lora["rank"], run.lora["targets"])
         jit_compile = choose_jit_compile(
             model, (recipe.batch_size, *model.input_shape[1:]), run.execution, training=True)
+        if run.teacher is not None:  # fit trains the Distiller; its student is the model
+            model = make_distiller(_checked_teacher(run.teacher, splits), model,
+                                   run.teacher["distillation"], run.teacher["temperature"],
+                                   run.teacher["alpha"])
         model.compile(optimizer=make_optimizer(recipe, plan[2], accumulation),
                       loss=keras.losses.CategoricalCrossentropy(
                           from_logits=True, label_smoothing=recipe.label_smoothing),
                       metrics=["accuracy"],
                       jit_compile="auto" if jit_compile is None else jit_compile)
     return model, plan
+
+
+def _checked_teacher(record, splits):
+    """The teacher `record` names, loaded; refused unless it scores the dataset's classes."""
+    return check_teacher(load_teacher(record["model"], record["weights"]), record["model"],
+                         splits.num_classes, splits.name)
+
+
+def _teacher_report(model, record):
+    """The report's teacher: run.json's record, and what the loaded teacher is."""
+    if record is None:
+        return None
+    teacher = model.teacher  # behind the layers feeding it the student's input, if any
+    inner = teacher.layers[-1] if teacher.name.endswith("_on_student_input") else teacher
+    return {**record, "architecture": inner.name, "classes": int(inner.output_shape[-1]),
+            "image_size": inner.input_shape[1]}
 
 
 def _check_output(output):
@@ -515,11 +580,15 @@ def _remove_empty(folders):
 
 def _fit_in(output, run, placement, splits, config, model, plan):
     # Recorded before the first epoch, so a killed run is recognised when its command comes again.
+    # The teacher as loaded (its architecture and classes) beside the config's record of it.
+    teacher = _teacher_report(model, run.teacher)
+    extra = {} if teacher is None else {"teacher": teacher}
     _write_json(os.path.join(output, RUN_FILE), {"config": config, "split": splits.split,
-                                                 "finished": False})
+                                                 **extra, "finished": False})
     recipe = run.recipe
     epochs, per_epoch, total_updates, accumulation = plan
-    image_size = model.input_shape[1]
+    student = student_of(model)  # what a distilled run saves and scores; else the model
+    image_size = student.input_shape[1]
 
     def one_hot(images, labels):
         return images, tf.one_hot(labels, splits.num_classes)
@@ -528,7 +597,7 @@ def _fit_in(output, run, placement, splits, config, model, plan):
     sizes = (splits.train_bytes, splits.validation_bytes, splits.test_bytes)
     small = None not in sizes and sum(sizes) < CACHE_BYTES
     # The pixels the model's weights expect ([-1, 1], or their source's mean/std).
-    normalization = input_normalization(model)
+    normalization = input_normalization(student)
     normalization = None if normalization == OFFICIAL_NORMALIZATION else normalization
     augmentation = Augmentation(recipe.randaugment, recipe.mixup, recipe.cutmix)
     train_data = make_pipeline(splits.train, image_size, recipe.batch_size, True,
@@ -560,7 +629,7 @@ def _fit_in(output, run, placement, splits, config, model, plan):
                   steps_per_epoch=per_epoch, validation_data=validation_data,
                   callbacks=callbacks, verbose=run.verbose, shuffle=False)  # the pipeline shuffles
         resume.save_model(model, os.path.join(output, "model.keras"))
-        logits = model.predict(test_images, verbose=0)
+        logits = student.predict(test_images, verbose=0)
     _write_labels(os.path.join(output, "labels.txt"), splits.class_names)
     labels = np.concatenate([y for _, y in splits.test.batch(1024).as_numpy_iterator()])
     summary = {
@@ -579,16 +648,17 @@ def _fit_in(output, run, placement, splits, config, model, plan):
         "epochs": epochs, "steps_per_epoch": per_epoch, "optimizer_updates": total_updates,
         "gradient_accumulation_steps": accumulation,
         "optimizer_iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
-        "parameters": model.count_params(),
+        "parameters": student.count_params(),
         # What the optimizer updates and all the model holds (LoRA factors included).
-        "parameter_counts": parameter_counts(model), "lora": run.lora,
+        "parameter_counts": parameter_counts(student), "lora": run.lora,
+        "teacher": teacher,
     }
     result = report.write_report(output, labels, np.argmax(logits, axis=-1), splits.class_names,
                                  summary, skipped_files=splits.skipped_files,
                                  unsupported_files=splits.unsupported_files)
     # Last: only a run whose every output was written counts as finished.
     _write_json(os.path.join(output, RUN_FILE), {"config": config, "split": splits.split,
-                                                 "finished": True})
+                                                 **extra, "finished": True})
     return result
 
 
