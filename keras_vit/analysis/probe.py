@@ -81,7 +81,7 @@ class AttentionProbe:
         self.num_heads = blocks[0].num_heads
         self.image_size = _image_size(model, self.grid_size)
         self.stride = tuple(s // g for s, g in zip(self.image_size, self.grid_size))
-        self._chain = _layer_chain(model)
+        self._chain, self._chain_ends_at_output = _layer_chain(model)
         self._forward = _compile(self._forward_eager)
 
     def __call__(self, images, batch_size=8):
@@ -107,7 +107,7 @@ class AttentionProbe:
 
     def _forward_eager(self, images):
         """`(outputs, attention (L, B, H, T, T), tokens (L, B, T, D))` as tensors."""
-        x = keras.ops.convert_to_tensor(images, dtype=self.model.inputs[0].dtype)
+        images = x = keras.ops.convert_to_tensor(images, dtype=self.model.inputs[0].dtype)
         attention, tokens = [], []
         for layer in self._chain:
             if isinstance(layer, TransformerBlock):
@@ -116,6 +116,8 @@ class AttentionProbe:
                 tokens.append(x)
             else:
                 x = layer(x)  # inference mode: dropout is off outside training
+        if not self._chain_ends_at_output:  # a head that branches: the model computes it
+            x = self.model(images)
         return x, keras.ops.stack(attention), keras.ops.stack(tokens)
 
     def attention_rollout(self, images, batch_size=8, residual=True):
@@ -168,22 +170,29 @@ def _image_size(model, grid_size):
 
 
 def _layer_chain(model):
-    """The model's layers after the input, checked to form a single chain."""
+    """The model's layers after the input, checked to form a single chain up to the last
+    encoder block; and whether the chain goes on to the model's output. After the encoder a
+    head may branch (a distilled DeiT's two heads): the chain then stops there and the model
+    itself computes the output."""
     chain, previous = [], model.inputs[0]
+    blocks_left = sum(isinstance(layer, TransformerBlock) for layer in model.layers)
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
             continue
         # keras_vit models are one chain of layers; a branching graph would be
         # silently mis-wired by calling its layers in order, so refuse it.
         if layer.input is not previous:
+            if not blocks_left:
+                return chain, False
             raise ArgumentError(f"Layer {layer.name!r} of model {model.name!r} does not follow the "
                                 "previous layer; AttentionProbe supports keras_vit's chain-shaped "
                                 "models only.")
         chain.append(layer)
         previous = layer.output
+        blocks_left -= isinstance(layer, TransformerBlock)
     if previous is not model.outputs[0]:
         raise ArgumentError(f"The layers of model {model.name!r} do not end at its output.")
-    return chain
+    return chain, True
 
 
 def _compile(function):
