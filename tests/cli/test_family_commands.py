@@ -102,27 +102,26 @@ def test_each_family_carries_its_own_normalisation_into_training(families):
         np.testing.assert_allclose(std, family.std, rtol=1e-6)
 
 
-def test_each_familys_features_are_timms_pre_logits(families):
+def test_dinov2_features_are_timms_pre_logits(families):
     """The pooled features the few-shot probe reads (`feature_model`): DINOv2's class token
-    after the final norm, SigLIP's MAP head output, equal timm's `pre_logits` on the same
-    pixels each normalised by its own mean/std."""
+    after the final norm equals timm's `pre_logits` on the same pixels, each normalised by
+    ImageNet's mean/std. (SigLIP's MAP head output is checked through the probe below.)"""
     import keras
 
     from keras_vit.analysis import pooled_features
     from keras_vit.model_io import model_input
 
-    pixels = np.random.default_rng(5).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
-    for family in families.values():
-        model = keras.saving.load_model(family.keras)
-        size = family.size
-        ours = pooled_features(model, model_input(model)(pixels[:, :size, :size]))
-        theirs = run_timm(family.timm, _timm_input(family, pixels[:, :size, :size]), features=True)
-        _assert_close(ours, theirs)
+    family = families["dinov2_reg4"]
+    pixels = np.random.default_rng(5).uniform(0, 255, (2, family.size, family.size, 3))
+    pixels = pixels.astype(np.float32)
+    model = keras.saving.load_model(family.keras)
+    _assert_close(pooled_features(model, model_input(model)(pixels)),
+                  run_timm(family.timm, _timm_input(family, pixels), features=True))
 
 
 # SigLIP by default (its MAP head is the features' layer no other family has); DINOv2's class
 # token is the paper's ViT's feature layer, read the same way, and its features are checked
-# cheaply above (test_each_familys_features_are_timms_pre_logits).
+# cheaply above (test_dinov2_features_are_timms_pre_logits).
 @pytest.mark.parametrize("name", [pytest.param("dinov2_reg4", marks=pytest.mark.slow), "siglip"])
 def test_evaluate_few_shot_probes_the_familys_own_features(families, name, tmp_path):
     """`keras-vit evaluate --few-shot 2` on the .keras file: the ridge probe's scores equal the
@@ -229,6 +228,28 @@ def test_analyze_reads_timms_attention_without_the_registers(families, name, cla
     if class_token:  # the registers drew attention: keeping them would give another map
         kept_in = _rollout_by_hand(attention[:, :2], class_token, 1)
         assert np.abs(kept_in.reshape(2, -1)[:, -4:] - expected.reshape(2, -1)).max() > 1e-3
+
+
+def test_save_npz_of_siglip_is_what_timms_big_vision_loader_reads(families, tmp_path):
+    """SigLIP's own releases are big_vision .npz files: keras_vit's `save_npz` of the model
+    read from timm's file loads through timm's big_vision loader (`load_pretrained`) into the
+    same architecture and computes the same features. (DINOv2's releases are PyTorch files:
+    `save_safetensors` writes them, tests/checkpoints/test_timm_families.py.)"""
+    import keras
+
+    from keras_vit.model_io import model_input
+
+    timm = import_timm()
+    family = families["siglip"]
+    model = keras.saving.load_model(family.keras)
+    written = keras_vit.save_npz(model, str(tmp_path / "siglip.npz"))
+    back = timm.create_model(FAMILIES["siglip"][0], pretrained=False, depth=DEPTH,
+                             img_size=family.size, embed_dim=WIDTH, num_heads=HEADS)
+    back.load_pretrained(written)
+    pixels = np.random.default_rng(6).uniform(0, 255, (2, family.size, family.size, 3))
+    pixels = pixels.astype(np.float32)
+    _assert_close(np.asarray(model(model_input(model)(pixels))),
+                  run_timm(back.eval(), _timm_input(family, pixels), features=True))
 
 
 # Slow: a run, three exports, predict and timm's strict load of what training gave. The default
