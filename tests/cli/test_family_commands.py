@@ -102,27 +102,31 @@ def test_each_family_carries_its_own_normalisation_into_training(families):
         np.testing.assert_allclose(std, family.std, rtol=1e-6)
 
 
-def test_dinov2_features_are_timms_pre_logits(families):
+@pytest.mark.parametrize("name,layer", [("dinov2_reg4", "token_pool"), ("siglip", "map_pool")])
+def test_the_probes_features_are_timms_pre_logits(families, name, layer):
     """The pooled features the few-shot probe reads (`feature_model`): DINOv2's class token
-    after the final norm equals timm's `pre_logits` on the same pixels, each normalised by
-    ImageNet's mean/std. (SigLIP's MAP head output is checked through the probe below.)"""
+    after the final norm, SigLIP's MAP head output, equal timm's `pre_logits` on the same
+    pixels, each normalised by its family's mean/std."""
     import keras
 
     from keras_vit.analysis import pooled_features
+    from keras_vit.analysis.probe import feature_model
     from keras_vit.model_io import model_input
 
-    family = families["dinov2_reg4"]
+    family = families[name]
     pixels = np.random.default_rng(5).uniform(0, 255, (2, family.size, family.size, 3))
     pixels = pixels.astype(np.float32)
     model = keras.saving.load_model(family.keras)
+    assert feature_model(model).layers[-1].name == layer
     _assert_close(pooled_features(model, model_input(model)(pixels)),
                   run_timm(family.timm, _timm_input(family, pixels), features=True))
 
 
-# SigLIP by default (its MAP head is the features' layer no other family has); DINOv2's class
-# token is the paper's ViT's feature layer, read the same way, and its features are checked
-# cheaply above (test_dinov2_features_are_timms_pre_logits).
-@pytest.mark.parametrize("name", [pytest.param("dinov2_reg4", marks=pytest.mark.slow), "siglip"])
+# Slow: the command costs ~10 CPU-s in tf.data tracing; the default
+# test_the_probes_features_are_timms_pre_logits checks the features it reads, and
+# tests/test_evaluate.py the command's probe on the paper's ViT.
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FAMILIES))
 def test_evaluate_few_shot_probes_the_familys_own_features(families, name, tmp_path):
     """`keras-vit evaluate --few-shot 2` on the .keras file: the ridge probe's scores equal the
     same probe fitted on timm's features (DINOv2: the class token after the final norm;
