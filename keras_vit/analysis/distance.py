@@ -25,11 +25,12 @@ def mean_attention_distance(attention, grid_size, stride, num_prefix_tokens=1,
     """Mean attention distance in pixels, per layer and head.
 
     For each query patch q: `sum_k A[q, k] * distance(q, k)`, then the mean
-    over query patches and images. The class token has no position on the
-    image, so it is dropped as a query and as a key. With `renormalize=True`
+    over query patches and images. The prefix tokens (class, distillation and
+    register tokens) have no position on the image, so they are dropped as
+    queries and as keys, as the registers paper leaves its registers out. With `renormalize=True`
     (default) each query's weights over the patches are rescaled to sum to 1,
     so the result is a true expected distance whatever share of attention
-    went to the class token; with False that share simply counts as distance
+    went to the prefix tokens; with False that share simply counts as distance
     zero, which lowers the value by that share.
 
     Args:
@@ -37,7 +38,7 @@ def mean_attention_distance(attention, grid_size, stride, num_prefix_tokens=1,
             `(batch, heads, tokens, tokens)`.
         grid_size: `(rows, columns)` of the patch grid.
         stride: pixels per token, int or `(vertical, horizontal)`.
-        num_prefix_tokens: 1 with a class token, 0 without.
+        num_prefix_tokens: the tokens before the patches (`probe.num_prefix_tokens`).
         renormalize: see above.
 
     Returns:

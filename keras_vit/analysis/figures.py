@@ -21,7 +21,8 @@ from keras_vit.analysis.plots import (
 from keras_vit.analysis.probe import AttentionProbe
 from keras_vit.atomic import atomic_open
 from keras_vit.errors import ArgumentError
-from keras_vit.preprocessing import MAX_PIXELS, image_paths, load_image, preprocess_input
+from keras_vit.model_io import model_input
+from keras_vit.preprocessing import MAX_PIXELS, image_paths, load_image
 
 __all__ = ["analyze"]
 
@@ -49,7 +50,9 @@ def analyze(model, images, output_dir, max_images=128, rollout_images=6, batch_s
     probe = AttentionProbe(model)
     pixels, titles = _pixels(images, probe.image_size, model.input_shape[-1], max_images,
                              max_pixels)
-    inputs = preprocess_input(pixels)
+    # The pixels the model's weights expect: [-1, 1], its source's mean/std (DINOv2's
+    # ImageNet one), or nothing when it preprocesses itself.
+    inputs = np.asarray(model_input(model)(pixels), np.float32)
     os.makedirs(output_dir, exist_ok=True)
     shown = slice(0, rollout_images)
     rollout = probe.attention_rollout(inputs[shown], batch_size=batch_size)
@@ -75,6 +78,9 @@ def analyze(model, images, output_dir, max_images=128, rollout_images=6, batch_s
         "model": model.name, "images": len(inputs), "image_size": list(probe.image_size),
         "grid_size": list(probe.grid_size), "stride": list(probe.stride),
         "mean_attention_distance_pixels": np.round(distances, 3).tolist(),
+        # The rollout figure's maps before upsampling: the class token's attention over the
+        # patches (the patch rows' mean without one), distillation and register tokens left out.
+        "attention_rollout_heatmaps": np.round(rollout.heatmap, 6).tolist(),
         "patch_components_explained_variance": None if components is None else
         np.round(components.explained_variance_ratio, 5).tolist(),
     }

@@ -14,7 +14,7 @@ import numpy as np
 from keras_vit.analysis.distance import mean_attention_distance
 from keras_vit.analysis.rollout import attention_rollout
 from keras_vit.errors import ArgumentError, ArgumentTypeError
-from keras_vit.layers import AddPositionEmbedding, TransformerBlock
+from keras_vit.layers import AddPositionEmbedding, ClassToken, PrefixTokens, TransformerBlock
 
 __all__ = ["AttentionProbe", "ProbeOutputs", "pooled_features"]
 
@@ -46,7 +46,10 @@ class AttentionProbe:
     Attributes:
         model: the probed model (unchanged).
         grid_size: `(rows, columns)` of the patch grid.
-        num_prefix_tokens: 1 with a class token, 0 without.
+        num_prefix_tokens: the tokens before the patches: the class token, DeiT's
+            distillation token, DINOv2's register tokens (0 for SigLIP).
+        has_class_token: whether the first of them is a class token. Rollout and
+            attention distance read the class token and the patches alone.
         stride: `(pixels per token vertically, horizontally)`.
         image_size: `(height, width)` of the model's input.
         num_layers, num_heads: encoder depth and heads per block.
@@ -69,12 +72,16 @@ class AttentionProbe:
             raise ArgumentError("AttentionProbe needs a model with one input and one output.")
         self.model = model
         self.grid_size = positions[0].grid_size
-        self.num_prefix_tokens = positions[0].num_prefix_tokens
+        # Counted from the token layers, not the position embedding's: DINOv2 with registers
+        # and DeiT III add theirs after it (their embedding covers the patches only).
+        self.has_class_token = any(isinstance(layer, ClassToken) for layer in model.layers)
+        self.num_prefix_tokens = int(self.has_class_token) + sum(
+            layer.num_tokens for layer in model.layers if isinstance(layer, PrefixTokens))
         self.num_layers = len(blocks)
         self.num_heads = blocks[0].num_heads
         self.image_size = _image_size(model, self.grid_size)
         self.stride = tuple(s // g for s, g in zip(self.image_size, self.grid_size))
-        self._chain = _layer_chain(model)
+        self._chain, self._chain_ends_at_output = _layer_chain(model)
         self._forward = _compile(self._forward_eager)
 
     def __call__(self, images, batch_size=8):
@@ -100,7 +107,7 @@ class AttentionProbe:
 
     def _forward_eager(self, images):
         """`(outputs, attention (L, B, H, T, T), tokens (L, B, T, D))` as tensors."""
-        x = keras.ops.convert_to_tensor(images, dtype=self.model.inputs[0].dtype)
+        images = x = keras.ops.convert_to_tensor(images, dtype=self.model.inputs[0].dtype)
         attention, tokens = [], []
         for layer in self._chain:
             if isinstance(layer, TransformerBlock):
@@ -109,6 +116,8 @@ class AttentionProbe:
                 tokens.append(x)
             else:
                 x = layer(x)  # inference mode: dropout is off outside training
+        if not self._chain_ends_at_output:  # a head that branches: the model computes it
+            x = self.model(images)
         return x, keras.ops.stack(attention), keras.ops.stack(tokens)
 
     def attention_rollout(self, images, batch_size=8, residual=True):
@@ -116,7 +125,8 @@ class AttentionProbe:
         joint, heatmaps, upsampled = [], [], []
         for part in self.iterate(images, batch_size):
             result = attention_rollout(part.attention, self.grid_size, self.num_prefix_tokens,
-                                       self.image_size, residual=residual)
+                                       self.image_size, residual=residual,
+                                       class_token=self.has_class_token)
             joint.append(result.joint)
             heatmaps.append(result.heatmap)
             upsampled.append(result.upsampled)
@@ -160,22 +170,29 @@ def _image_size(model, grid_size):
 
 
 def _layer_chain(model):
-    """The model's layers after the input, checked to form a single chain."""
+    """The model's layers after the input, checked to form a single chain up to the last
+    encoder block; and whether the chain goes on to the model's output. After the encoder a
+    head may branch (a distilled DeiT's two heads): the chain then stops there and the model
+    itself computes the output."""
     chain, previous = [], model.inputs[0]
+    blocks_left = sum(isinstance(layer, TransformerBlock) for layer in model.layers)
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
             continue
         # keras_vit models are one chain of layers; a branching graph would be
         # silently mis-wired by calling its layers in order, so refuse it.
         if layer.input is not previous:
+            if not blocks_left:
+                return chain, False
             raise ArgumentError(f"Layer {layer.name!r} of model {model.name!r} does not follow the "
                                 "previous layer; AttentionProbe supports keras_vit's chain-shaped "
                                 "models only.")
         chain.append(layer)
         previous = layer.output
+        blocks_left -= isinstance(layer, TransformerBlock)
     if previous is not model.outputs[0]:
         raise ArgumentError(f"The layers of model {model.name!r} do not end at its output.")
-    return chain
+    return chain, True
 
 
 def _compile(function):
@@ -194,7 +211,7 @@ def _numpy(tensor):
 def pooled_features(model, images, batch_size=32):
     """The pooled representation `(batch, D)` a keras_vit model feeds its head.
 
-    Uses the output of the pooling layer ("token_pool" or "gap_pool"), or of
+    Uses the output of the pooling layer ("token_pool", "gap_pool" or "map_pool"), or of
     "pre_logits" when the model has one, as the paper's few-shot probe does. A
     model built with `include_top=False` and pooling already returns these.
     """
@@ -205,11 +222,11 @@ def pooled_features(model, images, batch_size=32):
 
 def feature_model(model):
     """`model` up to the pooled representation its head reads (the output of "pre_logits",
-    "token_pool" or "gap_pool"), sharing its weights."""
+    "token_pool", "gap_pool" or SigLIP's attention pooling "map_pool"), sharing its weights."""
     names = [layer.name for layer in model.layers]
-    for name in ("pre_logits", "token_pool", "gap_pool"):
+    for name in ("pre_logits", "token_pool", "gap_pool", "map_pool"):
         if name in names:
             return keras.Model(model.inputs, model.get_layer(name).output,
                                name=f"{model.name}_features")
-    raise ArgumentError(f"Model {model.name!r} has no pooling layer (token_pool, gap_pool or "
-                        "pre_logits); build it with pooling='token' or 'gap'.")
+    raise ArgumentError(f"Model {model.name!r} has no pooling layer (token_pool, gap_pool, "
+                        "map_pool or pre_logits); build it with pooling='token' or 'gap'.")

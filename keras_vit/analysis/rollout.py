@@ -50,33 +50,47 @@ def rollout(attention, residual=True):
 
 
 def attention_rollout(attention, grid_size, num_prefix_tokens=1, image_size=None,
-                      residual=True):
+                      residual=True, class_token=None):
     """Rollout heatmaps over the patch grid, and optionally upsampled to the image.
 
     The heatmap is the class token's row of the rolled-out attention over the
-    patch tokens; a model without a class token (global average pooling)
-    uses the mean of the patch tokens' rows, since its output is their mean.
+    patch tokens; a model without a class token (global average pooling, or
+    SigLIP's attention-pooling MAP head, whose learned probe is no token of the
+    encoder) uses the mean of the patch tokens' rows, the tokens its pooling reads.
+    Prefix tokens other than the class token (DeiT's distillation token,
+    DINOv2's register tokens) are dropped from every layer's attention, as
+    rows and columns, before the roll-out, each row renormalised to sum to 1:
+    the registers paper (Darcet et al. 2024) reads the class token's attention
+    over the patches with the registers left out.
 
     Args:
         attention: `(layers, batch, heads, tokens, tokens)`, e.g.
             `AttentionProbe(model)(images).attention`.
         grid_size: `(rows, columns)` of the patch grid (`probe.grid_size`).
-        num_prefix_tokens: 1 with a class token, 0 without.
+        num_prefix_tokens: the tokens before the patches (class, distillation and
+            register tokens; `probe.num_prefix_tokens`).
         image_size: `(height, width)` to upsample to (bilinear), or None.
         residual: see `rollout`.
+        class_token: whether the first prefix token is a class token; None: whether
+            there is any prefix token.
 
     Returns:
-        `RolloutResult`.
+        `RolloutResult`; its `joint` covers the tokens kept (the class token, if
+        any, then the patches).
     """
     rows, cols = grid_size
+    attention = np.asarray(attention)
+    if attention.ndim != 5 or attention.shape[-1] != num_prefix_tokens + rows * cols:
+        raise ArgumentError(f"Attention of shape {attention.shape} does not match a {rows}x{cols} "
+                            f"grid with {num_prefix_tokens} prefix token(s).")
+    class_token = num_prefix_tokens > 0 if class_token is None else class_token
+    kept = int(class_token)
+    if num_prefix_tokens > kept:  # distillation or register tokens: out of every layer
+        keep = np.r_[:kept, num_prefix_tokens:attention.shape[-1]]
+        attention = attention[..., keep[:, None], keep]
+        attention = attention / np.maximum(attention.sum(axis=-1, keepdims=True), 1e-30)
     joint = rollout(attention, residual=residual)
-    if joint.shape[-1] != num_prefix_tokens + rows * cols:
-        raise ArgumentError(f"{joint.shape[-1]} tokens do not match a {rows}x{cols} grid with "
-                            f"{num_prefix_tokens} prefix token(s).")
-    if num_prefix_tokens:
-        from_output = joint[:, 0, num_prefix_tokens:]
-    else:
-        from_output = joint.mean(axis=1)
+    from_output = joint[:, 0, kept:] if class_token else joint[:, kept:, kept:].mean(axis=1)
     heatmap = from_output.reshape(-1, rows, cols)
     upsampled = None
     if image_size is not None:

@@ -62,6 +62,47 @@ def test_gap_heatmap_is_the_mean_of_the_patch_rows():
     np.testing.assert_allclose(result.heatmap[0], rollout(attention)[0].mean(0).reshape(2, 3))
 
 
+def _without_tokens(attention, dropped):
+    """Attention with the `dropped` token indices removed as rows and columns, each row
+    rescaled to sum to 1, written out row by row (the hand reference for rollout)."""
+    kept = [t for t in range(attention.shape[-1]) if t not in dropped]
+    out = np.empty(attention.shape[:-2] + (len(kept), len(kept)))
+    for i, q in enumerate(kept):
+        row = attention[..., q, kept]
+        out[..., i, :] = row / row.sum(axis=-1, keepdims=True)
+    return out
+
+
+def test_rollout_skips_register_tokens_as_the_registers_paper_does():
+    """A class token, 4 registers, a 2 x 3 grid; the registers draw most of the attention
+    (planted, as trained registers do). The heatmap is the class token's row of the rollout
+    of the attention with the registers taken out and the rows renormalised, written out
+    here layer by layer; keeping them in the product gives a different map."""
+    prefix, rows, cols = 5, 2, 3
+    attention = _random_attention((3, 2, 4, prefix + rows * cols, prefix + rows * cols))
+    attention[..., 1:prefix] *= 20  # registers hoard attention
+    attention /= attention.sum(axis=-1, keepdims=True)
+    result = attention_rollout(attention, (rows, cols), num_prefix_tokens=prefix)
+    mixed = [(a.mean(axis=1) + np.eye(7)) / 2 for a in _without_tokens(attention, {1, 2, 3, 4})]
+    expected = np.einsum("bij,bjk->bik", mixed[2], np.einsum("bij,bjk->bik", mixed[1], mixed[0]))
+    np.testing.assert_allclose(result.joint, expected, atol=1e-12)
+    np.testing.assert_allclose(result.heatmap, expected[:, 0, 1:].reshape(2, rows, cols),
+                               atol=1e-12)
+    with_registers = rollout(attention)[:, 0, prefix:].reshape(2, rows, cols)
+    assert np.abs(with_registers / with_registers.sum((1, 2), keepdims=True)
+                  - result.heatmap / result.heatmap.sum((1, 2), keepdims=True)).max() > 1e-3
+
+
+def test_a_model_without_a_class_token_reads_the_mean_of_its_patch_rows():
+    """SigLIP (no class token; its MAP head's probe is no encoder token) and a prefix of
+    registers without a class token: the mean of the patch rows, registers left out."""
+    attention = _random_attention((2, 1, 2, 8, 8))
+    result = attention_rollout(attention, (2, 3), num_prefix_tokens=2, class_token=False)
+    mixed = [(a.mean(axis=1) + np.eye(6)) / 2 for a in _without_tokens(attention, {0, 1})]
+    np.testing.assert_allclose(result.heatmap[0], (mixed[1] @ mixed[0])[0].mean(0).reshape(2, 3),
+                               atol=1e-12)
+
+
 def test_rollout_rejects_mismatched_grid():
     with pytest.raises(ValueError, match="3x3 grid"):
         attention_rollout(_random_attention((1, 1, 1, 7, 7)), (3, 3))
@@ -110,6 +151,22 @@ def test_attention_to_self_has_zero_distance_and_neighbours_one_stride():
         shifted[1 + r * cols + c, 1 + r * cols + other] = 1
     distances = mean_attention_distance(shifted[None, None, None], (rows, cols), 8)
     np.testing.assert_allclose(distances, 8.0)
+
+
+def test_distance_leaves_register_tokens_out():
+    """Attention that goes to 4 registers counts neither as distance nor as weight: with a
+    class token and 4 registers the distance is the one of the patches alone, by hand."""
+    rows, cols, prefix = 2, 2, 5
+    patches = _random_attention((1, 1, 2, rows * cols, rows * cols), seed=1)
+    attention = np.zeros((1, 1, 2, prefix + 4, prefix + 4))
+    attention[..., prefix:, prefix:] = patches * 0.25  # three quarters go to the prefix
+    attention[..., prefix:, :prefix] = 0.75 / prefix
+    attention[..., :prefix, :] = 1 / (prefix + 4)
+    centres = [(r * 7, c * 7) for r in range(rows) for c in range(cols)]
+    expected = [np.mean([sum(patches[0, 0, h, q, k] * math.dist(centres[q], centres[k])
+                             for k in range(4)) for q in range(4)]) for h in range(2)]
+    np.testing.assert_allclose(mean_attention_distance(attention, (rows, cols), 7, prefix)[0],
+                               expected, rtol=1e-12)
 
 
 def test_distance_with_rectangular_stride():

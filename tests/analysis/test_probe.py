@@ -1,5 +1,7 @@
 """AttentionProbe: attention and tokens from real models, without touching them."""
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -92,6 +94,34 @@ def test_gap_model_without_head():
     assert rollout.heatmap.shape == (2, 6, 4) and rollout.upsampled.shape == (2, 48, 32)
     distance = probe.mean_attention_distance(images, batch_size=1)
     assert distance.shape == (2, 4) and np.all(distance > 0)
+
+
+# DINOv2 with registers (5 prefix tokens, the embedding on the patches only) is probed against
+# timm's own attention in tests/cli/test_family_commands.py.
+@pytest.mark.parametrize("row,prefix,class_token", [
+    ("DeiT3-S/16", 1, True),  # a class token after the embedding covering patches only
+    ("DeiT-S/16-distilled", 2, True),  # class and distillation tokens, both embedded
+    ("SigLIP-B/16", 0, False)])
+def test_the_families_prefix_tokens_are_counted_from_their_token_layers(row, prefix,
+                                                                       class_token):
+    """The prefix tokens are the model's token layers' (timm's num_prefix_tokens for each
+    architecture), not its position embedding's, which covers the patches alone in DeiT III
+    and DINOv2 with registers; rollout and distance then run and leave them out. A distilled
+    DeiT's branching head is computed by the model, after the probe's chain of blocks."""
+    variant = dataclasses.replace(keras_vit.get_variant(row), width=32, depth=2, heads=2,
+                                  mlp_dim=64)
+    size = 2 * variant.patch_size
+    model = keras_vit.ViT(variant, image_size=size, include_top=False)
+    probe = AttentionProbe(model)
+    assert (probe.num_prefix_tokens, probe.has_class_token) == (prefix, class_token)
+    images = _images((2, size, size, 3))
+    out = probe(images)
+    assert out.attention.shape == (2, 2, 2, prefix + 4, prefix + 4)
+    # The distilled head branches (two poolings averaged): the model itself computes it.
+    np.testing.assert_allclose(out.outputs, model.predict(images, verbose=0),
+                               **CLASS_TOKEN_TOLERANCE)
+    assert probe.attention_rollout(images).joint.shape == (2, class_token + 4, class_token + 4)
+    assert probe.mean_attention_distance(images).shape == (2, 2)
 
 
 def test_rollout_and_distance_on_a_non_square_model(non_square):
