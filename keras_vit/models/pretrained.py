@@ -10,7 +10,6 @@ variants whose shapes fit; `keras_vit.ViT(name, weights=...)` loads it.
 
 import contextlib
 import os
-import re
 
 from keras_vit.checkpoints import catalogue
 from keras_vit.checkpoints.cache import hub_snapshot
@@ -20,7 +19,9 @@ from keras_vit.checkpoints.layout import (
     CLS_KEY,
     DIST_TOKEN_KEY,
     EMBEDDING_KERNEL,
+    LN0_SCALE,
     MAP_PROBE,
+    MLP0_KERNEL,
     PRE_NORM_SCALE,
     QUERY_KERNEL,
     REG_TOKEN_KEY,
@@ -114,13 +115,12 @@ def fitting_variants(shapes):
     kernel = shapes.get(EMBEDDING_KERNEL)
     if kernel is None or len(kernel) != 4:
         return []
-    blocks = {int(m.group(1)) for k in shapes
-              if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))}
+    depth = 0
+    while LN0_SCALE.format(i=depth) in shapes:
+        depth += 1
     query = shapes.get(QUERY_KERNEL.format(i=0), ())
-    mlp = next((s[-1] for k, s in shapes.items()
-                if k.startswith("Transformer/encoderblock_0/") and k.endswith("Dense_0/kernel")),
-               None)
-    found = dict(width=kernel[-1], patch_size=kernel[0], depth=len(blocks), mlp_dim=mlp,
+    mlp = shapes.get(MLP0_KERNEL.format(i=0), (None,))[-1]
+    found = dict(width=kernel[-1], patch_size=kernel[0], depth=depth, mlp_dim=mlp,
                  has_class_token=CLS_KEY in shapes, distilled=DIST_TOKEN_KEY in shapes,
                  register_tokens=shapes.get(REG_TOKEN_KEY, (0, 0))[1],
                  pre_norm=PRE_NORM_SCALE in shapes, map=MAP_PROBE in shapes,
