@@ -74,13 +74,6 @@ def test_a_keras_vit_npz_records_its_architecture(tmp_path):
     np.testing.assert_array_equal(np.asarray(again(images)), np.asarray(model(images)))
 
 
-def test_a_table_row_is_named_as_the_table_names_it(tmp_path):
-    # The record of a named row reads back as that row, name and all.
-    model = keras_vit.ViT("demo", include_top=False)
-    path = keras_vit.save_npz(model, str(tmp_path / "demo.npz"))
-    assert keras_vit.from_pretrained(path, include_top=False).name == "ViT-demo_4"
-
-
 def test_a_bare_state_dict_is_refused_in_one_line(tmp_path):
     timm = import_timm()
     from safetensors.torch import save_file
@@ -107,6 +100,7 @@ def test_an_official_npz_is_refused_naming_the_variants_that_fit(tmp_path):
     assert "distilled" not in message and "ViT-S_16" not in message
 
 
+@pytest.mark.slow  # the default test_an_official_npz_is_refused_naming_the_variants_that_fit
 def test_the_shapes_of_each_full_size_family_fit_that_row_alone():
     """timm's full-size models on the meta device (shapes, no memory): each family's shapes
     name its row, and only rows with the same shapes."""
@@ -161,3 +155,22 @@ def test_catalogue_tags_and_hub_entries_name_their_variant(monkeypatch):
     assert (variant.name, weights) == (entry.variant, "augreg-in21k")
     with pytest.raises(keras_vit.ArgumentError, match="takes the variant from the source"):
         keras_vit.from_pretrained("augreg-in21k", variant="B/16")
+
+
+def test_a_table_row_reads_back_by_name_and_a_broken_record_is_refused(tmp_path):
+    import json
+
+    from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY
+
+    path = keras_vit.save_npz(keras_vit.ViT("demo", include_top=False), str(tmp_path / "d.npz"))
+    # A row of the table reads back as that row, name and all.
+    assert keras_vit.from_pretrained(path, include_top=False).name == "ViT-demo_4"
+    with np.load(path) as saved:
+        arrays = dict(saved)
+    record = json.loads(arrays[METADATA_KEY].tobytes())
+    record["variant"]["heads"] = "four"
+    arrays[METADATA_KEY] = np.frombuffer(json.dumps(record).encode(), np.uint8)
+    np.savez(path, **arrays)
+    with pytest.raises(CheckpointError, match="variant heads is four: not a count") as error:
+        keras_vit.from_pretrained(path)
+    assert "\n" not in str(error.value)
