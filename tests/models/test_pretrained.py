@@ -174,3 +174,28 @@ def test_a_table_row_reads_back_by_name_and_a_broken_record_is_refused(tmp_path)
     with pytest.raises(CheckpointError, match="variant heads is four: not a count") as error:
         keras_vit.from_pretrained(path)
     assert "\n" not in str(error.value)
+
+
+# slow: importing keras-hub costs ~10 s; by default, tests/checkpoints/test_formats.py loads
+# presets and the tests above cover from_pretrained's one path through CheckpointInfo.variant.
+@pytest.mark.slow
+def test_a_keras_hub_preset_builds_its_architecture(tmp_path):
+    keras_hub = pytest.importorskip("keras_hub")
+    import keras
+
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+        mlp_dim=64, layer_norm_epsilon=1e-6)
+    rng = np.random.default_rng(1)
+    for w in backbone.weights:
+        w.assign(rng.standard_normal(w.shape).astype("float32") * 0.2
+                 + (1.0 if "gamma" in w.path else 0))
+    directory = str(tmp_path / "preset")
+    backbone.save_to_preset(directory)
+    ours = keras_vit.from_pretrained(directory, include_top=False)
+    expected = dataclasses.replace(keras_vit.get_variant("Ti/16"), width=32, depth=2, heads=2,
+                                   mlp_dim=64, patch_size=8)
+    _same_architecture(ours, expected)
+    images = _images(2, (32, 32))
+    _assert_close(np.asarray(ours(images)), np.asarray(backbone(images))[:, 0])
