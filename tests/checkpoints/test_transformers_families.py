@@ -150,3 +150,16 @@ def test_official_to_transformers_to_official_is_identity(model_type, model_clas
     stored = read_checkpoint(directory, heads=2)
     for key, array in arrays.items():
         np.testing.assert_array_equal(stored[key].reshape(array.shape), array, err_msg=key)
+
+
+def test_the_configs_activation_is_checked_against_the_variants(tmp_path):
+    """OpenCLIP's towers on the Hub are CLIPVisionModels with hidden_act "gelu": the
+    QuickGELU row refuses the folder (shapes cannot show it), and a GELU CLIP computes it."""
+    theirs, torch, directory = _saved(tmp_path, "CLIPVisionModel", "CLIPVisionConfig",
+                                      hidden_act="gelu")
+    with pytest.raises(keras_vit.CheckpointError, match="computed with gelu; .* quick_gelu"):
+        keras_vit.ViT(_variant("CLIP-B/16", mlp_dim=64), weights=directory, include_top=False)
+    ours = keras_vit.ViT(_variant("CLIP-B/16", mlp_dim=64, activation="gelu"), weights=directory,
+                         include_top=False)
+    images = _images(2, (32, 32))
+    _assert_close(np.asarray(ours(images)), _run(theirs, torch, images, "pooler_output"))
