@@ -24,7 +24,7 @@ __version__ = "0.2.0.dev0"
 
 # The core: what building a model, loading weights and classifying an image need.
 _CORE = {
-    **dict.fromkeys(["ViT", *variants.constructor_names(), "ResNetV2", "BiT",
+    **dict.fromkeys(["ViT", "from_pretrained", *variants.constructor_names(), "ResNetV2", "BiT",
                      *variants.bit_constructor_names()], "keras_vit.models"),
     **dict.fromkeys(["PatchEncoder", "resample_patch_embedding", "ClassToken", "PrefixTokens",
                      "AddPositionEmbedding", "resize_position_embedding", "MultiHeadSelfAttention",

@@ -16,7 +16,7 @@ from keras_vit.errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["Variant", "VARIANTS", "FAMILIES", "DEMO_VARIANT", "get_variant", "variant_names",
            "family_names", "constructor_names", "BiTVariant", "BIT_VARIANTS", "get_bit_variant",
-           "bit_constructor_names", "get_architecture"]
+           "bit_constructor_names", "get_architecture", "table_variant"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,6 +356,15 @@ def timm_variant(architecture):
     if heads is None:
         return variant
     return dataclasses.replace(variant, heads=heads, name=architecture.split(".", 1)[0])
+
+
+def table_variant(variant):
+    """The row of `VARIANTS` or `FAMILIES` that `variant` is under another name (a config's
+    description of ViT-B_16 is ViT-B_16), else `variant` itself."""
+    for row in [*VARIANTS.values(), *FAMILIES.values()]:
+        if dataclasses.replace(variant, name=row.name) == row:
+            return row
+    return variant
 
 
 # --- BiT ResNetV2, the paper's CNN baseline ------------------------------------------------------

@@ -37,8 +37,12 @@ model = keras_vit.ViT("ViT-B_16-gap-norep", include_top=False)  # official spell
 `weights=` takes a catalogue tag (below), `hf://owner/name` (a transformers
 or timm repository on the Hugging Face Hub, through `huggingface_hub`), or the
 path of an official `.npz`, a timm `.safetensors` file, a transformers
-`save_pretrained` directory (ViT, or ViTHybrid: see the hybrids section) or a keras-hub
-ViT preset directory. Sharded
+`save_pretrained` directory (ViT, or ViTHybrid: see the hybrids section; DeiT, DINOv2,
+SigLIP and CLIP vision models: see [Families](families.md)) or a keras-hub
+ViT preset directory. `keras_vit.from_pretrained(source)` builds the architecture a source
+records (a timm Hub folder, a transformers folder, a keras-hub preset, `hf://owner/name`, a
+keras_vit `.npz`) without naming it, and refuses, naming the variants whose shapes fit, a
+source that records none (a bare `.safetensors`, an official `.npz`). Sharded
 weights (`model.safetensors.index.json` beside its shards, as `save_pretrained`
 and huggingface_hub's `save_torch_state_dict` write a large model) are read as
 one file: pass the folder or the index. A timm state dict does not record its

@@ -202,6 +202,12 @@ def _local_checkpoint(variant, path, **fields):
         if info.heads is not None and info.heads != variant.heads:  # shapes cannot show this one
             raise CheckpointError(f"{path} has {info.heads} attention heads; {variant.name} has "
                                   f"{variant.heads}. Nothing was loaded.")
+        recorded = info.variant
+        if recorded is not None and recorded.activation != variant.activation:  # nor this one
+            raise CheckpointError(f"{path} was computed with {recorded.activation}; "
+                                  f"{variant.name} computes {variant.activation}. Build "
+                                  f"keras_vit.from_pretrained({path!r}), which reads it from the "
+                                  "file. Nothing was loaded.")
     except BaseException:
         reader.close()
         raise

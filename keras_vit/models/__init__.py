@@ -7,10 +7,11 @@ from keras_vit.models import bit as _bit
 from keras_vit.models import vit as _vit
 from keras_vit.models.bit import *  # noqa: F403  BiT and its named constructors (made from the table)
 from keras_vit.models.factory import build, load  # noqa: F401  (keras_vit.models.build, as before)
+from keras_vit.models.pretrained import from_pretrained
 from keras_vit.models.resnet import ResNetV2
 from keras_vit.models.vit import *  # noqa: F403  ViT and the named constructors (made from the table)
 
-__all__ = [*_vit.__all__, "ResNetV2", *_bit.__all__]
+__all__ = [*_vit.__all__, "ResNetV2", *_bit.__all__, "from_pretrained"]
 
 
 def __getattr__(name):  # names that moved in 0.2 (keras_vit/_lazy.py)

@@ -7,6 +7,7 @@ import inspect
 import keras
 
 from keras_vit.checkpoints import load_weights, resolve_weights
+from keras_vit.checkpoints.formats.npz_metadata import VARIANT_ATTRIBUTE
 from keras_vit.errors import ArgumentError
 from keras_vit.layers import (
     AddPositionEmbedding,
@@ -174,6 +175,8 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
                        approximate_gelu, name or _default_name(variant), epsilon, input_tensor,
                        include_preprocessing, normalization, trunk_numerics, dynamic_image_size,
                        drop_path_rate)
+        # The architecture built, for save_npz's record (keras_vit.from_pretrained reads it).
+        setattr(model, VARIANT_ATTRIBUTE, built)
         if source is not None:
             with contextlib.closing(source.open()) as reader:
                 load_weights(model, reader, resample_patches=built is not variant)

@@ -300,10 +300,12 @@ def test_save_npz_reads_back_in_timm_and_bit_identically(name, size, classes, pr
     with np.load(path, allow_pickle=False) as saved:
         assert {k: (saved[k].shape, saved[k].dtype) for k in saved.files if k != METADATA_KEY} == \
             {k: (v.shape, v.dtype) for k, v in released.items()}
-        # Plus keras_vit's record: this model's numerics, grid and normalisation, as JSON.
+        # Plus keras_vit's record: this model's numerics, grid, normalisation and architecture
+        # (every field of its Variant, for keras_vit.from_pretrained), as JSON.
         assert json.loads(saved[METADATA_KEY].tobytes()) == {
             "approximate_gelu": True, "layer_norm_epsilon": 1e-6, "grid": list(grid),
-            "normalization": [[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]]}
+            "normalization": [[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]],
+            "variant": {**vars(variant), "resnet_stages": None, "normalization": None}}
     images = _images(2, size)
     again = keras_vit.ViT(variant, weights=str(path), image_size=size)
     for a, b in zip(model.weights, again.weights):

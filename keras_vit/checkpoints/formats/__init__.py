@@ -5,6 +5,7 @@
     timm.py          timm's VisionTransformer state dict (.safetensors, or a Hub folder)
     transformers.py  Hugging Face transformers ViT (save_pretrained folders)
     transformers_hybrid.py  transformers' ViTHybrid (R50+ViT-B/16; save_pretrained folders)
+    transformers_families.py  transformers' DeiT, DINOv2, SigLIP and CLIP vision folders
     keras_hub.py     keras-hub ViT presets (save_to_preset folders)
 
 Each defines `FORMAT` (a `base.CheckpointFormat`): how it recognises a path, how
@@ -28,6 +29,7 @@ from keras_vit.checkpoints.formats import (
     npz,
     timm,
     transformers,
+    transformers_families,
     transformers_hybrid,
 )
 from keras_vit.checkpoints.formats.base import CheckpointInfo, CheckpointReader, Source
@@ -39,9 +41,10 @@ __all__ = ["FORMATS", "open_checkpoint", "inspect_checkpoint", "read_checkpoint"
 
 # The first format that recognises a path is its format. npz comes last: it takes any single
 # file no other format took; transformers_hybrid before transformers, whose patch-embedding
-# key a ViTHybrid folder has too.
-FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers_hybrid.FORMAT, transformers.FORMAT,
-           bit.FORMAT, npz.FORMAT]
+# key a ViTHybrid folder has too; transformers_families (by config.json's model_type) before
+# transformers, whose patch-embedding key DeiT and DINOv2 folders have too.
+FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers_hybrid.FORMAT,
+           transformers_families.FORMAT, transformers.FORMAT, bit.FORMAT, npz.FORMAT]
 
 # Pickled torch files: unpickling runs whatever code the file holds.
 PICKLED_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")

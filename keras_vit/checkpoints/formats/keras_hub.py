@@ -68,7 +68,7 @@ from keras_vit.checkpoints.layout import (
     VALUE_BIAS,
     VALUE_KERNEL,
 )
-from keras_vit.variants import Variant
+from keras_vit.variants import Variant, table_variant
 
 __all__ = ["FORMAT", "KERAS_HUB_ROWS", "read_keras_hub", "keras_hub_config", "task_config",
            "keras_hub_to_official", "official_to_keras_hub", "keras_hub_shapes"]
@@ -99,7 +99,8 @@ def _open(source):
     info = CheckpointInfo(keras_hub_shapes(config, task), format="keras_hub",
                           heads=config.get("num_heads"),
                           layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6),
-                          normalization=_normalization(directory))
+                          normalization=_normalization(directory),
+                          variant=table_variant(keras_hub_variant(config)))
     arrays = read_keras_hub(directory, has_task=task is not None)
     return ArraysReader(arrays, path=directory, source=source, format=FORMAT, info=info)
 

@@ -172,7 +172,8 @@ class NpzReader(CheckpointReader):
                               metadata=metadata,
                               layer_norm_epsilon=metadata.get("layer_norm_epsilon"),
                               approximate_gelu=metadata.get("approximate_gelu"),
-                              normalization=metadata.get("normalization", OFFICIAL_NORMALIZATION))
+                              normalization=metadata.get("normalization", OFFICIAL_NORMALIZATION),
+                              variant=metadata.get("variant"))
 
 
 def _recognises(source):

@@ -4,13 +4,15 @@ The official layout records weights only: not the GELU form or LayerNorm epsilon
 the weights were trained with, nor the patch grid of a non-square position
 embedding. `save_npz` adds one member, `keras_vit/metadata` (a uint8 array of
 UTF-8 JSON: {"approximate_gelu", "layer_norm_epsilon", "grid": [rows, cols],
-"normalization": [mean, std]}),
+"normalization": [mean, std], "variant": {the Variant's fields}}),
 which the official code and timm's npz loader never look up, and keras_vit reads
 back: a model reloads with the numerics it was saved with, and a grid laid out
 the other way round is refused instead of loaded transposed, and a model whose
-weights expect other pixels than [-1, 1] keeps its normalisation.
+weights expect other pixels than [-1, 1] keeps its normalisation, and
+`keras_vit.from_pretrained` builds the architecture the file records.
 """
 
+import dataclasses
 import json
 import math
 
@@ -22,6 +24,10 @@ from keras_vit.checkpoints.formats.base import normalization_from
 from keras_vit.checkpoints.formats.config_values import MAX_PIXELS
 from keras_vit.checkpoints.layout import is_bit_model
 from keras_vit.normalization import input_normalization
+from keras_vit.variants import Variant, table_variant
+
+# The attribute keras_vit.ViT sets on the models it builds: the `Variant` built.
+VARIANT_ATTRIBUTE = "_keras_vit_variant"
 
 __all__ = ["METADATA_KEY", "metadata_array", "parse_metadata", "model_metadata"]
 
@@ -36,10 +42,14 @@ def model_metadata(model):
     if is_bit_model(model):
         return {"normalization": normalization}
     block = next(layer for layer in model.layers if layer.name.startswith("encoderblock_"))
-    return {"approximate_gelu": bool(block.mlp.approximate_gelu),
-            "layer_norm_epsilon": float(model.get_layer("encoder_norm").epsilon),
-            "grid": list(model.get_layer("posembed_input").grid_size),
-            "normalization": normalization}
+    record = {"approximate_gelu": bool(block.mlp.approximate_gelu),
+              "layer_norm_epsilon": float(model.get_layer("encoder_norm").epsilon),
+              "grid": list(model.get_layer("posembed_input").grid_size),
+              "normalization": normalization}
+    variant = getattr(model, VARIANT_ATTRIBUTE, None)  # a model keras_vit.ViT built (not reloaded)
+    if variant is not None:
+        record["variant"] = dataclasses.asdict(variant)
+    return record
 
 
 def metadata_array(metadata):
@@ -87,4 +97,64 @@ def parse_metadata(path, array):
             raise CheckpointError(f"{path}: {METADATA_KEY} normalization is {str(pair)[:80]}, not "
                                   "[mean, std].")
         out["normalization"] = normalization_from(f"{path} ({METADATA_KEY})", *pair)
+    if "variant" in record:
+        out["variant"] = _variant(path, record["variant"])
     return out
+
+
+# The values each recorded Variant field may take.
+_CHOICES = {"classifier": ("token", "gap", "map"), "feed_forward": ("mlp", "swiglu"),
+            "activation": ("gelu", "quick_gelu")}
+_COUNTS = ("width", "depth", "mlp_dim", "heads", "patch_size", "resnet_width", "register_tokens",
+           "image_size")
+_FLAGS = ("distilled", "embed_prefix_tokens", "approximate_gelu", "pre_norm", "patch_bias")
+
+
+def _field_problem(name, value):
+    """Why `value` cannot be the recorded Variant field `name`, or None."""
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+    if name in _COUNTS:
+        return None if is_int(value) and 0 <= value <= MAX_PIXELS * 16 else "not a count"
+    if name in _FLAGS or name == "class_token":
+        ok = isinstance(value, bool) or (value is None and name == "class_token")
+        return None if ok else "not true or false"
+    if name in _CHOICES:
+        return None if value in _CHOICES[name] else f"not one of {', '.join(_CHOICES[name])}"
+    if name in ("name", "family"):
+        return None if isinstance(value, str) and 0 < len(value) <= 100 else "not a short name"
+    if name in ("layer_scale", "layer_norm_epsilon"):
+        ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                               and math.isfinite(value) and 0 < value < 1e3)
+        return None if ok else "not a positive number"
+    if name == "resnet_stages":
+        ok = value is None or (isinstance(value, list) and len(value) <= 8
+                               and all(is_int(v) and 0 < v <= 256 for v in value))
+        return None if ok else "not a list of unit counts"
+    if name == "normalization":
+        return None if value is None or (isinstance(value, list) and len(value) == 2) \
+            else "not [mean, std]"
+    return "not a field of keras_vit's Variant"
+
+
+def _variant(path, fields):
+    """The recorded `Variant` (the table's row where it is one), checked field by field."""
+    if not isinstance(fields, dict):
+        raise CheckpointError(f"{path}: {METADATA_KEY} variant is {str(fields)[:80]}, not the "
+                              "object of a Variant's fields.")
+    for name, value in fields.items():
+        problem = _field_problem(name, value)
+        if problem:
+            raise CheckpointError(f"{path}: {METADATA_KEY} variant {str(name)[:40]} is "
+                                  f"{str(value)[:60]}: {problem}.")
+    fields = dict(fields)
+    if fields.get("resnet_stages") is not None:
+        fields["resnet_stages"] = tuple(fields["resnet_stages"])
+    if fields.get("normalization") is not None:
+        fields["normalization"] = normalization_from(f"{path} ({METADATA_KEY} variant)",
+                                                     *fields["normalization"])
+    try:
+        variant = Variant(**fields)
+    except TypeError as error:  # a field missing
+        raise CheckpointError(f"{path}: {METADATA_KEY} variant is incomplete ({error}).") from None
+    return table_variant(variant)

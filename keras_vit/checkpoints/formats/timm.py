@@ -8,6 +8,7 @@ architecture (whose heads variants.py's timm table knows) and `pretrained_cfg`
 its mean/std.
 """
 
+import dataclasses
 import os
 
 import numpy as np
@@ -22,6 +23,7 @@ from keras_vit.checkpoints.formats.base import (
     shape_stand_ins,
 )
 from keras_vit.checkpoints.formats.config_values import (
+    MAX_WIDTH,
     check_fields,
     check_object,
     mapping,
@@ -95,7 +97,7 @@ from keras_vit.checkpoints.layout import (
     official_arrays,
 )
 from keras_vit.errors import ArgumentError
-from keras_vit.variants import timm_variant
+from keras_vit.variants import table_variant, timm_variant
 
 __all__ = ["FORMAT", "TIMM_ROWS", "timm_to_official", "official_to_timm", "save_safetensors",
            "weights_file", "open_weights"]
@@ -124,7 +126,50 @@ def open_weights(source):
 
 # The fields keras_vit reads from timm's config.json: the architecture's name (variants.py's
 # timm table gives its heads) and pretrained_cfg's mean/std (normalization_from checks them).
-_TIMM_FIELDS = {"architecture": string, "pretrained_cfg": mapping}
+_TIMM_FIELDS = {"architecture": string, "pretrained_cfg": mapping, "model_args": mapping}
+
+# timm's create_model arguments (config.json "model_args", which timm applies when it loads the
+# folder) that change the architecture, as Variant fields; `img_size` is the default resolution.
+_MODEL_ARGS = {"depth": "depth", "embed_dim": "width", "num_heads": "heads",
+               "patch_size": "patch_size", "img_size": "image_size", "reg_tokens": "register_tokens"}
+# Arguments that leave the architecture as it is (the head's size comes from the weights).
+_NEUTRAL_ARGS = ("num_classes", "drop_rate", "drop_path_rate", "attn_drop_rate", "pretrained_cfg")
+
+
+def timm_config_variant(config):
+    """The `Variant` a timm Hub folder's config.json records: its architecture, with its
+    model_args applied; None where it names none keras_vit knows, or model_args that change
+    the architecture otherwise."""
+    architecture = config.get("architecture")
+    variant = timm_variant(architecture) if architecture is not None else None
+    args = dict(config.get("model_args") or {})
+    size = args.get("img_size")
+    if isinstance(size, list) and len(size) == 2 and size[0] == size[1]:  # timm writes [h, w]
+        args["img_size"] = size[0]
+    if args.get("in_chans", 3) == 3:  # the channels are the model's argument, not its variant's
+        args.pop("in_chans", None)
+    pool = {"token": "token", "avg": "gap", "map": "map"}.get(args.get("global_pool"))
+    if variant is not None and pool == variant.classifier:  # what the architecture pools
+        args.pop("global_pool")
+    if variant is None or any(k not in _MODEL_ARGS and k not in _NEUTRAL_ARGS for k in args):
+        return None
+    fields = {_MODEL_ARGS[k]: v for k, v in args.items() if k in _MODEL_ARGS}
+    if any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_WIDTH
+           for v in fields.values()):
+        return None
+    if "width" in fields or "mlp_ratio" in args:  # the architecture's own ratio unless said
+        ratio = args.get("mlp_ratio", variant.mlp_dim / variant.width)
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 64:
+            return None
+        fields["mlp_dim"] = int(fields.get("width", variant.width) * ratio)
+    if not fields:
+        return variant
+    resized = dataclasses.replace(variant, **fields)
+    found = table_variant(resized)
+    if found is not resized:
+        return found
+    sizes = f"{resized.width}x{resized.depth}"
+    return dataclasses.replace(resized, name=f"{architecture.split('.', 1)[0]}-{sizes}")
 
 
 def _recognises(source):
@@ -151,8 +196,7 @@ class TimmReader(CheckpointReader):
         return {k: arrays[k] for k in keys}
 
     def info(self):
-        architecture = self._config.get("architecture")
-        variant = timm_variant(architecture) if architecture is not None else None
+        variant = timm_config_variant(self._config) if self._config else None
         pretrained = self._config.get("pretrained_cfg") or {}
         normalization = None
         if "mean" in pretrained and "std" in pretrained:
@@ -160,7 +204,7 @@ class TimmReader(CheckpointReader):
                                                pretrained["mean"], pretrained["std"])
         return CheckpointInfo({k: h.shape for k, h in self.headers().items()}, format="timm",
                               heads=variant.heads if variant is not None else None,
-                              normalization=normalization)
+                              normalization=normalization, variant=variant)
 
 
 FORMAT = CheckpointFormat(

@@ -10,6 +10,7 @@ spelling (`vit.encoder.layer.N.attention.attention.query`) and transformers 5's
 in-memory one (`vit.layers.N.attention.q_proj`) are read.
 """
 
+import dataclasses
 import os
 
 import numpy as np
@@ -73,6 +74,7 @@ from keras_vit.checkpoints.layout import (
     VALUE_BIAS,
     VALUE_KERNEL,
 )
+from keras_vit.variants import Variant, table_variant
 
 __all__ = ["FORMAT", "TRANSFORMERS_ROWS", "read_config", "transformers_to_official",
            "official_to_transformers", "processor_normalization",
@@ -106,7 +108,22 @@ class TransformersReader(CheckpointReader):
                               layer_norm_epsilon=config.get("layer_norm_eps", 1e-12),
                               approximate_gelu=config.get("hidden_act", "gelu") != "gelu",
                               heads=config.get("num_attention_heads"),
-                              normalization=processor_normalization(self.source))
+                              normalization=processor_normalization(self.source),
+                              variant=vit_config_variant(config))
+
+
+def vit_config_variant(config):
+    """The `Variant` a checked ViT config.json describes (transformers' ViTConfig defaults
+    where a field is absent): the table's row where it is one (ViT-B_16 for
+    google/vit-base-patch16-224), else one named after its sizes."""
+    width, depth = config.get("hidden_size", 768), config.get("num_hidden_layers", 12)
+    variant = Variant(f"ViT-{width}x{depth}_{config.get('patch_size', 16)}", width=width,
+                      depth=depth, mlp_dim=config.get("intermediate_size", 3072),
+                      heads=config.get("num_attention_heads", 12),
+                      patch_size=config.get("patch_size", 16),
+                      image_size=config.get("image_size", 224))
+    found = table_variant(dataclasses.replace(variant, image_size=224))
+    return found if found.name != variant.name else variant
 
 
 def processor_normalization(source):

@@ -1,0 +1,138 @@
+"""from_pretrained: a model built from a source that records its own architecture.
+
+What each source records, read through its checkpoint format (`CheckpointInfo.variant`):
+a timm Hub folder's config.json (`architecture`, with its `model_args`), a transformers
+folder's config.json (ViT, ViTHybrid, DeiT, DINOv2, SigLIP, CLIP), a keras-hub ViT preset's
+config.json, a keras_vit `.npz` (its metadata's variant), a catalogue entry (its variant).
+A source that records none (a bare state dict, an official `.npz`) is refused, naming the
+variants whose shapes fit; `keras_vit.ViT(name, weights=...)` loads it.
+"""
+
+import contextlib
+import os
+
+from keras_vit.checkpoints import catalogue
+from keras_vit.checkpoints.cache import hub_snapshot
+from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats import is_checkpoint_path, open_checkpoint
+from keras_vit.checkpoints.layout import (
+    CLS_KEY,
+    DIST_TOKEN_KEY,
+    EMBEDDING_KERNEL,
+    LN0_SCALE,
+    MAP_PROBE,
+    MLP0_KERNEL,
+    PRE_NORM_SCALE,
+    QUERY_KERNEL,
+    REG_TOKEN_KEY,
+    is_trunk_key,
+)
+from keras_vit.errors import ArgumentError, ArgumentTypeError
+from keras_vit.models.vit import ViT
+from keras_vit.variants import FAMILIES, VARIANTS, get_variant
+
+__all__ = ["from_pretrained", "recorded_variant", "fitting_variants"]
+
+
+def from_pretrained(source, **kwargs):
+    """Builds the architecture `source` records and loads its weights, as
+    `timm.create_model(name, pretrained=True)` and keras-hub's `from_preset` do.
+
+    Args:
+        source: a timm Hub folder (config.json names the architecture), a transformers
+            `save_pretrained` folder (ViT, DeiT, DINOv2 with or without registers, SigLIP or
+            CLIP vision model), a keras-hub ViT preset, "hf://owner/name[@revision]" (one of
+            those, fetched through huggingface_hub), a keras_vit `.npz` written by `save_npz`,
+            or a catalogue tag that names one weight set ("keras-vit info" lists them).
+        **kwargs: `keras_vit.ViT`'s arguments (image_size, include_top, classes, ...), except
+            `variant` and `weights`, which the source gives.
+
+    With `include_top=False` the model gives the family's features: DINOv2's class token after
+    the final norm, SigLIP's MAP head output, CLIP's pooled class token, projected (the file's
+    `visual_projection` as the head) when the file has the projection.
+
+    Raises `CheckpointError` in one line for a source that does not record its architecture
+    (a bare `.safetensors`, an official `.npz`), naming the variants whose shapes fit.
+    """
+    for name in ("variant", "weights"):
+        if name in kwargs:
+            raise ArgumentError(f"from_pretrained takes the {name} from the source; to choose it, "
+                                "use keras_vit.ViT(variant, weights=source).")
+    variant, weights, projection = _resolve(source)
+    if projection and variant.family == "CLIP" and kwargs.get("include_top") is False:
+        # CLIP's features are the projected embedding: the projection is the file's head.
+        kwargs = {**kwargs, "include_top": True}
+    return ViT(variant, weights=weights, **kwargs)
+
+
+def _resolve(source):
+    """(variant, weights for ViT, whether the file has a head) of a source."""
+    if not isinstance(source, (str, os.PathLike)):
+        raise ArgumentTypeError("from_pretrained takes a path, an hf:// address or a catalogue "
+                                f"tag, got {type(source).__name__}.")
+    source = os.fspath(source)
+    if source.startswith("hf://"):
+        repo, _, revision = source[len("hf://"):].partition("@")
+        entries = [c for c in catalogue() if c.hub == repo]
+        if len({c.variant for c in entries}) == 1:
+            return get_variant(entries[0].variant), source, bool(entries[0].classes)
+        # Not catalogued: fetched (or found in huggingface_hub's cache), then read as a folder.
+        source = hub_snapshot(repo, revision or None, source)
+    if is_checkpoint_path(source) or os.path.exists(source):
+        variant, has_head = recorded_variant(source)
+        return variant, source, has_head
+    entries = [c for c in catalogue() if c.tag == source and not c.hub]
+    variants = sorted({c.variant for c in entries})
+    if len(variants) == 1:
+        return get_variant(variants[0]), source, bool(entries[0].classes)
+    if variants:
+        raise ArgumentError(f"The catalogue tag {source!r} names weights of {len(variants)} "
+                            f"architectures ({', '.join(variants)}); name one: "
+                            f"keras_vit.ViT({variants[0]!r}, weights={source!r}).")
+    raise ArgumentError(f"{source!r} is no file, folder, hf:// address or catalogue tag; "
+                        "`keras-vit info` lists the catalogue.")
+
+
+def recorded_variant(path):
+    """(the `Variant` a checkpoint records, whether it has a head); a one-line
+    `CheckpointError` naming the variants whose shapes fit where it records none."""
+    with contextlib.closing(open_checkpoint(path)) as reader:
+        info = reader.info()
+    if info.variant is not None:
+        return info.variant, info.classes is not None
+    fit = fitting_variants(info.shapes)
+    names = ", ".join(f'"{v.name}"' for v in fit) or "none of keras_vit's variants"
+    first = fit[0].name if fit else "a variant"
+    raise CheckpointError(f"{path} does not record its architecture ({info.format} weights "
+                          f"alone); the variants whose shapes fit: {names}. Build one with "
+                          f"keras_vit.ViT({first!r}, weights={path!r}).")
+
+
+def fitting_variants(shapes):
+    """The variants of `VARIANTS` and `FAMILIES` whose arrays have these official-key shapes:
+    width, patch, depth, MLP width, heads (where the file splits them), the tokens before the
+    patches, LayerScale, the pre-norm and the MAP head."""
+    kernel = shapes.get(EMBEDDING_KERNEL)
+    if kernel is None or len(kernel) != 4:
+        return []
+    depth = 0
+    while LN0_SCALE.format(i=depth) in shapes:
+        depth += 1
+    query = shapes.get(QUERY_KERNEL.format(i=0), ())
+    mlp = shapes.get(MLP0_KERNEL.format(i=0), (None,))[-1]
+    found = dict(width=kernel[-1], patch_size=kernel[0], depth=depth, mlp_dim=mlp,
+                 has_class_token=CLS_KEY in shapes, distilled=DIST_TOKEN_KEY in shapes,
+                 register_tokens=shapes.get(REG_TOKEN_KEY, (0, 0))[1],
+                 pre_norm=PRE_NORM_SCALE in shapes, map=MAP_PROBE in shapes,
+                 layer_scale=any("LayerScale" in k for k in shapes),
+                 hybrid=any(is_trunk_key(k) for k in shapes))
+
+    def fits(v):
+        return (dict(width=v.width, patch_size=v.patch_size, depth=v.depth, mlp_dim=v.mlp_dim,
+                     has_class_token=v.has_class_token, distilled=v.distilled,
+                     register_tokens=v.register_tokens, pre_norm=v.pre_norm,
+                     map=v.classifier == "map", layer_scale=v.layer_scale is not None,
+                     hybrid=v.is_hybrid) == found
+                and (len(query) != 3 or query[1] == v.heads))
+
+    return [v for v in [*VARIANTS.values(), *FAMILIES.values()] if fits(v)]
