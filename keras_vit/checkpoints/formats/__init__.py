@@ -3,6 +3,7 @@
     npz.py           the official .npz (the layout every other format is translated into)
     bit.py           BiT's .npz release files (big_transfer's ResNetV2 layout)
     big_vision.py    big_vision's two-tower .npz (SigLIP): the image tower under params/img/
+    open_clip.py     OpenCLIP / OpenAI CLIP state dicts (.safetensors): the image tower under visual.
     timm.py          timm's VisionTransformer state dict (.safetensors, or a Hub folder)
     transformers.py  Hugging Face transformers ViT (save_pretrained folders)
     transformers_hybrid.py  transformers' ViTHybrid (R50+ViT-B/16; save_pretrained folders)
@@ -28,6 +29,7 @@ from keras_vit.checkpoints.formats import (
     bit,
     keras_hub,
     npz,
+    open_clip,
     timm,
     transformers,
     transformers_hybrid,
@@ -43,7 +45,7 @@ __all__ = ["FORMATS", "open_checkpoint", "inspect_checkpoint", "read_checkpoint"
 # file no other format took; transformers_hybrid before transformers, whose patch-embedding
 # key a ViTHybrid folder has too.
 FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers_hybrid.FORMAT, transformers.FORMAT,
-           bit.FORMAT, big_vision.FORMAT, npz.FORMAT]
+           open_clip.FORMAT, bit.FORMAT, big_vision.FORMAT, npz.FORMAT]
 
 # Pickled torch files: unpickling runs whatever code the file holds.
 PICKLED_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
