@@ -32,8 +32,11 @@ def _posembed(model):
     return np.asarray(model.get_layer("posembed_input").pos_embedding)
 
 
-@pytest.mark.parametrize("architecture", ["vit_small_patch14_dinov2",
-                                          "vit_small_patch14_reg4_dinov2"])
+# With registers (no prefix token in the embedding) is slow: the default
+# test_bicubic_resize_is_timms_resample_abs_pos_embed covers the prefix-free resize.
+@pytest.mark.parametrize("architecture", [
+    "vit_small_patch14_dinov2",
+    pytest.param("vit_small_patch14_reg4_dinov2", marks=pytest.mark.slow)])
 def test_a_518_pixel_dinov2_file_at_224_computes_what_timm_computes_at_224(architecture,
                                                                           tmp_path):
     timm = import_timm()

@@ -56,11 +56,14 @@ CASES = [
     ("vit_small_patch14_reg4_dinov2", 56, {}),
     ("vit_base_patch16_siglip_224", 48, {}),
     ("vit_base_patch16_clip_quickgelu_224", 48, {}),
-    ("flexivit_small", 48, {}),
+    # Slow: test_flexivit_at_another_patch_size_computes_what_timm_computes loads the same
+    # kind of file (and resizes it too) in the default run.
+    pytest.param("flexivit_small", 48, {}, marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("architecture,size,kwargs", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("architecture,size,kwargs", CASES,
+                         ids=[(c.values if hasattr(c, "values") else c)[0] for c in CASES])
 def test_the_family_computes_what_timm_computes(architecture, size, kwargs, tmp_path):
     theirs, path = _timm_file(tmp_path, architecture, size, **kwargs)
     ours = _ours(architecture, path, size, include_top=theirs.num_classes > 0)

@@ -25,6 +25,7 @@ from keras_vit.checkpoints.formats.npz import PICKLE_PROBLEM, NpzFile
 from keras_vit.checkpoints.formats.rows import KeyRow, from_official, to_official
 from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX
 from keras_vit.checkpoints.layout import (
+    BLOCK,
     CLS_KEY,
     EMBEDDING_BIAS,
     EMBEDDING_KERNEL,
@@ -62,64 +63,44 @@ from keras_vit.checkpoints.layout import (
     POS_EMBED_KEY,
     QUERY_BIAS,
     QUERY_KERNEL,
+    SCANNED_BLOCK,
     VALUE_BIAS,
     VALUE_KERNEL,
+    linen_key,
 )
 
 __all__ = ["FORMAT", "BIG_VISION_ROWS", "IMAGE_TOWER", "big_vision_to_official",
            "official_to_big_vision"]
 
 IMAGE_TOWER = "params/img/"  # the prefix of the image tower's arrays
-_SCANNED = "Transformer/encoderblock/"  # the scanned blocks: (depth, ...) arrays
-_BLOCK = "Transformer/encoderblock_{i}/"
-_ATTENTION = _BLOCK + "MultiHeadDotProductAttention_0/"
+_BLOCK = BLOCK + "/"
 
-# The image tower, row by row, keys without the `params/img/` prefix. Every array is already
-# in the official shape: the rows rename.
-BIG_VISION_ROWS = (
-    KeyRow("embedding/kernel", EMBEDDING_KERNEL),
-    KeyRow("embedding/bias", EMBEDDING_BIAS),
-    KeyRow("cls", CLS_KEY),
-    KeyRow("pos_embedding", POS_EMBED_KEY),
-    KeyRow(_BLOCK + "LayerNorm_0/scale", LN0_SCALE),
-    KeyRow(_BLOCK + "LayerNorm_0/bias", LN0_BIAS),
-    KeyRow(_ATTENTION + "query/kernel", QUERY_KERNEL),
-    KeyRow(_ATTENTION + "query/bias", QUERY_BIAS),
-    KeyRow(_ATTENTION + "key/kernel", KEY_KERNEL),
-    KeyRow(_ATTENTION + "key/bias", KEY_BIAS),
-    KeyRow(_ATTENTION + "value/kernel", VALUE_KERNEL),
-    KeyRow(_ATTENTION + "value/bias", VALUE_BIAS),
-    KeyRow(_ATTENTION + "out/kernel", OUT_KERNEL),
-    KeyRow(_ATTENTION + "out/bias", OUT_BIAS),
-    KeyRow(_BLOCK + "LayerNorm_1/scale", LN2_SCALE),
-    KeyRow(_BLOCK + "LayerNorm_1/bias", LN2_BIAS),
-    KeyRow(_BLOCK + "MlpBlock_0/Dense_0/kernel", MLP0_KERNEL),
-    KeyRow(_BLOCK + "MlpBlock_0/Dense_0/bias", MLP0_BIAS),
-    KeyRow(_BLOCK + "MlpBlock_0/Dense_1/kernel", MLP1_KERNEL),
-    KeyRow(_BLOCK + "MlpBlock_0/Dense_1/bias", MLP1_BIAS),
-    KeyRow("Transformer/encoder_norm/scale", ENCODER_NORM_SCALE),
-    KeyRow("Transformer/encoder_norm/bias", ENCODER_NORM_BIAS),
-    *(KeyRow(official, official) for official in (
-        MAP_PROBE, MAP_QUERY_KERNEL, MAP_QUERY_BIAS, MAP_KEY_KERNEL, MAP_KEY_BIAS,
-        MAP_VALUE_KERNEL, MAP_VALUE_BIAS, MAP_OUT_KERNEL, MAP_OUT_BIAS, MAP_LN_SCALE,
-        MAP_LN_BIAS, MAP_MLP0_KERNEL, MAP_MLP0_BIAS, MAP_MLP1_KERNEL, MAP_MLP1_BIAS)),
-    KeyRow("head/kernel", HEAD_KERNEL_KEY),
-    KeyRow("head/bias", HEAD_BIAS_KEY),
-)
+# The image tower, row by row, keys without the `params/img/` prefix: the official keys in
+# big_vision's Linen spelling (layout.linen_key). Every array is already in the official
+# shape: the rows rename.
+BIG_VISION_ROWS = tuple(KeyRow(linen_key(official), official) for official in (
+    EMBEDDING_KERNEL, EMBEDDING_BIAS, CLS_KEY, POS_EMBED_KEY,
+    LN0_SCALE, LN0_BIAS, QUERY_KERNEL, QUERY_BIAS, KEY_KERNEL, KEY_BIAS, VALUE_KERNEL,
+    VALUE_BIAS, OUT_KERNEL, OUT_BIAS, LN2_SCALE, LN2_BIAS, MLP0_KERNEL, MLP0_BIAS, MLP1_KERNEL,
+    MLP1_BIAS, ENCODER_NORM_SCALE, ENCODER_NORM_BIAS,
+    MAP_PROBE, MAP_QUERY_KERNEL, MAP_QUERY_BIAS, MAP_KEY_KERNEL, MAP_KEY_BIAS,
+    MAP_VALUE_KERNEL, MAP_VALUE_BIAS, MAP_OUT_KERNEL, MAP_OUT_BIAS, MAP_LN_SCALE,
+    MAP_LN_BIAS, MAP_MLP0_KERNEL, MAP_MLP0_BIAS, MAP_MLP1_KERNEL, MAP_MLP1_BIAS,
+    HEAD_KERNEL_KEY, HEAD_BIAS_KEY))
 
 
 def _unscanned(arrays, source):
     """Scanned blocks (`encoderblock/...`, stacked on axis 0) as one key per block; a file
     holding a block both ways is refused, as which one is meant cannot be known."""
-    out = {k: v for k, v in arrays.items() if not k.startswith(_SCANNED)}
+    out = {k: v for k, v in arrays.items() if not k.startswith(SCANNED_BLOCK)}
     for key, stacked in arrays.items():
-        if not key.startswith(_SCANNED):
+        if not key.startswith(SCANNED_BLOCK):
             continue
         if stacked.ndim == 0:
             raise CheckpointError(f"{source}: the scanned array {IMAGE_TOWER}{key} has no block "
                                   "axis (a scalar); big_vision stacks the blocks on axis 0.")
         for i in range(stacked.shape[0]):
-            name = _BLOCK.format(i=i) + key[len(_SCANNED):]
+            name = _BLOCK.format(i=i) + key[len(SCANNED_BLOCK):]
             if name in out:
                 raise CheckpointError(f"{source} holds block {i} both scanned ({IMAGE_TOWER}"
                                       f"{key}) and alone ({IMAGE_TOWER}{name}); a checkpoint "
@@ -152,7 +133,7 @@ def _recognises(source):
         headers = _npz(source).headers
     except CheckpointError:  # not an npz at all: the npz format names what is wrong
         return False
-    return IMAGE_TOWER + "embedding/kernel" in headers
+    return IMAGE_TOWER + linen_key(EMBEDDING_KERNEL) in headers
 
 
 def _stand_in(header):
