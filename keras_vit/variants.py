@@ -218,6 +218,10 @@ _SIGLIP = dict(classifier="map")
 # QuickGELU.
 _CLIP = dict(pre_norm=True, patch_bias=False, layer_norm_epsilon=1e-5, activation="quick_gelu",
              normalization=CLIP_MEAN_STD)
+# FlexiViT (big_vision): the paper's ViT trained at random patch sizes, stored at patch 16 and
+# 240 px, its position embedding on the patches only; any other patch size through
+# resample_patch_embedding (ViT(..., patch_size=P)).
+_FLEXIVIT = dict(embed_prefix_tokens=False, image_size=240)
 
 FAMILIES = {
     v.name: v
@@ -232,6 +236,7 @@ FAMILIES = {
         _family("DINOv2", "g", 14, "-reg4", feed_forward="swiglu", **_DINOV2, **_REG4),
         _family("SigLIP", "B", 16, **_SIGLIP),
         *(_family("CLIP", size, patch, **_CLIP) for size, patch in (("B", 32), ("B", 16), ("L", 14))),
+        *(_family("FlexiViT", size, 16, **_FLEXIVIT) for size in ("S", "B", "L")),
     ]
 }
 
@@ -335,6 +340,9 @@ TIMM_ARCHITECTURES = {
     "vit_base_patch32_clip_quickgelu": ("CLIP-B/32", None),
     "vit_base_patch16_clip_quickgelu": ("CLIP-B/16", None),
     "vit_large_patch14_clip_quickgelu": ("CLIP-L/14", None),
+    "flexivit_small": ("FlexiViT-S/16", None),
+    "flexivit_base": ("FlexiViT-B/16", None),
+    "flexivit_large": ("FlexiViT-L/16", None),
     "vit_base_patch16_gap": ("ViT-B_16-gap-norep", 16),
     "vit_tiny_r_s16_p8": ("R+ViT-Ti_16", None),
     "vit_small_r26_s32": ("R26+ViT-S_32", None),

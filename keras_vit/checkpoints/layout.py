@@ -31,7 +31,8 @@ __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_ke
            "LS1_SCALE", "LS3_SCALE", "HEAD_DIST_KERNEL_KEY", "HEAD_DIST_BIAS_KEY", "MAP_PROBE",
            "MAP_QUERY_KERNEL", "MAP_QUERY_BIAS", "MAP_KEY_KERNEL", "MAP_KEY_BIAS",
            "MAP_VALUE_KERNEL", "MAP_VALUE_BIAS", "MAP_OUT_KERNEL", "MAP_OUT_BIAS", "MAP_LN_SCALE",
-           "MAP_LN_BIAS", "MAP_MLP0_KERNEL", "MAP_MLP0_BIAS", "MAP_MLP1_KERNEL", "MAP_MLP1_BIAS"]
+           "MAP_LN_BIAS", "MAP_MLP0_KERNEL", "MAP_MLP0_BIAS", "MAP_MLP1_KERNEL", "MAP_MLP1_BIAS",
+           "linen_key", "SCANNED_BLOCK", "LINEN_POS_EMBED_KEY"]
 
 # The official keys, as released (pre-Linen names); "{i}" is an encoder block's index, "{s}"
 # and "{u}" a hybrid trunk's stage and unit (both from 1). Every other module names a key
@@ -73,6 +74,26 @@ MAP_OUT_KERNEL, MAP_OUT_BIAS = MAP_ATTENTION + "/out/kernel", MAP_ATTENTION + "/
 MAP_LN_SCALE, MAP_LN_BIAS = MAP + "/LayerNorm_0/scale", MAP + "/LayerNorm_0/bias"
 MAP_MLP0_KERNEL, MAP_MLP0_BIAS = MAP + "/MlpBlock_0/Dense_0/kernel", MAP + "/MlpBlock_0/Dense_0/bias"
 MAP_MLP1_KERNEL, MAP_MLP1_BIAS = MAP + "/MlpBlock_0/Dense_1/kernel", MAP + "/MlpBlock_0/Dense_1/bias"
+# big_vision's Linen spelling of the same keys (normalize_keys reads it back): a block's parts
+# numbered from 0, a top-level position embedding, and, in scanned files, every block's array
+# stacked on a leading axis under one name.
+_LINEN_PARTS = {"MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0",
+                "LayerNorm_2": "LayerNorm_1", "MlpBlock_3": "MlpBlock_0"}
+LINEN_POS_EMBED_KEY = "pos_embedding"
+SCANNED_BLOCK = "Transformer/encoderblock/"
+
+
+def linen_key(official):
+    """An official key (or template) in big_vision's Linen spelling."""
+    if official == POS_EMBED_KEY:
+        return LINEN_POS_EMBED_KEY
+    if not official.startswith(BLOCK):
+        return official
+    for released, linen in _LINEN_PARTS.items():
+        official = official.replace(f"/{released}/", f"/{linen}/")
+    return official
+
+
 # The hybrids' ResNet trunk.
 TRUNK_ROOT_KERNEL = "conv_root/kernel"
 TRUNK_ROOT_SCALE, TRUNK_ROOT_BIAS = "gn_root/scale", "gn_root/bias"

@@ -154,7 +154,8 @@ def _load_from(model, reader, trunk_only, resample_patches=False):
             posembed = model.get_layer("posembed_input")
             grid = _file_grid(value.shape[1] - num_prefix, metadata.get("grid"), model, source)
             if value.shape != tuple(row.variable.shape) or tuple(grid) != tuple(posembed.grid_size):
-                value = resize_position_embedding(value, grid, posembed.grid_size, num_prefix)
+                value = resize_position_embedding(value, grid, posembed.grid_size, num_prefix,
+                                                  method=_position_resize(reader))
         elif resample_patches and row.keys[0] == EMBEDDING_KERNEL \
                 and _other_patch_size(value.shape, row.variable.shape):
             value = resample_patch_embedding(value, tuple(row.variable.shape[:2]))
@@ -287,6 +288,12 @@ def _other_patch_size(found, expected):
     found, expected = tuple(found), tuple(expected)
     return len(found) == len(expected) == 4 and found[2:] == expected[2:] \
         and found[:2] != expected[:2]
+
+
+def _position_resize(reader):
+    """How the checkpoint's own library resizes position embeddings (its format records it;
+    arrays passed as a dict are in the official layout, so the official linear zoom)."""
+    return reader.format.position_resize if reader.format is not None else "linear"
 
 
 def _num_prefix_tokens(model):

@@ -7,7 +7,15 @@ from keras import ops
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.interpolation import bicubic_resize_matrix
 
-__all__ = ["ClassToken", "PrefixTokens", "AddPositionEmbedding", "resize_position_embedding"]
+__all__ = ["ClassToken", "PrefixTokens", "AddPositionEmbedding", "resize_position_embedding",
+           "POSITION_RESIZES"]
+
+# How a source's own code moves a position embedding to another grid (a checkpoint format
+# records which: `CheckpointFormat.position_resize`): "linear" is the official
+# `interpolate_posembed` (scipy's corner-aligned zoom, order 1); "bicubic" is timm's
+# `resample_abs_pos_embed` (torch's antialiased bicubic, align_corners=False), which timm
+# applies to every file it loads at another size, DINOv2's 518-pixel ones among them.
+POSITION_RESIZES = ("linear", "bicubic")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -138,16 +146,21 @@ class AddPositionEmbedding(keras.layers.Layer):
         }
 
 
-def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_tokens=1):
+def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_tokens=1,
+                              method="linear"):
     """Resizes a `(1, prefix + h * w, D)` position embedding to another grid.
 
-    The official `interpolate_posembed`: prefix (class) tokens are kept as they
-    are; the grid part is resized with corner-aligned bilinear interpolation,
-    equal to `scipy.ndimage.zoom(order=1)`, with separate row and column
-    factors so rectangular grids work. Pure NumPy; returns a new float array.
+    Prefix (class, register) tokens are kept as they are; the grid part is resized with
+    separate row and column factors, so rectangular grids work. `method="linear"` is the
+    official `interpolate_posembed`: corner-aligned bilinear interpolation, equal to
+    `scipy.ndimage.zoom(order=1)`. `method="bicubic"` is timm's `resample_abs_pos_embed`
+    (torch's antialiased bicubic, as `AddPositionEmbedding(dynamic_grid=True)` resizes at
+    run time). Returns a new NumPy array of the input's dtype.
     """
     pos_embedding = np.asarray(pos_embedding)
     old_grid, new_grid = _pair(old_grid, "old_grid"), _pair(new_grid, "new_grid")
+    if method not in POSITION_RESIZES:
+        raise ArgumentError(f"method must be one of {', '.join(POSITION_RESIZES)}, got {method!r}.")
     if pos_embedding.ndim != 3 or pos_embedding.shape[0] != 1:
         raise ArgumentError(f"A position embedding has shape (1, tokens, D), got {pos_embedding.shape}.")
     expected = num_prefix_tokens + old_grid[0] * old_grid[1]
@@ -158,8 +171,9 @@ def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_toke
     prefix = pos_embedding[:, :num_prefix_tokens]
     grid = pos_embedding[0, num_prefix_tokens:].reshape(*old_grid, -1)
     if old_grid != new_grid:
-        rows = _linear_weights(old_grid[0], new_grid[0])  # (new_h, old_h)
-        cols = _linear_weights(old_grid[1], new_grid[1])  # (new_w, old_w)
+        weights = _linear_weights if method == "linear" else _bicubic_weights
+        rows = weights(old_grid[0], new_grid[0])  # (new_h, old_h)
+        cols = weights(old_grid[1], new_grid[1])  # (new_w, old_w)
         # Computed in float64 so the result matches scipy's zoom to rounding.
         grid = np.einsum("ih,jw,hwd->ijd", rows, cols, grid.astype(np.float64))
     grid = grid.reshape(1, new_grid[0] * new_grid[1], -1).astype(pos_embedding.dtype)
@@ -180,6 +194,11 @@ def _linear_weights(n_in, n_out):
     weights[np.arange(n_out), low] = 1.0 - frac
     weights[np.arange(n_out), low + 1] += frac
     return weights
+
+
+def _bicubic_weights(n_in, n_out):
+    """Row i holds torch's antialiased bicubic weights of output i (float64 NumPy)."""
+    return np.asarray(ops.convert_to_numpy(bicubic_resize_matrix(n_in, n_out, "float64")))
 
 
 def _pair(value, what):

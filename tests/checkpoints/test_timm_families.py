@@ -56,10 +56,14 @@ CASES = [
     ("vit_small_patch14_reg4_dinov2", 56, {}),
     ("vit_base_patch16_siglip_224", 48, {}),
     ("vit_base_patch16_clip_quickgelu_224", 48, {}),
+    # Slow: test_flexivit_at_another_patch_size_computes_what_timm_computes loads the same
+    # kind of file (and resizes it too) in the default run.
+    pytest.param("flexivit_small", 48, {}, marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("architecture,size,kwargs", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("architecture,size,kwargs", CASES,
+                         ids=[(c.values if hasattr(c, "values") else c)[0] for c in CASES])
 def test_the_family_computes_what_timm_computes(architecture, size, kwargs, tmp_path):
     theirs, path = _timm_file(tmp_path, architecture, size, **kwargs)
     ours = _ours(architecture, path, size, include_top=theirs.num_classes > 0)
@@ -119,3 +123,22 @@ def test_save_safetensors_writes_what_timm_loads_strictly(architecture, size, tm
     images = _images(2, (size, size))
     np.testing.assert_array_equal(run_timm(again.eval(), images), run_timm(theirs, images))
     del torch
+
+
+def test_flexivit_at_another_patch_size_computes_what_timm_computes(tmp_path):
+    """FlexiViT's point: its patch-16 file used at patch 8. timm builds the patch-8 model from
+    the same state dict through its checkpoint_filter_fn (resample_patch_embed, the
+    pseudo-inverse resize, and resample_abs_pos_embed from a 3 x 3 to a 6 x 6 grid, both
+    bicubic); keras_vit's ViT(..., patch_size=8) computes the same."""
+    timm = import_timm()
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    source, path = _timm_file(tmp_path, "flexivit_small", 48)
+    theirs = timm.create_model("flexivit_small", pretrained=False, depth=DEPTH, img_size=48,
+                               patch_size=8)
+    state = {k: v.clone() for k, v in source.state_dict().items()}
+    theirs.load_state_dict(checkpoint_filter_fn(state, theirs), strict=True)
+    ours = _ours("flexivit_small", path, 48, patch_size=8)
+    assert tuple(ours.get_layer("posembed_input").grid_size) == (6, 6)
+    images = _images(2, (48, 48))
+    _assert_close(np.asarray(ours(images)), run_timm(theirs.eval(), images))

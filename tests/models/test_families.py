@@ -43,6 +43,9 @@ FAMILY_PARAMS = {
     "CLIP-B/32": 88_225_000,
     "CLIP-B/16": 86_568_424,
     "CLIP-L/14": 304_204_776,
+    "FlexiViT-S/16": 22_061_416,
+    "FlexiViT-B/16": 86_589_160,
+    "FlexiViT-L/16": 304_355_304,
 }
 # Each family row and timm's architecture of it (the table's inverse, checked complete below).
 TIMM_NAME = {official: base for base, (official, _) in TIMM_ARCHITECTURES.items()
@@ -136,6 +139,7 @@ def test_the_depth_extrapolation_is_the_count_of_a_built_model():
     ("deit3_base_patch16_224", "DeiT3-B/16"), ("deit_small_distilled_patch16_224",
                                                "DeiT-S/16-distilled"),
     ("vit_base_patch16_siglip_224", "SigLIP-B/16"), ("clip-l/14", "CLIP-L/14"),
+    ("flexivit_small", "FlexiViT-S/16"), ("FlexiViT-B/16", "FlexiViT-B/16"),
 ])
 def test_names(spelling, name):
     assert get_variant(spelling) is FAMILIES[name]

@@ -2,6 +2,8 @@
 
     npz.py           the official .npz (the layout every other format is translated into)
     bit.py           BiT's .npz release files (big_transfer's ResNetV2 layout)
+    big_vision.py    big_vision's two-tower .npz (SigLIP): the image tower under params/img/
+    open_clip.py     OpenCLIP / OpenAI CLIP state dicts (.safetensors): the image tower under visual.
     timm.py          timm's VisionTransformer state dict (.safetensors, or a Hub folder)
     transformers.py  Hugging Face transformers ViT (save_pretrained folders)
     transformers_hybrid.py  transformers' ViTHybrid (R50+ViT-B/16; save_pretrained folders)
@@ -24,9 +26,11 @@ import os
 
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import (
+    big_vision,
     bit,
     keras_hub,
     npz,
+    open_clip,
     timm,
     transformers,
     transformers_families,
@@ -44,7 +48,8 @@ __all__ = ["FORMATS", "open_checkpoint", "inspect_checkpoint", "read_checkpoint"
 # key a ViTHybrid folder has too; transformers_families (by config.json's model_type) before
 # transformers, whose patch-embedding key DeiT and DINOv2 folders have too.
 FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers_hybrid.FORMAT,
-           transformers_families.FORMAT, transformers.FORMAT, bit.FORMAT, npz.FORMAT]
+           transformers_families.FORMAT, transformers.FORMAT, open_clip.FORMAT, bit.FORMAT,
+           big_vision.FORMAT, npz.FORMAT]
 
 # Pickled torch files: unpickling runs whatever code the file holds.
 PICKLED_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")

@@ -102,6 +102,10 @@ class CheckpointFormat:
     open: Callable  # Source -> CheckpointReader
     numerics: tuple  # (approximate_gelu, layer_norm_epsilon) of the library writing it
     write: str | None = None  # the keras_vit function that writes it, where one does
+    # How the library writing it moves a position embedding to another grid, which a load at
+    # another image size repeats (layers/tokens.py POSITION_RESIZES): the official linear
+    # zoom, or timm's antialiased bicubic.
+    position_resize: str = "linear"
 
 
 class Source:

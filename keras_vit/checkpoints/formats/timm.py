@@ -210,7 +210,10 @@ class TimmReader(CheckpointReader):
 FORMAT = CheckpointFormat(
     name="timm", description="timm state dict (.safetensors, sharded, or a Hub folder with "
                              "timm's config.json)",
-    recognises=_recognises, open=TimmReader, numerics=(False, 1e-6), write="save_safetensors")
+    recognises=_recognises, open=TimmReader, numerics=(False, 1e-6), write="save_safetensors",
+    # timm's checkpoint_filter_fn resizes every file it loads at another size so
+    # (resample_abs_pos_embed): DINOv2's 518-pixel files at 224 give timm's output.
+    position_resize="bicubic")
 
 
 # timm's VisionTransformer state dict, row by row (formats/rows.py applies it both ways).
