@@ -8,7 +8,8 @@ predicted; above `SPARSE_CONFUSION_CLASSES` classes its non-zero cells only, as
 {"cells": [[true, predicted, count], ...]}: `confusion_cells` reads either), `skipped_files`;
 and, by who wrote it, `model`, `weights`, `recipe`,
 `parameters`, `gflops_per_image`, `train_seconds`, `images_per_second`, `epochs_logged`,
-`top5_accuracy`, `image_count`, `few_shot_probe`. `REQUIRED` are what `read_report` insists on.
+`top5_accuracy`, `image_count`, `few_shot_probe`, `precision` (keras_vit.precision's
+record). `REQUIRED` are what `read_report` insists on.
 """
 
 import contextlib
