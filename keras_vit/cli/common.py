@@ -206,7 +206,7 @@ def add_precision_option(parser, what="the model", auto_help=None):
                              "mixed_bfloat16 and records its top-1 agreement and largest logit "
                              "difference with float32; " + (auto_help or
                              "auto picks bfloat16 only where the hardware has it natively, it "
-                             "is timed faster and it agrees with float32 on >= 99.5% of the "
+                             "is timed faster and it agrees with float32 on >= 99.5%% of the "
                              "first batch") + " (default: float32)")
 
 

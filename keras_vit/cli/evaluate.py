@@ -11,8 +11,8 @@ per image) and confusion.png into --output, and prints the accuracy.
 from keras_vit.cli.common import (
     CommandError,
     add_execution_option,
-    add_precision_option,
     add_model_options,
+    add_precision_option,
     given_model_options,
     load_model,
     positive_int,

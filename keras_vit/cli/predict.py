@@ -24,9 +24,9 @@ from keras_vit._support.outputs import write_line
 from keras_vit.cli.common import (
     CommandError,
     add_execution_option,
-    add_precision_option,
     add_max_pixels_option,
     add_model_options,
+    add_precision_option,
     given_model_options,
     labels_beside,
     load_model,
