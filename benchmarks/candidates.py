@@ -30,6 +30,8 @@ class Arch:
 
 
 VIT_B16 = Arch(768, 12, 3072, 12, 16, 224)
+VIT_S16 = Arch(384, 12, 1536, 6, 16, 224)
+ARCHS = {"B/16": VIT_B16, "S/16": VIT_S16}
 TINY = Arch(64, 2, 128, 2, 8, 32, classes=10)
 
 
@@ -180,15 +182,19 @@ def _jax_candidate(name, model, arch):
     return Candidate(name, "jax", infer, train)
 
 
-def timm_candidates(arch, compiled=False):
-    """timm's VisionTransformer eager, and with `compiled` also under `torch.compile`."""
+def timm_candidates(arch, compiled=False, bf16=False):
+    """timm's VisionTransformer eager, with `compiled` also under `torch.compile`, and with
+    `bf16` also (eager) under `torch.autocast("cpu", torch.bfloat16)`, timm's own mixed
+    precision, beside keras_vit's mixed_bfloat16."""
     out = [_timm_candidate(arch, False)]
     if compiled:
         out.append(_timm_candidate(arch, True))
+    if bf16:
+        out.append(_timm_candidate(arch, False, autocast=True))
     return out
 
 
-def _timm_candidate(arch, compiled):
+def _timm_candidate(arch, compiled, autocast=False):
     import torch
 
     VisionTransformer = import_timm().models.vision_transformer.VisionTransformer
@@ -208,22 +214,27 @@ def _timm_candidate(arch, compiled):
                              torch.from_numpy(labels).long())
         return inputs[batch]
 
+    def precision():
+        return torch.autocast("cpu", torch.bfloat16, enabled=autocast)
+
     def infer(batch):
         module.eval()
         images = batch_inputs(batch)[0]  # made outside inference mode: training reuses it
-        with torch.inference_mode():
-            return model(images).numpy()
+        with torch.inference_mode(), precision():
+            return model(images).float().numpy()
 
     def train(batch):
         module.train()
         images, labels = batch_inputs(batch)
         optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        with precision():
+            loss = torch.nn.functional.cross_entropy(model(images).float(), labels)
         loss.backward()
         optimizer.step()
         return loss.item()
 
-    name = "timm VisionTransformer" + (" (torch.compile)" if compiled else "")
+    name = "timm VisionTransformer" + (" (torch.compile)" if compiled else "") \
+        + (" (autocast bfloat16)" if autocast else "")
     return Candidate(name, "torch", infer, train)
 
 

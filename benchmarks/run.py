@@ -39,7 +39,11 @@ def parse_args(argv=None):
     parser.add_argument("--modes", default="graph,xla,auto",
                         help="Keras execution modes: graph, xla, and for keras_vit auto (the mode "
                              "keras_vit.execution chooses here, timed afresh in this run)")
-    parser.add_argument("--bf16", action="store_true", help="also time keras_vit under mixed_bfloat16")
+    parser.add_argument("--bf16", action="store_true",
+                        help="also time keras_vit under mixed_bfloat16 and timm under "
+                             "torch.autocast(\"cpu\", torch.bfloat16)")
+    parser.add_argument("--arch", choices=sorted(cands.ARCHS), default="B/16",
+                        help="the ViT timed (default: B/16; --quick: a tiny one)")
     parser.add_argument("--torch-compile", default=None, action=argparse.BooleanOptionalAction,
                         help="also time timm under torch.compile (default: on, off with --quick: "
                              "compiling takes minutes on a CPU)")
@@ -104,7 +108,7 @@ def build_candidates(arch, args, notes):
         builders.append(("keras_hub", lambda: cands.keras_hub_candidates(arch, hub_modes)))
     if "timm" in only:
         compiled = args.torch_compile if args.torch_compile is not None else not args.quick
-        builders.append(("timm", lambda: cands.timm_candidates(arch, compiled)))
+        builders.append(("timm", lambda: cands.timm_candidates(arch, compiled, args.bf16)))
     out = []
     for name, build in builders:
         try:
@@ -209,7 +213,7 @@ def _pythonpath():
 def main(argv=None):
     args = parse_args(argv)
     quick = args.quick
-    arch = cands.TINY if quick else cands.VIT_B16
+    arch = cands.TINY if quick else cands.ARCHS[args.arch]
     repeats = args.repeats or (1 if quick else 7)
     batches = _ints(args.batch_sizes, "2" if quick else "8,32")
     train_batches = _ints(args.train_batch_sizes, "2" if quick else "8,32")
@@ -308,7 +312,7 @@ def to_markdown(report):
             g = rows["_tf_gemm_each_round"]
             lines.append(f"| {batch} | TF fp32 GEMM, same rounds | {g['wall']['median']:.1f} GFLOP/s | "
                          f"{g['cpu']['median']:.1f} GFLOP per CPU-s | | | |")
-        lines += ["", *_ratio_lines(report[section]),
+        lines += ["", *_ratio_lines(report[section]), *_precision_lines(report[section]),
                   *_auto_lines(report[section], section, report.get("execution_choices", {}),
                                report.get("execution_timings", {})), ""]
     if "loading" in report:
@@ -377,6 +381,35 @@ def _best_fp32_rates(rows):
         if "bfloat16" not in name:
             best[family] = max(best.get(family, 0), r["images_per_s"]["median"])
     return best
+
+
+def _best_rates(rows, bfloat16):
+    """{model family: the median images/s of its fastest mode} at float32 or at bfloat16
+    (keras_vit's mixed_bfloat16, timm's autocast)."""
+    best = {}
+    for name, r in _model_rows(rows):
+        if ("bfloat16" in name) == bfloat16:
+            family = name.split(" (")[0]
+            best[family] = max(best.get(family, 0), r["images_per_s"]["median"])
+    return best
+
+
+def _precision_lines(section):
+    """Per batch: each family's bfloat16 over its float32 (best modes), and keras_vit against
+    each peer at bfloat16; from the same interleaved rounds."""
+    lines = []
+    for batch, rows in section.items():
+        float32, bfloat16 = _best_rates(rows, False), _best_rates(rows, True)
+        if not bfloat16:
+            continue
+        speedups = ", ".join(f"{family} {bfloat16[family] / float32[family]:.2f}x"
+                             for family in bfloat16 if family in float32)
+        ours = bfloat16.get("keras_vit")
+        peers = ", ".join(f"{family} = {ours / value:.2f}x" for family, value in bfloat16.items()
+                          if family != "keras_vit") if ours else ""
+        lines.append(f"Batch {batch}: bfloat16 / float32 (each's best mode): {speedups}."
+                     + (f" At bfloat16, keras_vit / {peers}." if peers else ""))
+    return lines
 
 
 def _ratio_lines(section):

@@ -13,6 +13,7 @@ import numpy as np
 from keras_vit.errors import ArgumentError, DatasetError
 from keras_vit.execution import check_execution
 from keras_vit.inference import DEFAULT_BATCH_SIZE, KerasRunner, check_positive, model_runner
+from keras_vit.precision import check_precision
 from keras_vit.preprocessing import MAX_PIXELS
 from keras_vit.reports import classification_summary, plot_confusion, write_json
 
@@ -20,7 +21,7 @@ __all__ = ["evaluate"]
 
 
 def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, data_dir=None,
-             few_shot=None, few_shot_seed=0, execution=None):
+             few_shot=None, few_shot_seed=0, execution=None, precision=None):
     """Accuracy and per-class precision, recall and F1 of `model` on `dataset`'s held-out split.
 
     `model` as for `predict_images`; `dataset`: "digits", a folder of class sub-folders or a
@@ -38,15 +39,21 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
     (drawn with `few_shot_seed`), then applied to the held-out split; predictions.csv then
     holds the probe's scores, not probabilities. A Keras ViT only (a SavedModel keeps no
     features). `execution` as for `predict_images`.
+
+    `precision`: "float32" (the default), "bfloat16" or "auto", as for `predict_images`; the
+    report's "precision" records it, and under bfloat16 every evaluated image also runs in
+    float32: "precision.agreement" holds their top-1 agreement and largest logit difference.
     """
     from keras_vit.data import DatasetSplits, load_dataset
 
     check_positive(batch_size=batch_size, top=top)
     check_execution(execution)
+    check_precision(precision)
     splits = dataset if isinstance(dataset, DatasetSplits) else load_dataset(dataset,
                                                                              data_dir=data_dir)
     name = splits.name or str(dataset)
-    runner = model_runner(model, batch_size, MAX_PIXELS, execution=execution, images=splits.num_test)
+    runner = model_runner(model, batch_size, MAX_PIXELS, execution=execution,
+                          images=splits.num_test, precision=precision)
     probe = None
     if few_shot is not None:
         check_positive(few_shot=few_shot)
@@ -72,6 +79,8 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
     report["model"] = model_name.removesuffix("_features") if model_name else None
     if probe is not None:
         report["few_shot_probe"] = probe
+    if getattr(runner, "precision_record", None) is not None:
+        report["precision"] = runner.precision_record
     if output is not None:
         _write_evaluation(output, report, rows, names, top,
                           score="probability" if probe is None else "score")
@@ -101,7 +110,8 @@ def _few_shot_probe(runner, splits, shots, seed, batch_size):
         raise ArgumentError("few_shot needs a Keras model: the probe reads the model's pooled "
                             "features, which a SavedModel does not keep.")
     features = KerasRunner(feature_model(runner.model), batch_size, runner.max_pixels,
-                            outputs="raw", execution=runner.execution, images=splits.num_test)
+                            outputs="raw", execution=runner.execution, images=splits.num_test,
+                            precision=runner.precision)
     labels = np.asarray([int(y) for _, y in splits.train.as_numpy_iterator()])
     chosen = few_shot_indices(labels, shots, seed, splits.class_names)
     keep = np.zeros(len(labels), bool)

@@ -45,6 +45,7 @@ from keras_vit.execution import check_execution
 from keras_vit.labels import imagenet_label_names, read_labels
 from keras_vit.lora import merge_lora
 from keras_vit.model_io import has_softmax_head, model_input
+from keras_vit.precision import bfloat16_model, check_precision
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images
 
 __all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head",
@@ -59,7 +60,7 @@ _SIGNATURES = ((0, b"\xff\xd8\xff"), (0, b"\x89PNG\r\n\x1a\n"), (0, b"GIF87a"),
 
 
 def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, overwrite=False,
-                       max_pixels=MAX_PIXELS, execution=None):
+                       max_pixels=MAX_PIXELS, execution=None, precision=None):
     """Writes `model` as a TF Serving SavedModel under `export_dir/<version>/`.
 
     Args:
@@ -83,6 +84,12 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
             that serves is not the one that exports, so "auto" measures
             nothing here, and `KERAS_VIT_EXECUTION` does not apply.
             TensorFlow backend only.
+        precision: "bfloat16" exports the model under Keras' mixed_bfloat16
+            policy (`keras_vit.precision`: the same weights, bfloat16 matrix
+            products, float32 head and outputs), for servers whose processors
+            multiply bfloat16 natively; "float32" (the default) and "auto"
+            export float32: as for `execution`, the serving machine is not this
+            one, so "auto" measures nothing here.
 
     Returns:
         The path of the version folder written.
@@ -92,6 +99,8 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     never sees a half-written version, and a failed export leaves none.
     """
     model = merge_lora(model)  # an ordinary graph: TF Serving needs no LoRA
+    if check_precision(precision) == "bfloat16":
+        model = bfloat16_model(model)
     height, width = _image_size(model)
     labels = _resolve_labels(labels, _classes(model))
     # Every argument is checked before the folder is made: a refused call leaves nothing.
@@ -145,7 +154,7 @@ def _move_into_place(written, export_dir, version, overwrite):
                           "keep taking them.")
 
 
-def export_tflite(model, path, top_k=5, quantize=None, calibration=None):
+def export_tflite(model, path, top_k=5, quantize=None, calibration=None, precision=None):
     """Converts `model` to a TFLite file at `path`, with TFLite's builtin ops only.
 
     `quantize`: None (float32), "float16", "dynamic" or "int8" (full-integer, calibrated on
@@ -155,8 +164,12 @@ def export_tflite(model, path, top_k=5, quantize=None, calibration=None):
     pixels `(batch, height, width, 3)` in [0, 255] in; `logits`, `probabilities`
     and `class_ids` out. Use `tf.lite.Interpreter(path).get_signature_runner()`.
     Models whose weights exceed TFLite's 2 GiB FlatBuffer limit are refused.
-    Returns `path`.
+    `precision`: "float32" or "auto" (float32: TFLite has no bfloat16 kernels; "bfloat16"
+    is refused). Returns `path`.
     """
+    if check_precision(precision) == "bfloat16":
+        raise ArgumentError("precision='bfloat16' does not apply to TFLite, which has no "
+                            "bfloat16 kernels; quantize='float16' halves the file instead.")
     model = merge_lora(model)  # one kernel per projection, not a LoRA graph
     size = _image_size(model)
     _check_top_k(top_k)

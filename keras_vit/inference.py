@@ -18,9 +18,10 @@ import numpy as np
 from keras_vit._support.files import read_file
 from keras_vit.errors import ArgumentError, ImageError
 from keras_vit.execution import check_execution
+from keras_vit.precision import check_precision
 from keras_vit.preprocessing import IMAGE_EXTENSIONS, IMAGE_FORMATS, MAX_PIXELS
 
-__all__ = ["ImagePrediction", "ImageFiles", "predict_images", "image_files"]
+__all__ = ["ImagePrediction", "ImageFiles", "Predictions", "predict_images", "image_files"]
 
 LIST_SUFFIXES = (".txt", ".lst")  # a source with one of these names lists image paths
 DEFAULT_BATCH_SIZE = 32
@@ -99,8 +100,28 @@ def _folder_images(folder):
     return found
 
 
+class Predictions:
+    """`predict_images`' results: an iterator of `ImagePrediction`s. `precision`: the record
+    of the precision the model ran in (`keras_vit.precision`; with bfloat16, its agreement with
+    float32 on the first batch), once the first batch has run; None before, or for a
+    SavedModel."""
+
+    def __init__(self, results, runner):
+        self._results, self._runner = results, runner
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._results)
+
+    @property
+    def precision(self):
+        return getattr(self._runner, "precision_record", None)
+
+
 def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=None,
-                   max_pixels=MAX_PIXELS, execution=None):
+                   max_pixels=MAX_PIXELS, execution=None, precision=None):
     """An iterator of `ImagePrediction`s, one per image of `sources` (`image_files`, or the
     `ImageFiles` it returned), in order.
 
@@ -111,15 +132,22 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     run `batch_size` at a time; a file that cannot be read becomes a result with `error`.
     `execution`: how TensorFlow runs a Keras model on a CPU, "auto" (the faster of
     "graph" and "xla" on this machine, `keras_vit.execution`), "graph" or "xla".
+    `precision`: what a Keras model computes in, "float32" (the default), "bfloat16"
+    (mixed_bfloat16; its top-1 agreement and largest logit difference with float32 on the
+    first batch are measured) or "auto" (bfloat16 where it is native, faster and in
+    agreement: `keras_vit.precision`); the returned `Predictions` records it.
     """
     check_positive(batch_size=batch_size, top=top)
     check_execution(execution)
+    check_precision(precision)
     paths = image_files(sources)  # checked here, not when the first result is asked for
     runner = model_runner(model, batch_size, max_pixels, small=len(paths) <= batch_size,
-                     execution=execution, images=len(paths))
+                          execution=execution, images=len(paths), precision=precision,
+                          compare_images=batch_size)
     names = runner.names(labels)
-    return (_result(path, probabilities, error, top, names)
-            for path, (probabilities, error) in zip(paths, runner.run_files(paths)))
+    return Predictions((_result(path, probabilities, error, top, names)
+                        for path, (probabilities, error) in zip(paths, runner.run_files(paths))),
+                       runner)
 
 
 def check_positive(**values):
@@ -138,21 +166,26 @@ def _result(path, probabilities, error, top, names):
                                   for i in best], [int(i) for i in best], probabilities)
 
 
-def model_runner(model, batch_size, max_pixels, small=False, execution=None, images=0):
+def model_runner(model, batch_size, max_pixels, small=False, execution=None, images=0,
+                 precision=None, compare_images=None):
     """The runner for `model` (a Keras model, a `.keras` file or a SavedModel folder, loaded
     through keras_vit.models.factory): `run_files` / `run_examples` give (outputs, error) per
-    image. Shared with keras_vit.evaluation."""
+    image. Shared with keras_vit.evaluation. `precision` and `compare_images` as KerasRunner's."""
     from keras_vit.models.factory import is_saved_model, load_keras
 
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
         if is_saved_model(model):
+            if check_precision(precision) != "float32":
+                raise ArgumentError(f"precision={precision!r} applies to a Keras model; a "
+                                    "SavedModel computes in the precision it was exported with.")
             return SavedModelRunner(model, batch_size)
         if not model.endswith(".keras"):
             raise ArgumentError(f"model must be a Keras model, a .keras file or a SavedModel "
                                 f"folder, got {model!r}.")
         model = load_keras(model)
-    return KerasRunner(model, batch_size, max_pixels, small, execution=execution, images=images)
+    return KerasRunner(model, batch_size, max_pixels, small, execution=execution, images=images,
+                       precision=precision, compare_images=compare_images)
 
 
 def _failure_message(path, read):
@@ -193,10 +226,15 @@ def _names_dict(names):
 
 
 class KerasRunner:
-    """Pixels decoded and resized in tf.data, then the Keras model, one batch at a time."""
+    """Pixels decoded and resized in tf.data, then the Keras model, one batch at a time.
+
+    `precision` as `keras_vit.precision.choose_precision` takes it, chosen at the first batch
+    (which calibrates "auto"). Run in bfloat16, the first `compare_images` images (None: all)
+    also run in float32, and `precision_record["agreement"]` holds the two's top-1 agreement
+    and largest logit difference (not for `outputs="raw"`: features have no classes)."""
 
     def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
-                 execution=None, images=0):
+                 execution=None, images=0, precision=None, compare_images=None):
         from keras_vit.model_io import has_softmax_head, model_input
 
         self.model, self.batch_size, self.max_pixels = model, batch_size, max_pixels
@@ -209,6 +247,11 @@ class KerasRunner:
         self.jit_compile = None  # the mode chosen, once the first batch has run
         self._compiled = None
         self.raw = outputs == "raw"  # the model's outputs as they are (features, not classes)
+        self.precision = check_precision(precision)
+        self.precision_record = None  # once the first batch has run
+        self._choice, self._reference = None, None
+        self._compare_left = 0 if self.raw else (float("inf") if compare_images is None
+                                                 else compare_images)
         self._classes = None
 
     @property
@@ -283,34 +326,73 @@ class KerasRunner:
         import keras
 
         x = self.to_input(pixels)
-        if self.small or not isinstance(self.model, keras.Model):
-            scores = self.model(x, training=False)
+        if self._choice is None:
+            self._choose(x)
+        if self._compiled is None:
+            scores = self._choice.model(x, training=False)
         else:
-            scores = self._compiled_call(x)
+            scores = self._compiled(x)
         scores = keras.ops.convert_to_numpy(scores).astype(np.float32)
+        if self._choice.precision == "bfloat16" and self._compare_left > 0:
+            self._compare(x, scores)
         if self.softmax_head or self.raw:
             return scores
         return keras.ops.convert_to_numpy(keras.ops.softmax(scores, axis=-1))
 
 
-    def _compiled_call(self, x):
-        if self._compiled is None:
-            from keras_vit.execution import choose_jit_compile
+    def _choose(self, x):
+        """The precision, model and mode to run, from the first batch's inputs `x`."""
+        import keras
 
+        from keras_vit import precision as precisions
+
+        if self.small or not isinstance(self.model, keras.Model):
+            # A handful of images, or a stand-in: a direct call, nothing timed.
+            asked = self.precision
+            if asked == "bfloat16":
+                model, reason = precisions.bfloat16_model(self.model), "asked"
+            else:
+                model = self.model
+                reason = "asked" if asked == "float32" else "too few images to time bfloat16"
+            chosen = "bfloat16" if asked == "bfloat16" else "float32"
+            self._choice = precisions.PrecisionChoice(
+                chosen, model, None, {"precision": chosen, "asked": asked, "reason": reason})
+        else:
             batch_shape = (self.batch_size, *x.shape[1:])
             enough = self.images >= CALIBRATE_AFTER_BATCHES * self.batch_size
-            self.jit_compile = choose_jit_compile(self.model, batch_shape, self.execution,
-                                                  measure=enough)
-            if self.jit_compile is None:  # not TensorFlow on a CPU: Keras' own predict step
-                self._compiled = self.model.predict_on_batch
-            else:
-                import tensorflow as tf
+            self._choice = precisions.choose_precision(
+                self.model, batch_shape, self.precision, self.execution, calibration=x,
+                measure=enough)
+            self.jit_compile = self._choice.jit_compile
+            self._compiled = self._compiled_call(self._choice.model, self.jit_compile)
+        self.precision_record = self._choice.record
 
-                forward = tf.function(lambda images: self.model(images, training=False),
-                                      jit_compile=self.jit_compile, reduce_retracing=True,
-                                      autograph=False)
-                self._compiled = lambda images: forward(tf.convert_to_tensor(images))
-        return self._compiled(x)
+    @staticmethod
+    def _compiled_call(model, jit_compile):
+        """`model`'s forward pass: Keras' own predict step when `jit_compile` is None (not
+        TensorFlow on a CPU alone), else a tf.function, as a graph or under XLA."""
+        if jit_compile is None:
+            return model.predict_on_batch
+        import tensorflow as tf
+
+        forward = tf.function(lambda images: model(images, training=False),
+                              jit_compile=jit_compile, reduce_retracing=True, autograph=False)
+        return lambda images: forward(tf.convert_to_tensor(images))
+
+    def _compare(self, x, scores):
+        """Runs the first images left to compare in float32 too, and adds their agreement."""
+        import keras
+
+        from keras_vit.precision import agreement, merge_agreements
+
+        count = int(min(self._compare_left, len(scores)))
+        if self._reference is None:
+            self._reference = (lambda images: self.model(images, training=False)) \
+                if self._compiled is None else self._compiled_call(self.model, False)
+        reference = keras.ops.convert_to_numpy(self._reference(x[:count])).astype(np.float32)
+        self.precision_record["agreement"] = merge_agreements(
+            self.precision_record.get("agreement"), agreement(reference, scores[:count], self.softmax_head))
+        self._compare_left -= count
 
 
 class SavedModelRunner:

@@ -10,7 +10,7 @@ and, by who wrote it, `model`, `weights`, `recipe`,
 `parameters`, `gflops_per_image`, `train_seconds`, `images_per_second`, `epochs_logged`,
 `top5_accuracy`, `image_count`, `few_shot_probe`, `teacher` (a distilled run's teacher: its
 `model` path or name, `distillation` kind, `temperature`, `alpha`, `classes`; null without
-one). `REQUIRED` are what `read_report` insists on.
+one), `precision` (keras_vit.precision's record). `REQUIRED` are what `read_report` insists on.
 """
 
 import contextlib

@@ -289,3 +289,38 @@ def test_scale_photos_are_seeded_within_the_sides_and_linked(tmp_path):
     assert len(linked) == 5
     assert all(f.stat().st_ino == (tmp_path / "a" / f.relative_to(tmp_path / "c")).stat().st_ino
                for f in linked)
+
+
+def test_bf16_rows_give_each_family_its_speedup_and_keras_vit_against_timm():
+    """`--bf16`'s ratio line from one batch's rows: each family's best bfloat16 mode over its
+    best float32 mode, and keras_vit against timm at bfloat16 (ratios worked out by hand)."""
+    from benchmarks.run import _precision_lines, _ratio_lines
+
+    def row(rate):
+        return {"images_per_s": {"median": rate}}
+    section = {"8": {"keras_vit (graph)": row(10.0), "keras_vit (xla)": row(8.0),
+                     "keras_vit (graph, mixed_bfloat16)": row(16.0),
+                     "keras_vit (xla, mixed_bfloat16)": row(9.0),
+                     "timm VisionTransformer": row(5.0),
+                     "timm VisionTransformer (autocast bfloat16)": row(4.0),
+                     "_tf_gemm_each_round": {}}}
+    assert _precision_lines(section) == [
+        "Batch 8: bfloat16 / float32 (each's best mode): keras_vit 1.60x, timm VisionTransformer "
+        "0.80x. At bfloat16, keras_vit / timm VisionTransformer = 4.00x."]
+    # The float32 comparison leaves the bfloat16 rows out.
+    assert _ratio_lines(section) == ["Batch 8: keras_vit (best fp32 mode) / timm "
+                                     "VisionTransformer = 2.00x."]
+
+
+@pytest.mark.slow  # test_bf16_rows_give_each_family_its_speedup_and_keras_vit_against_timm covers the table
+def test_quick_run_times_timm_under_autocast_beside_keras_vit_bf16(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--bf16",
+                          "--modes", "graph", "--only", "keras_vit,timm", "--no-loading",
+                          "--no-torch-compile", "--train-batch-sizes", "", "--out",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads((tmp_path / "results.json").read_text())["inference"]["2"]
+    for name in ("keras_vit (graph, mixed_bfloat16)", "timm VisionTransformer (autocast bfloat16)"):
+        assert rows[name]["images_per_s"]["median"] > 0
+    assert "bfloat16 / float32 (each's best mode)" in (tmp_path / "results.md").read_text()

@@ -12,6 +12,7 @@ from keras_vit.cli.common import (
     CommandError,
     add_execution_option,
     add_model_options,
+    add_precision_option,
     given_model_options,
     load_model,
     positive_int,
@@ -53,6 +54,7 @@ def _add_arguments(parser):
     parser.add_argument("--few-shot-seed", type=int, default=0,
                         help="seed that draws the few-shot training images (default: 0)")
     add_execution_option(parser, "a --model")
+    add_precision_option(parser, "a --model")
 
 
 def run(args):
@@ -67,11 +69,17 @@ def run(args):
         model = load_model(args)
     report = evaluate(model, args.dataset, output=args.output, batch_size=args.batch_size,
                       top=args.top, data_dir=args.data_dir, few_shot=args.few_shot,
-                      few_shot_seed=args.few_shot_seed, execution=args.execution)
+                      few_shot_seed=args.few_shot_seed, execution=args.execution,
+                      precision=args.precision)
     top5 = f", top-5 {report['top5_accuracy']:.4f}" if "top5_accuracy" in report else ""
     probe = f"{args.few_shot}-shot linear probe: " if args.few_shot else ""
     print(f"{probe}accuracy {report['accuracy']:.4f}{top5}, macro F1 {report['macro_avg']['f1']:.4f} "
           f"on {report['image_count']} images of {report['dataset']}; written to {args.output}")
+    measured = report.get("precision", {}).get("agreement")
+    if measured is not None:
+        print(f"bfloat16: top-1 agreement with float32 {measured['top1_agreement']:.4f}, max "
+              f"logit difference {measured['max_logit_difference']:.4g} on "
+              f"{measured['images']} images (report.json's precision)")
     skipped = report["skipped_files"]["count"]
     if skipped:
         print(f"keras-vit evaluate: {skipped} images could not be read (listed in report.json)")

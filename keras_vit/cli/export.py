@@ -12,6 +12,7 @@ from keras_vit.cli.common import (
     CommandError,
     add_max_pixels_option,
     add_model_options,
+    add_precision_option,
     labels_beside,
     load_model,
     positive_int,
@@ -48,6 +49,11 @@ def add_parser(commands):
                              "(TF Serving then needs --xla_cpu_compilation_enabled=true on a "
                              "CPU); auto and graph write a plain graph, which every server runs "
                              "(default: auto)")
+    add_precision_option(parser, "the exported saved_model or keras file",
+                         auto_help="auto exports float32, as the serving machine is not this "
+                                   "one; with --calibration-data bfloat16's agreement is "
+                                   "measured on its test split and written to "
+                                   "OUTPUT.agreement.json")
     _add_quantize_arguments(parser)
     parser.set_defaults(run=run)
     return parser
@@ -74,6 +80,12 @@ def run(args):
 
 def _check_arguments(args):
     """What the flags say, checked before the model is built or anything is written."""
+    if args.precision == "bfloat16" and args.quantize is not None:
+        raise CommandError("--precision bfloat16 and --quantize each change what the model "
+                           "computes in; give one of them.")
+    if args.precision == "bfloat16" and args.format == "tflite":
+        raise CommandError("--precision bfloat16 does not apply to --format tflite (TFLite has "
+                           "no bfloat16 kernels); --quantize float16 halves the file instead.")
     if args.quantize is not None and args.format == "saved_model":
         raise CommandError("--quantize applies to --format tflite or keras.")
     if args.format == "keras" and args.quantize not in (None, "int8"):
@@ -106,6 +118,8 @@ def _export(args):
     model = load_model(args)
     if args.quantize is not None:
         return _export_quantized(args, model)
+    if args.precision == "bfloat16":
+        return _export_bfloat16(args, model)
     if args.format == "keras":
         _save_keras(model, args.output)
         return f"Wrote {args.output}"
@@ -151,13 +165,66 @@ def _save_keras(model, path):
         model.save(tmp)
 
 
+def _export_bfloat16(args, model):
+    """A saved_model or keras file computing in bfloat16, and with --calibration-data its
+    agreement with the float32 model on the data's test split (from the written file for a
+    saved_model), printed and written to OUTPUT.agreement.json (saved_model: VERSION.agreement.json
+    beside the version folder, which TF Serving ignores)."""
+    from keras_vit import export
+    from keras_vit import export_quantized as quantized
+    from keras_vit.precision import bfloat16_model
+
+    held_out = None
+    if args.calibration_data:
+        _, held_out = quantized.calibration_pixels(args.calibration_data, model.input_shape[1:3], 1)
+    reference = None if held_out is None else quantized.keras_logits(model, held_out)
+    if args.format == "keras":
+        converted = bfloat16_model(model)
+        _save_keras(converted, args.output)
+        written = args.output
+        logits = None if held_out is None else quantized.keras_logits(converted, held_out)
+    else:
+        labels = _labels(args.labels, model.output_shape[-1], labels_beside(args.model))
+        written = export.export_saved_model(model, args.output, version=args.version,
+                                            labels=labels, top_k=args.top_k,
+                                            max_pixels=args.max_pixels, execution=args.execution,
+                                            precision="bfloat16")
+        logits = None if held_out is None else _saved_model_logits(written, held_out)
+    if logits is None:
+        return f"Wrote {written} (bfloat16; give --calibration-data to measure its agreement)"
+    return _record_agreement(written, {"format": args.format, "precision": "bfloat16",
+                                       "calibration_data": args.calibration_data,
+                                       "held_out": "the calibration data's test split",
+                                       **quantized.agreement(reference, logits)}, "bfloat16")
+
+
+def _saved_model_logits(folder, pixels, batch_size=64):
+    """The logits of the SavedModel at `folder`'s serving_default on [0, 255] `pixels`."""
+    import numpy as np
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(folder).signatures["serving_default"]
+    return np.concatenate([serve(images=tf.constant(pixels[i:i + batch_size], tf.float32))
+                           ["logits"].numpy() for i in range(0, len(pixels), batch_size)])
+
+
+def _record_agreement(written, record, what):
+    """Writes `record` to WRITTEN.agreement.json; the line that reports it."""
+    import json
+
+    from keras_vit.atomic import atomic_open
+
+    with atomic_open(written + ".agreement.json") as f:
+        json.dump(record, f, indent=2)
+    return (f"Wrote {written} ({what}): top-1 agreement with the float model "
+            f"{record['top1_agreement']:.4f}, max logit difference "
+            f"{record['max_logit_difference']:.4g} on {record['images']} held-out images")
+
+
 def _export_quantized(args, model):
     """A quantised tflite or keras file, and its agreement with the float model on held-out
     images (the calibration data's test split), printed and written to OUTPUT.agreement.json."""
-    import json
-
     from keras_vit import export_quantized as quantized
-    from keras_vit.atomic import atomic_open
 
     size = model.input_shape[1:3]
     calibration, held_out = (None, None)
@@ -181,8 +248,4 @@ def _export_quantized(args, model):
               "calibration_images": int(len(calibration)),
               "held_out": "the calibration data's test split",
               **quantized.agreement(reference, logits)}
-    with atomic_open(args.output + ".agreement.json") as f:
-        json.dump(record, f, indent=2)
-    return (f"Wrote {args.output} ({args.quantize}): top-1 agreement with the float model "
-            f"{record['top1_agreement']:.4f}, max logit difference "
-            f"{record['max_logit_difference']:.4g} on {record['images']} held-out images")
+    return _record_agreement(args.output, record, args.quantize)

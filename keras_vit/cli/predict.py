@@ -26,6 +26,7 @@ from keras_vit.cli.common import (
     add_execution_option,
     add_max_pixels_option,
     add_model_options,
+    add_precision_option,
     given_model_options,
     labels_beside,
     load_model,
@@ -78,6 +79,7 @@ def _add_arguments(parser):
     add_max_pixels_option(parser, "images (with --model; a SavedModel keeps the limit it was "
                                   "exported with)")
     add_execution_option(parser, "a --model")
+    add_precision_option(parser, "a --model")
 
 
 def run(args):
@@ -89,6 +91,8 @@ def run(args):
             raise CommandError(f"--output must end in .csv or .jsonl, got {output!r}.")
         check_target(output, "--output")  # a folder, or a place nothing can be written: now
     results = predict(args)
+    if getattr(args, "precision", None) not in (None, "float32"):
+        results = _reporting_precision(results, output)
     progress = None
     if output:
         from keras_vit._support.progress import Progress
@@ -160,6 +164,30 @@ def _csv_writer(output, top):
         yield write
 
 
+def _reporting_precision(results, output):
+    """`results`, passed on; once the first batch has run, the precision it ran in (and under
+    bfloat16 its agreement with float32 on that batch) goes to stderr, and with --output to
+    OUTPUT.precision.json."""
+    reported = False
+    for result in results:
+        if not reported and results.precision is not None:
+            reported = True
+            record = results.precision
+            measured = record.get("agreement")
+            agreement = "" if measured is None else (
+                f"; top-1 agreement with float32 {measured['top1_agreement']:.4f}, max logit "
+                f"difference {measured['max_logit_difference']:.4g} on the first "
+                f"{measured['images']} images")
+            print(f"keras-vit predict: precision {record['precision']} ({record['reason']})"
+                  f"{agreement}", file=sys.stderr)
+            if output:
+                from keras_vit.atomic import atomic_open
+
+                with atomic_open(output + ".precision.json", "w", encoding="utf-8") as f:
+                    json.dump(record, f, indent=2)
+        yield result
+
+
 def predict(args):
     """`keras_vit.predict_images`' results (`ImagePrediction`s) for `args.images`, a stream."""
     from keras_vit.inference import image_files, predict_images
@@ -178,7 +206,8 @@ def predict(args):
         given = given_model_options(args)
         if given:
             raise CommandError(f"{', '.join(given)} apply to --model, not to --saved-model.")
-        return predict_images(args.saved_model, images, args.batch_size, args.top, labels)
+        return predict_images(args.saved_model, images, args.batch_size, args.top, labels,
+                              precision=args.precision)
     model = load_model(args)  # first: a refused --model, --image-size or --classes is the one line
     if not args.model.endswith(".keras") and args.weights is None:
         warn("keras-vit predict", f"--model {args.model} without --weights has random weights, so "
@@ -187,4 +216,4 @@ def predict(args):
         raise CommandError(f"--labels names {len(labels)} classes, but the model has "
                            f"{int(model.output_shape[-1])}.")
     return predict_images(model, images, args.batch_size, args.top, labels, args.max_pixels,
-                          execution=args.execution)
+                          execution=args.execution, precision=args.precision)

@@ -1,0 +1,282 @@
+"""float32 or bfloat16 inference: the precision a model computes in, chosen where the hardware has it.
+
+`precision="bfloat16"` runs a copy of the model under Keras' `mixed_bfloat16` policy: the
+same float32 weights, matrix products in bfloat16, the head (and a softmax after it) in
+float32 as training under that policy builds it; outputs are float32. It is about 1.6x
+faster where the processor multiplies bfloat16 natively (a ViT-B/16 graph on a 2-core
+AVX512-BF16 EPYC, docs/performance.md) and slower where it emulates it.
+
+`precision="auto"` (TensorFlow only) chooses bfloat16 only when all of these hold:
+
+- the hardware runs it natively: a CPU with AVX512_BF16 or AMX-BF16, or GPUs of compute
+  capability 8.0 or above (`bfloat16_native`);
+- it is the fastest: float32 and bfloat16 are timed in each execution mode (graph and XLA,
+  as `keras_vit.execution` times them; on an accelerator, Keras' own choice), and bfloat16
+  in its faster mode must beat float32 in its chosen mode by `execution.XLA_MARGIN`;
+  the timings are stored with the execution choices (`execution.json`);
+- its top-1 class agrees with float32's on at least `MIN_AGREEMENT` of the calibration
+  images (the first batch of the images being run), measured on every run.
+
+Otherwise float32, in the mode `keras_vit.execution` chooses, which is never slower than
+float32 as a graph; so is bfloat16 when it is chosen. The choice and what it rested on are
+the record (`PrecisionChoice.record`) that predict, evaluate and export write.
+"""
+
+import dataclasses
+import statistics
+import time
+
+from keras_vit.errors import ArgumentError, PathError
+
+__all__ = ["PRECISIONS", "MIN_AGREEMENT", "check_precision", "bfloat16_native",
+           "bfloat16_model", "choose_precision", "PrecisionChoice"]
+
+PRECISIONS = ("float32", "bfloat16", "auto")
+MIN_AGREEMENT = 0.995  # top-1 agreement with float32 below which auto keeps float32
+# Layers that stay float32 under mixed_bfloat16: the ones keras_vit's models build with
+# dtype="float32" (keras_vit.models.vit), so the logits keep float32's resolution.
+FLOAT32_LAYERS = ("head", "head_dist", "distilled_logits", "predictions")
+_KEY_PREFIX = "precision | "  # its entries in execution.json, beside the execution choices
+
+
+def check_precision(precision):
+    """`precision` ("float32" when None), checked."""
+    precision = "float32" if precision is None else precision
+    if precision not in PRECISIONS:
+        raise ArgumentError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}.")
+    return precision
+
+
+def bfloat16_native():
+    """Whether this machine multiplies bfloat16 in hardware: every GPU of compute capability
+    8.0 or above (Ampere on) when there are GPUs; else the CPU's AVX512_BF16 or AMX-BF16."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        capabilities = [tf.config.experimental.get_device_details(gpu).get("compute_capability")
+                        for gpu in gpus]
+        return all(c is not None and tuple(c) >= (8, 0) for c in capabilities)
+    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def _cpu_flags():
+    from keras_vit._support.files import read_text
+
+    try:
+        info = read_text("/proc/cpuinfo", "the processor's description", PathError)
+    except (OSError, PathError):  # not Linux: no flags known, so no native bfloat16
+        return set()
+    return set(next((ln.split(":", 1)[1].split() for ln in info.splitlines()
+                     if ln.startswith("flags")), []))
+
+
+def bfloat16_model(model):
+    """A copy of the functional Keras `model` under `mixed_bfloat16` (FLOAT32_LAYERS kept
+    float32), holding the same weights; its outputs are cast to float32 by whoever runs it."""
+    import keras
+
+    def under_bfloat16(layer):
+        config = layer.get_config()
+        config["dtype"] = "float32" if layer.name in FLOAT32_LAYERS else "mixed_bfloat16"
+        return layer.__class__.from_config(config)
+
+    try:
+        copy = keras.models.clone_model(model, clone_function=under_bfloat16)
+    except (ValueError, TypeError, NotImplementedError) as error:
+        raise ArgumentError(f"precision='bfloat16' rebuilds the model under mixed_bfloat16, "
+                            f"which {getattr(model, 'name', 'this model')} does not allow "
+                            f"({type(error).__name__}: {str(error)[:200]}).") from error
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+@dataclasses.dataclass
+class PrecisionChoice:
+    """What to run: `precision`, its `model` (the bfloat16 copy or the model itself), its
+    `jit_compile` (as `execution.choose_jit_compile` returns it), and the `record`."""
+
+    precision: str
+    model: object
+    jit_compile: object
+    record: dict
+
+
+def choose_precision(model, batch_shape, precision=None, execution=None, calibration=None,
+                     measure=True, reference=None):
+    """The `PrecisionChoice` for running `model` on `batch_shape` inputs.
+
+    "float32" and "bfloat16" are used as asked, each in the mode `keras_vit.execution`
+    chooses for it. "auto" as the module says: `calibration`, model inputs (the first batch),
+    measures the agreement; without `measure` (too little work to pay for the timing) and no
+    stored timing, float32. `reference(model, jit_compile, x)`: how the caller runs a model
+    (default: a compiled call), for the agreement.
+    """
+    import keras
+
+    from keras_vit import execution as executions
+
+    precision = check_precision(precision)
+    if precision == "float32" or (precision == "auto" and keras.backend.backend() != "tensorflow"):
+        return _float32(model, batch_shape, precision, execution, measure,
+                        "asked" if precision == "float32" else "not TensorFlow")
+    if precision == "bfloat16":
+        copy = bfloat16_model(model)
+        return PrecisionChoice("bfloat16", copy, executions.choose_jit_compile(
+            copy, batch_shape, execution, measure=measure),
+            {"precision": "bfloat16", "asked": "bfloat16", "reason": "asked"})
+    if not bfloat16_native():
+        return _float32(model, batch_shape, "auto", execution, measure,
+                        "bfloat16 is not native on this machine")
+    key = _KEY_PREFIX + executions._cache_key(model, batch_shape, False)
+    seconds = (executions._read_choices().get(key) or executions._MEASURED.get(key) or {})
+    seconds = seconds.get("seconds_per_call") if isinstance(seconds, dict) else None
+    copy = bfloat16_model(model)
+    if not _complete(seconds):
+        if not measure:
+            return _float32(model, batch_shape, "auto", execution, measure,
+                            "too few images to time bfloat16 against float32")
+        seconds = time_precisions({"float32": model, "bfloat16": copy}, batch_shape,
+                                  _modes(execution))
+        executions._store_choice(key, {"seconds_per_call": seconds})
+    float32_mode = _faster_mode(seconds, "float32")
+    bfloat16_mode = _faster_mode(seconds, "bfloat16")
+    record = {"asked": "auto", "native": True, "seconds_per_call": seconds}
+    faster = seconds[f"bfloat16 {bfloat16_mode}"] < \
+        (1 - executions.XLA_MARGIN) * seconds[f"float32 {float32_mode}"]
+    if not faster:
+        return _timed(model, float32_mode, "float32", record, "bfloat16 is not faster here")
+    if calibration is None:
+        return _timed(model, float32_mode, "float32", record,
+                      "no calibration images to measure the agreement on")
+    run = reference or _compiled_outputs
+    from keras_vit.model_io import has_softmax_head
+
+    measured = agreement(run(model, _jit(float32_mode), calibration),
+                         run(copy, _jit(bfloat16_mode), calibration), has_softmax_head(model))
+    record["calibration_agreement"] = measured
+    if measured["top1_agreement"] < MIN_AGREEMENT:
+        return _timed(model, float32_mode, "float32", record,
+                      f"top-1 agreement with float32 below {MIN_AGREEMENT}")
+    return _timed(copy, bfloat16_mode, "bfloat16", record, "native, faster and in agreement")
+
+
+def agreement(reference_outputs, outputs, probabilities=False):
+    """export_quantized.agreement of float32 `reference_outputs` and `outputs`: logits, or
+    with `probabilities` a softmax head's, compared as their logs (as the quantised exports'
+    `keras_logits` does)."""
+    import numpy as np
+
+    from keras_vit.export_quantized import agreement as logit_agreement
+
+    reference_outputs = np.asarray(reference_outputs, np.float32)
+    outputs = np.asarray(outputs, np.float32)
+    if probabilities:
+        with np.errstate(divide="ignore"):
+            reference_outputs, outputs = np.log(reference_outputs), np.log(outputs)
+    return logit_agreement(reference_outputs, outputs)
+
+
+def merge_agreements(first, second):
+    """Two agreement records (on disjoint images) as one; either may be None."""
+    if first is None or second is None:
+        return first or second
+    images = first["images"] + second["images"]
+    return {"images": images,
+            "top1_agreement": (first["top1_agreement"] * first["images"]
+                               + second["top1_agreement"] * second["images"]) / images,
+            "max_logit_difference": max(first["max_logit_difference"],
+                                        second["max_logit_difference"])}
+
+
+def _float32(model, batch_shape, asked, execution, measure, reason):
+    from keras_vit.execution import choose_jit_compile
+
+    return PrecisionChoice("float32", model,
+                           choose_jit_compile(model, batch_shape, execution, measure=measure),
+                           {"precision": "float32", "asked": asked, "reason": reason})
+
+
+def _timed(model, mode, precision, record, reason):
+    return PrecisionChoice(precision, model, _jit(mode),
+                           {"precision": precision, **record, "mode": mode, "reason": reason})
+
+
+def _modes(execution):
+    """The execution modes to time: graph and XLA on a CPU alone; the one asked for; or on
+    an accelerator or under a strategy, Keras' own choice ("keras")."""
+    import tensorflow as tf
+
+    from keras_vit.execution import check_execution
+
+    execution = check_execution(execution)
+    if any(d.device_type != "CPU" for d in tf.config.list_physical_devices()) \
+            or tf.distribute.has_strategy():
+        return ("keras",)
+    return ("graph", "xla") if execution == "auto" else (execution,)
+
+
+def _complete(seconds):
+    return isinstance(seconds, dict) and any(k.startswith("float32 ") for k in seconds) \
+        and any(k.startswith("bfloat16 ") for k in seconds)
+
+
+def _faster_mode(seconds, precision):
+    """The mode `keras_vit.execution` would choose from these timings: XLA only when it beats
+    the graph by its margin."""
+    from keras_vit.execution import XLA_MARGIN
+
+    modes = {key.split(" ", 1)[1]: value for key, value in seconds.items()
+             if key.startswith(precision + " ")}
+    if "graph" in modes and "xla" in modes:
+        return "xla" if modes["xla"] < (1 - XLA_MARGIN) * modes["graph"] else "graph"
+    return min(modes, key=modes.get)
+
+
+def _jit(mode):
+    return {"graph": False, "xla": True}.get(mode)  # "keras": None, Keras' own choice
+
+
+def _compiled_outputs(model, jit_compile, x):
+    import keras
+    import numpy as np
+
+    if jit_compile is None:
+        return np.asarray(model.predict_on_batch(x), np.float32)
+    import tensorflow as tf
+
+    forward = tf.function(lambda images: model(images, training=False),
+                          jit_compile=jit_compile, autograph=False)
+    return keras.ops.convert_to_numpy(tf.cast(forward(tf.convert_to_tensor(x)), tf.float32))
+
+
+def time_precisions(models, batch_shape, modes, rounds=None):
+    """Median seconds per forward call of each of `models` ({precision: model}) in each of
+    `modes`, keyed "<precision> <mode>", on random `batch_shape` inputs; calls interleaved
+    after one warm-up each, so that a change of load hits all alike."""
+    import tensorflow as tf
+
+    from keras_vit.execution import ROUNDS
+
+    images = tf.random.uniform(batch_shape, -1.0, 1.0, seed=0)
+    calls = {f"{precision} {mode}": _call(model, mode)
+             for precision, model in models.items() for mode in modes}
+    for call in calls.values():  # traces, compiles, allocates
+        call(images)
+    times = {key: [] for key in calls}
+    for _ in range(rounds or ROUNDS):
+        for key, call in calls.items():
+            start = time.perf_counter()
+            call(images)
+            times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(t) for key, t in times.items()}
+
+
+def _call(model, mode):
+    if mode == "keras":
+        return model.predict_on_batch
+    import tensorflow as tf
+
+    forward = tf.function(lambda x: model(x, training=False), jit_compile=mode == "xla",
+                          autograph=False)
+    return lambda x: forward(x).numpy()
