@@ -8,9 +8,10 @@ ones (int8 calibrated on `--calibration-images` random pixel images); then every
 batch 1 on the same image `--reps` rounds, the files interleaved within each round so that a
 change in the machine's load hits all alike; the median latency of each is reported, and
 its ratio to float32's from the same run. Agreement: top-1 agreement and largest logit
-difference with the Keras float model on `--images` other random images (the zero-initialised
-head gets random weights first). Random weights give near-uniform logits, so top-1 agreement is a harsh test here (any rounding can flip a
-near-tie); the logit difference is the steadier number.
+difference with the Keras float model on `--images` other random images (the
+zero-initialised head gets random weights first). Random weights give logits close
+together, so top-1 agreement is a harsh test here (any rounding can flip a near-tie); the
+logit difference is the steadier number.
 """
 
 import argparse

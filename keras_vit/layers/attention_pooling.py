@@ -83,7 +83,8 @@ class MAPHead(keras.layers.Layer):
         return (input_shape[0], input_shape[-1])
 
     def get_config(self):
-        return {**super().get_config(), "dtype": saved_dtype_policy(self, (self.mlp.dense_0, self.mlp.dense_1)),
+        return {**super().get_config(),
+                "dtype": saved_dtype_policy(self, (self.mlp.dense_0, self.mlp.dense_1)),
                 "num_heads": self.num_heads, "mlp_dim": self.mlp_dim,
                 "approximate_gelu": self.approximate_gelu, "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon}
