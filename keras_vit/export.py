@@ -186,12 +186,12 @@ def export_tflite(model, path, top_k=5, quantize=None, calibration=None, precisi
                                                              signature_keys=["serving_default"])
         # Builtins only: no Flex (TensorFlow) ops, which phones' TFLite runtimes lack.
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        if quantize is not None:
-            from keras_vit.export_quantized import configure_converter
+        from keras_vit.export_quantized import configure_converter, convert
 
+        if quantize is not None:
             configure_converter(converter, quantize, calibration)
         try:
-            content = converter.convert()
+            content = convert(converter, quantize)
         except Exception as error:  # the converter's own error type is not public API
             raise ArgumentError(f"{model.name} does not convert to TFLite with builtin ops only "
                                 f"(Flex ops are not available on phones): {error}") from error

@@ -4,11 +4,12 @@ TFLite (`export_tflite(..., quantize=...)`), through TensorFlow Lite's converter
 
 - "float16": weights stored as float16, computed in float32.
 - "dynamic": weights stored as int8, activations quantised on the fly (dynamic range).
-- "int8": full-integer post-training quantisation: weights and activations int8, their
-  ranges calibrated on real images (`calibration`, [0, 255] pixels). The converter's
-  `TFLITE_BUILTINS_INT8` ops set with `TFLITE_BUILTINS` beside it: an op without an int8
-  kernel stays float, so the file always converts; input and output stay float32, so the
-  signature is the float file's.
+- "int8": post-training quantisation calibrated on real images (`calibration`, [0, 255]
+  pixels): the weight ops (fully connected layers, convolutions) take int8 weights and
+  int8 activations, whose ranges the images calibrate; every other op (`FLOAT_OPS`: the
+  attention's two batched matmuls, softmax, LayerNorm, GELU, the residual adds...) stays
+  float, where int8 costs ViTs their agreement (docs/serving.md has the measurement).
+  Input and output stay float32, so the signature is the float file's.
 
 Keras (`quantize_keras`): `Model.quantize("int8")`, Keras' own weight quantisation of its
 `Dense` layers (the MLPs and the head; the attention's fused kernel is not a Dense layer and
@@ -22,10 +23,19 @@ import numpy as np
 
 from keras_vit.errors import ArgumentError
 
-__all__ = ["QUANTIZE_MODES", "configure_converter", "agreement", "tflite_logits",
-           "calibration_pixels", "quantize_keras"]
+__all__ = ["QUANTIZE_MODES", "FLOAT_OPS", "configure_converter", "convert", "agreement",
+           "tflite_logits", "calibration_pixels", "quantize_keras"]
 
 QUANTIZE_MODES = ("float16", "dynamic", "int8")
+# The TFLite ops an "int8" file keeps in float: all but the weight ops (FULLY_CONNECTED,
+# CONV_2D). Measured on the digits model (docs/serving.md, python -m benchmarks.int8_ops):
+# int8 attention matmuls (BATCH_MATMUL) cost the most agreement, and keeping every op below
+# in float is what reaches 99%; the weights, nearly all of the file, stay int8 either way.
+FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "MEAN", "SQUARED_DIFFERENCE", "RSQRT", "ADD",
+             "SUB", "MUL", "DIV", "SQRT", "EXP", "TANH", "LOGISTIC", "POW", "SUM",
+             "CONCATENATION", "BROADCAST_TO", "RESHAPE", "TRANSPOSE", "SPLIT", "STRIDED_SLICE",
+             "SLICE", "GATHER", "PACK", "NEG", "SHAPE", "PAD", "MAXIMUM", "MINIMUM",
+             "AVERAGE_POOL_2D", "MAX_POOL_2D", "RESIZE_BILINEAR")
 
 
 def configure_converter(converter, quantize, calibration=None):
@@ -52,6 +62,26 @@ def configure_converter(converter, quantize, calibration=None):
         # int8 kernels where TFLite has them; float where it has none (float fallback).
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
                                                tf.lite.OpsSet.TFLITE_BUILTINS]
+
+
+def convert(converter, quantize=None):
+    """The TFLite file's bytes from a converter `configure_converter` set for `quantize`.
+
+    "int8" goes through TensorFlow Lite's quantisation debugger, whose public options
+    (`tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=...)`) are how the
+    converter keeps chosen ops in float: it calibrates once on the representative images,
+    then quantises all but `FLOAT_OPS`.
+    """
+    import tensorflow as tf
+
+    if quantize != "int8":
+        return converter.convert()
+    images = converter.representative_dataset
+    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(FLOAT_OPS))
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=converter, debug_options=options,
+        debug_dataset=lambda: ([example["images"]] for example in images()))
+    return debugger.get_nondebug_quantized_model()
 
 
 def tflite_logits(path, pixels):

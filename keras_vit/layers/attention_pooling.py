@@ -12,7 +12,7 @@ import keras
 from keras import ops
 
 from keras_vit.errors import ArgumentError
-from keras_vit.layers.transformer import LAYER_NORM_EPSILON, MlpBlock
+from keras_vit.layers.transformer import LAYER_NORM_EPSILON, MlpBlock, saved_dtype_policy
 
 __all__ = ["MAPHead"]
 
@@ -83,6 +83,8 @@ class MAPHead(keras.layers.Layer):
         return (input_shape[0], input_shape[-1])
 
     def get_config(self):
-        return {**super().get_config(), "num_heads": self.num_heads, "mlp_dim": self.mlp_dim,
+        return {**super().get_config(),
+                "dtype": saved_dtype_policy(self, (self.mlp.dense_0, self.mlp.dense_1)),
+                "num_heads": self.num_heads, "mlp_dim": self.mlp_dim,
                 "approximate_gelu": self.approximate_gelu, "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon}

@@ -26,6 +26,9 @@ class DropPath(keras.layers.Layer):
         self.rate = float(rate)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
+        # Nothing to build, as Keras' Dropout: built from the start, since a block whose
+        # symbolic call is `compute_output_spec` never calls it before Model.quantize checks.
+        self.built = True
 
     def call(self, x, training=None):
         if not training or not self.rate:

@@ -15,7 +15,7 @@ from keras_vit.errors import ArgumentError
 from keras_vit.layers.drop_path import DropPath
 
 __all__ = ["MultiHeadSelfAttention", "MlpBlock", "LayerScale", "TransformerBlock",
-           "use_fused_attention", "MLP_ACTIVATIONS"]
+           "use_fused_attention", "MLP_ACTIVATIONS", "saved_dtype_policy"]
 
 LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 breaks parity
 # The MLP's two dense layers, named as the checkpoint's (weights map by name); the JAX
@@ -355,6 +355,7 @@ class TransformerBlock(keras.layers.Layer):
     def get_config(self):
         return {
             **super().get_config(),
+            "dtype": saved_dtype_policy(self, (self.mlp.dense_0, self.mlp.dense_1)),
             "num_heads": self.num_heads,
             "mlp_dim": self.mlp_dim,
             "dropout": self.dropout,
@@ -365,6 +366,27 @@ class TransformerBlock(keras.layers.Layer):
             "activation": self.activation,
             "layer_scale": self.layer_scale,
         }
+
+
+def saved_dtype_policy(layer, sublayers):
+    """The `dtype` a composite layer's config saves: its policy, or, once `Model.quantize`
+    has quantised some of its `sublayers` (the MLP's `Dense` layers, the only layers in a
+    block Keras quantises), a `DTypePolicyMap` of those sub-layers' policies by path, with
+    the layer's own policy as the default.
+
+    The sub-layers are made in `__init__` from the parent's config, so without the map they
+    would be rebuilt in float on load and the saved int8 variables would not fit them; with it
+    each sub-layer, given the map as its dtype, finds its own policy by its path (as
+    keras-hub's `Backbone.get_config` does for a whole model).
+    """
+    policy = layer.dtype_policy
+    quantized = [sub for sub in sublayers if sub.quantization_mode is not None]
+    if quantized and not isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+        policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=policy)
+        for sub in quantized:
+            policy_map[sub.path] = sub.dtype_policy
+        policy = policy_map
+    return keras.dtype_policies.serialize(policy)
 
 
 def use_fused_attention(setting=None):
