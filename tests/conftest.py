@@ -25,31 +25,31 @@ def pytest_xdist_auto_num_workers(config):
 
 
 # The modules that take longest in the default suite, longest first (seconds their tests took
-# on one worker, summed, in a default run on 2 cores, 2026-11-26, before the slow marks of that
-# day). pytest-xdist's loadscope hands a whole module to one worker, and by default the modules
-# of most tests first: then heavy modules of few tests came last, and the suite's last minute
-# ran on one or two workers. With --no-loadscope-reorder (setup.cfg) the workers take modules
-# in collection order, which this puts longest first so that they finish together. A module
-# not listed runs after these, in file order.
+# on one worker, summed, in a quiet default run on 2 cores on a clean clone, 2026-11-26, less
+# the tests marked slow after it). pytest-xdist's loadscope hands a whole module to one worker,
+# and by default the modules of most tests first: then heavy modules of few tests came last,
+# and the suite's last minute ran on one or two workers. With --no-loadscope-reorder
+# (setup.cfg) the workers take modules in collection order, which this puts longest first so
+# that they finish together. A module not listed runs after these, in file order.
 LONGEST_MODULES = (
-    "docs/test_snippets.py",                 # 183
-    "training/test_run.py",                  # 183
-    "test_export.py",                        # 140
-    "checkpoints/test_formats.py",           # 109
-    "checkpoints/test_cache.py",             # 98
-    "checkpoints/test_official_parity.py",   # 86
-    "cli/test_hostile_arguments.py",         # 79
-    "cli/test_logging.py",                   # 76
-    "data/test_pixel_budget.py",             # 73
-    "test_execution.py",                     # 67
-    "models/test_variants.py",               # 67
-    "training/test_jax.py",                  # 61
-    "test_inference.py",                     # 60
-    "checkpoints/test_loader.py",            # 54
-    "docs/test_tutorials.py",                # 53
-    "test_evaluate.py",                      # 51
-    "models/test_bit.py",                    # 47
-    "models/test_layers.py",                 # 47
+    "test_export.py",                        # 117
+    "checkpoints/test_formats.py",           # 112
+    "checkpoints/test_cache.py",             # 96
+    "models/test_variants.py",               # 89
+    "training/test_run.py",                  # 85
+    "docs/test_snippets.py",                 # 83
+    "checkpoints/test_official_parity.py",   # 59
+    "training/test_jax.py",                  # 57
+    "cli/test_logging.py",                   # 54
+    "test_export_quantized.py",              # 53
+    "data/test_pixel_budget.py",             # 52
+    "cli/test_hostile_arguments.py",         # 51
+    "checkpoints/test_loader.py",            # 47
+    "models/test_lora.py",                   # 46
+    "test_inference.py",                     # 45
+    "test_evaluate.py",                      # 44
+    "models/test_bit.py",                    # 42
+    "test_execution.py",                     # 37
 )
 
 

@@ -161,11 +161,13 @@ def test_the_usual_quiet_setting_leaves_the_command_silent(python):
 def test_a_refused_train_leaves_nothing_that_blocks_the_corrected_one(user_files, cli):
     """`--model demo` on a folder would fine-tune from imagenet21k weights demo does not have;
     the corrected command then runs in the same --output. Also: one unreadable file is
-    "1 unreadable file", and report.json names the strategy."""
+    "1 unreadable file", report.json counts it and the file that is no image, and names the
+    strategy."""
     dataset = user_files / "one_image_class"
     _write_png(dataset / "lonely" / "1.png", (8, 8), seed=5)
     _write_png(dataset / "lonely" / "2.png", (8, 8), seed=6)
     (dataset / "crowd" / "torn.png").write_bytes(b"\x89PNG\r\n\x1a\n torn")
+    (dataset / "lonely" / "notes.txt").write_text("not an image")
     output = user_files / "run"
     refused = cli(["train", "--dataset", str(dataset), "--model", "demo", "--output", str(output)])
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
@@ -180,7 +182,11 @@ def test_a_refused_train_leaves_nothing_that_blocks_the_corrected_one(user_files
     assert corrected.returncode == 0, corrected.stderr[-2000:]
     assert "; skipped 1 unreadable file;" in corrected.stdout, corrected.stdout
     with open(output / "report.json") as f:
-        assert json.load(f)["strategy"] == "one device"
+        report = json.load(f)
+    assert report["strategy"] == "one device"
+    assert report["skipped_files"]["count"] == 1
+    assert [os.path.basename(p) for p in report["skipped_files"]["files"]] == ["torn.png"]
+    assert [os.path.basename(p) for p in report["unsupported_files"]["files"]] == ["notes.txt"]
 
 
 def test_a_tfds_message_names_its_folder_as_a_path(tmp_path, monkeypatch):

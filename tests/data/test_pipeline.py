@@ -89,6 +89,7 @@ def test_folder_skips_and_counts_corrupt_files(tmp_path):
     assert splits.class_names == ["cats", "dogs"]
     assert splits.num_train + splits.num_test == 20
     assert [os.path.basename(p) for p in splits.skipped_files] == ["broken.jpg"]
+    assert [os.path.basename(p) for p in splits.unsupported_files] == ["notes.txt"]
     batch, _ = next(iter(data.make_pipeline(splits.test, 16, 4, training=False)))
     assert batch.shape == (4, 16, 16, 3)
 

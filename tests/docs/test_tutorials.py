@@ -52,10 +52,12 @@ def test_notebook_is_well_formed(path):
                 f"{path.name}: commit notebooks with outputs cleared"
 
 
-# The default suite runs the quick-start notebook; the others are `slow` (each runs a fresh
-# kernel and TensorFlow, 1 to 3 minutes on two cores, and on one xdist worker together: the
-# suite's longest path). Every one is still read by test_notebook_is_well_formed, and what each
-# runs is run by default elsewhere:
+# Every notebook run is `slow`: each starts a fresh kernel and TensorFlow (the quick-start
+# notebook alone took 2 minutes of a default run on two cores, its longest test). Every one is
+# still read by test_notebook_is_well_formed, and what each runs is run by default elsewhere:
+# - 01 quick start: a named constructor, preprocess_input, predict, decode_predictions, the
+#   pooled and token features, variant_names and the catalogue, as the Quick start page's
+#   snippets (test_snippets.py) run them.
 # - 02 flowers transfer: `keras_vit.train`, its report and best.keras, as the Fine-tuning page's
 #   snippets (test_snippets.py) and tests/training/test_run.py run them.
 # - 03 inside a ViT: AttentionProbe, rollout, distances, embeddings and their plots, as the
@@ -69,12 +71,8 @@ def test_notebook_is_well_formed(path):
 # - 07 ViT against ResNet trains a full-size BiT-R50x1 (three 280 MB files); its commands are
 #   the ViT against ResNet page's, which tests/docs/test_vit_vs_resnet_page.py runs.
 # Run them all with `pytest -m slow tests/docs/test_tutorials.py`.
-SLOW_NOTEBOOKS = {"02_flowers_transfer", "03_inside_a_vit", "04_export_and_serve",
-                  "05_distributed_training", "06_hybrids", "07_vit_vs_resnet"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_NOTEBOOKS
-                                  else p for p in NOTEBOOKS], ids=lambda p: p.stem)
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_in_smoke_mode(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)
     python_path = [str(ROOT / "tests" / "offline"), str(ROOT), os.environ.get("PYTHONPATH", "")]

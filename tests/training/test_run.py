@@ -63,6 +63,10 @@ def test_short_digits_run_writes_every_output(digits_run):
     assert report["accuracy"] > 0.2  # observed minimum 0.306 over 28 runs (the docstring)
 
 
+# A whole folder run; by default tests/cli/test_hostile_arguments.py's corrected run trains a
+# folder with an unreadable file and one that is no image and checks both in report.json, and
+# tests/data/test_pipeline.py checks the counts of the scan this run reports.
+@pytest.mark.slow
 def test_folder_with_corrupt_file_trains_and_reports_it(tmp_path):
     write_folder(str(tmp_path / "data"))
     with open(os.path.join(os.fsencode(tmp_path / "data" / "cats"), b"\xff.png"), "wb") as f:
