@@ -102,6 +102,26 @@ def test_bad_lora_arguments_are_refused_in_one_line():
         enable_lora(model, 2)
 
 
+def test_weight_files_of_a_lora_model_load_into_a_plain_vit(tmp_path):
+    """save_npz and save_safetensors of a LoRA model hold the merged weights: a plain ViT (no
+    LoRA anywhere) loaded from each gives the unmerged model's logits. The .keras files a LoRA
+    run saves: tests/training/test_lora_run.py; every format in a fresh process: the slow test
+    below."""
+    model = _perturb(_demo(2, ("query", "value", "mlp")))
+    pixels = np.random.default_rng(3).uniform(0, 255, (3, SIZE, SIZE, 3)).astype("float32")
+    inputs = keras_vit.preprocess_input(pixels)
+    expected = keras.ops.convert_to_numpy(model(inputs))
+    keras_vit.save_npz(model, str(tmp_path / "model.npz"))
+    keras_vit.save_safetensors(model, str(tmp_path / "model.safetensors"))
+    for plain in (keras_vit.ViT("demo", weights=str(tmp_path / "model.npz")),
+                  keras_vit.ViT("demo", image_size=SIZE, approximate_gelu=True,
+                                layer_norm_epsilon=1e-6,
+                                weights=str(tmp_path / "model.safetensors"))):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(plain(inputs)), expected,
+                                   atol=MERGE_TOLERANCE)
+
+
+@pytest.mark.slow  # exports and a fresh TensorFlow process, ~30 CPU-s; the test above is its default
 def test_every_saved_format_reloads_merged_in_a_fresh_process(tmp_path):
     """model.keras (as a run saves it), SavedModel, TFLite, save_npz and save_safetensors of a
     LoRA model, loaded by another Python process: each equals the unmerged model's logits."""
