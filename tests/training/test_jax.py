@@ -23,14 +23,34 @@ def result_of(stdout):
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def test_data_and_model_parallel_end_with_the_one_device_weights(python):
-    run = python(["tests/scripts/jax_distribution.py"], timeout=400, env=JAX_ENV)
+def _distribute(python, *arguments):
+    run = python(["tests/scripts/jax_distribution.py", *arguments], timeout=400, env=JAX_ENV)
     assert run.returncode == 0, run.stderr[-3000:]
     result = result_of(run.stdout)
     assert result["devices"] == 2
     single = result["none"]
     assert single["iterations"] == 3  # 6 batches of 4, accumulated in pairs: 3 updates
     assert result["max_abs_update"] > 1e-3  # the updates moved the weights
+    for name in arguments:
+        if name != "clipping":
+            assert result[name]["iterations"] == 3
+            # 1e-5: float32 sums over the batch and the split matmuls in another order
+            # (seen: 1.5e-8 for both).
+            assert result[name]["max_abs_diff"] < 1e-5, result
+    return result
+
+
+def test_model_parallel_ends_with_the_one_device_weights(python):
+    """The kernel split over both devices; every XLA program compiled costs seconds, so the
+    default run compiles two (one device, model-parallel) and the slow test all four."""
+    model = _distribute(python, "model-parallel")["model-parallel"]
+    assert model["strategy"] == "ModelParallel"
+    assert model["qkv_devices"] == 2 and model["qkv_shard_shape"] == [64, 96]  # split
+
+
+@pytest.mark.slow  # four XLA compilations, ~40 CPU-s; model-parallel alone is the default test
+def test_data_and_model_parallel_end_with_the_one_device_weights(python):
+    result = _distribute(python, "data-parallel", "model-parallel", "clipping")
     # Clipping was active: the same run without it ends elsewhere.
     assert result["clipping_changed_weights_by"] > 1e-2
     data, model = result["data-parallel"], result["model-parallel"]
@@ -38,11 +58,6 @@ def test_data_and_model_parallel_end_with_the_one_device_weights(python):
     assert data["qkv_devices"] == 2 and data["qkv_shard_shape"] == [64, 192]  # replicated
     assert model["strategy"] == "ModelParallel"
     assert model["qkv_devices"] == 2 and model["qkv_shard_shape"] == [64, 96]  # split
-    for name in ("data-parallel", "model-parallel"):
-        assert result[name]["iterations"] == 3
-        # 1e-5: float32 sums over the batch and the split matmuls in another order
-        # (seen: 1.5e-8 for both).
-        assert result[name]["max_abs_diff"] < 1e-5, result
 
 
 def test_tensorflow_names_and_impossible_splits_fail_clearly_on_jax(python):
