@@ -158,11 +158,9 @@ def test_the_usual_quiet_setting_leaves_the_command_silent(python):
     assert result.stderr == ""
 
 
-def test_a_refused_train_leaves_nothing_that_blocks_the_corrected_one(user_files, cli):
-    """`--model demo` on a folder would fine-tune from imagenet21k weights demo does not have;
-    the corrected command then runs in the same --output. Also: one unreadable file is
-    "1 unreadable file", report.json counts it and the file that is no image, and names the
-    strategy."""
+def _refused_train(user_files, cli):
+    """`--model demo` on a folder would fine-tune from imagenet21k weights demo does not have:
+    refused in one line, before --output exists. Returns the folder and the --output."""
     dataset = user_files / "one_image_class"
     _write_png(dataset / "lonely" / "1.png", (8, 8), seed=5)
     _write_png(dataset / "lonely" / "2.png", (8, 8), seed=6)
@@ -173,6 +171,31 @@ def test_a_refused_train_leaves_nothing_that_blocks_the_corrected_one(user_files
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert "imagenet21k" in refused.stderr
     assert not output.exists()
+    return dataset, output
+
+
+def test_a_refused_train_writes_nothing_and_a_never_started_run_blocks_nothing(user_files, cli):
+    """A run.json that no epoch followed (what a refused command wrote before this was fixed)
+    is no run: another command's configuration in that --output goes on. The corrected command
+    trained there: the slow test below."""
+    from keras_vit.errors import RunConflictError
+    from keras_vit.training.run import _check_previous_run
+
+    _, output = _refused_train(user_files, cli)
+    output.mkdir()
+    (output / "run.json").write_text(json.dumps({"config": {"model": "other"}, "finished": False}))
+    assert _check_previous_run(str(output), {"model": "demo"}) is None
+    (output / "log.csv").write_text("epoch,loss\n0,1.0\n")  # an epoch was logged: a run
+    with pytest.raises(RunConflictError, match="model 'other' -> 'demo'"):
+        _check_previous_run(str(output), {"model": "demo"})
+
+
+@pytest.mark.slow  # a training run, ~25 CPU-s; the refusal alone is the default test above
+def test_a_refused_train_leaves_nothing_that_blocks_the_corrected_one(user_files, cli):
+    """The corrected command then runs in the same --output. Also: one unreadable file is
+    "1 unreadable file", report.json counts it and the file that is no image, and names the
+    strategy."""
+    dataset, output = _refused_train(user_files, cli)
     # A never-started run.json (what the refused command wrote before this was fixed).
     output.mkdir()
     (output / "run.json").write_text(json.dumps({"config": {"model": "other"}, "finished": False}))
