@@ -28,20 +28,50 @@ def table_rows(markdown, first_cell):
     return [row[1:] for row in rows if row[0] == first_cell]
 
 
-@pytest.fixture(scope="module")
-def second_run(tmp_path_factory):
-    """A second real digits run, cheap: one epoch, another training seed (same split)."""
+def _scores(matrix):
+    """report.json's accuracy, per-class and macro scores of a confusion matrix (rows: true)."""
+    per_class = {}
+    for i in range(len(matrix)):
+        tp, predicted, support = matrix[i, i], matrix[:, i].sum(), matrix[i].sum()
+        precision = tp / predicted if predicted else 0.0
+        recall = tp / support
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        per_class[str(i)] = {"precision": precision, "recall": recall, "f1": f1,
+                             "support": int(support)}
+    macro = {k: float(np.mean([c[k] for c in per_class.values()]))
+             for k in ("precision", "recall", "f1")}
+    return float(np.trace(matrix) / matrix.sum()), per_class, macro
+
+
+def _one_more_error(report):
+    """A class-0 test image moved from right to wrong (class 1), the scores recomputed."""
+    matrix = np.asarray(report["confusion_matrix"], int)
+    assert matrix[0, 0] > 0, matrix  # two epochs of digits get some zeros right
+    matrix[0, 0] -= 1
+    matrix[0, 1] += 1
+    report["confusion_matrix"] = matrix.tolist()
+    report["accuracy"], report["per_class"], report["macro_avg"] = _scores(matrix)
+
+
+@pytest.fixture(params=["edited", pytest.param("trained", marks=pytest.mark.slow)])
+def second_run(request, digits_run, tmp_path):
+    """The shared run's report with one more error and its model (the default), or a second
+    real digits run: one epoch, another training seed, same split (~15 CPU-s)."""
+    if request.param == "edited":
+        folder = edited_copy(digits_run[0], tmp_path / "edited", _one_more_error)
+        shutil.copy(os.path.join(digits_run[0], "model.keras"), folder)
+        return folder
     from keras_vit.training import train
 
-    output = str(tmp_path_factory.mktemp("second") / "one_epoch")
+    output = str(tmp_path / "one_epoch")
     train("digits", epochs=1, seed=1, output=output, verbose=0)
     return output
 
 
 def test_compare_two_runs_shows_both_accuracies_and_a_row_per_class(digits_run, second_run,
                                                                      cli, tmp_path):
-    """The shared two-epoch run against a real one-epoch run. Every number checked against
-    the confusion matrix of each report.json, recomputed here."""
+    """The shared two-epoch run against a second run. Every number checked against the
+    confusion matrix of each report.json, recomputed here."""
     first = digits_run[0]
     result = cli(["compare", first, second_run, "--output", str(tmp_path / "cmp")])
     assert result.returncode == 0, result.stderr
