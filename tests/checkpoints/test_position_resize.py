@@ -15,7 +15,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from safetensors.torch import save_file
 
 import keras_vit
 from keras_vit.checkpoints.formats import FORMATS
@@ -41,6 +40,7 @@ def test_a_518_pixel_dinov2_file_at_224_computes_what_timm_computes_at_224(archi
                                                                           tmp_path):
     timm = import_timm()
     import torch
+    from safetensors.torch import save_file  # here: importing torch at collection costs every worker
     from timm.models.vision_transformer import checkpoint_filter_fn
 
     # The release's geometry: 518 px, a 37 x 37 grid (the class token inside the embedding

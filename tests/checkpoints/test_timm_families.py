@@ -14,7 +14,6 @@ import dataclasses
 import keras
 import numpy as np
 import pytest
-from safetensors.torch import save_file
 
 import keras_vit
 from tests.checkpoints.test_formats import _images, _randomise
@@ -28,6 +27,7 @@ def _timm_file(tmp_path, architecture, size, **kwargs):
     """timm's model with random weights, written by safetensors from its own state dict."""
     timm = import_timm()
     import torch
+    from safetensors.torch import save_file  # here: importing torch at collection costs every worker
 
     model = timm.create_model(architecture, pretrained=False, depth=DEPTH, img_size=size, **kwargs)
     _randomise(model, torch)
