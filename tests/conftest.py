@@ -133,6 +133,52 @@ def cli(capsys):
     return run
 
 
+def _once_for_all_workers(tmp_path_factory, worker_id, name, make):
+    """What `make(folder)` returns (JSON), made once for the whole run: under pytest-xdist each
+    worker is a session of its own, so the first worker to ask makes it, under a file lock in
+    the folder the workers share, and the others read it."""
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared if worker_id == "master" else shared.parent
+    folder, made = shared / name, shared / f"{name}.json"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not made.exists():
+            folder.mkdir(exist_ok=True)
+            made.write_text(json.dumps(make(folder)))
+    return json.loads(made.read_text())
+
+
+# One fresh `import keras_vit` on TensorFlow, as a user's program does it (no
+# TF_CPP_MIN_LOG_LEVEL of ours), with every DeprecationWarning an error. Three properties
+# of the same import read it: the modules it loads (tests/test_package.py), that it uses no
+# deprecated name (tests/models/test_layers.py), and that it leaves TensorFlow's logging
+# alone (tests/cli/test_logging.py). A TensorFlow process started once instead of three times.
+FRESH_IMPORT = """
+import json, os, sys
+import keras  # what Keras itself loads (on TensorFlow: its trainer and, if installed, matplotlib)
+before = set(sys.modules)
+import keras_vit, keras_vit.layers, keras_vit.models
+print("RESULT " + json.dumps({"new_modules": sorted(set(sys.modules) - before),
+                              "tf_cpp_min_log_level": os.environ.get("TF_CPP_MIN_LOG_LEVEL")}))
+"""
+
+
+@pytest.fixture(scope="session")
+def fresh_import(tmp_path_factory, worker_id):
+    """(exit status, stderr, result) of FRESH_IMPORT in a fresh process; result is None if it
+    printed none."""
+    def make(_):
+        env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+        result = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c",
+                                 FRESH_IMPORT], cwd=ROOT, capture_output=True, text=True,
+                                env={**env, "PYTHONPATH": ROOT, "KERAS_BACKEND": "tensorflow"},
+                                timeout=300)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+        return [result.returncode, result.stderr,
+                json.loads(lines[-1][len("RESULT "):]) if lines else None]
+    return _once_for_all_workers(tmp_path_factory, worker_id, "fresh_import", make)
+
+
 # The one finished digits run every test that only reads a trained run shares (or copies
 # before changing it): `keras-vit train --dataset digits --epochs 2`, in a fresh process so
 # its stdout is the command's own. Training it once instead of in each test saves a run each.

@@ -2,7 +2,6 @@
 
 import importlib
 import importlib.util
-import json
 import warnings
 
 import pytest
@@ -21,23 +20,11 @@ NOT_ON_IMPORT = ("keras_vit.training", "keras_vit.data", "keras_vit.export", "ke
 OPTIMIZERS = ("keras_vit.training", "keras_vit.training.optimizers",
               "keras_vit.training.regularization", "keras_vit._support.private_keras")
 
-NEW_MODULES_ON_IMPORT = """
-import json, sys
-import keras  # what Keras itself loads (on TensorFlow: its trainer and, if installed, matplotlib)
-before = set(sys.modules)
-import keras_vit
-print(json.dumps(sorted(set(sys.modules) - before)))
-"""
-
-
-def _new_modules(python, backend):
-    result = python(["-c", NEW_MODULES_ON_IMPORT], timeout=300, env={"KERAS_BACKEND": backend})
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def test_import_loads_the_core_only(python):
-    new = _new_modules(python, "tensorflow")
+def test_import_loads_the_core_only(fresh_import):
+    """(The fresh process: tests/conftest.py's FRESH_IMPORT.)"""
+    code, stderr, result = fresh_import
+    assert code == 0 and result is not None, stderr[-2000:]
+    new = result["new_modules"]
     assert "keras_vit.models.vit" in new and "keras_vit.checkpoints.loader" in new
     assert "keras_vit.training.optimizers" in new
     loaded = [m for m in new if m.startswith(NOT_ON_IMPORT) and m not in OPTIMIZERS

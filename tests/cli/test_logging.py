@@ -22,29 +22,24 @@ def run(argv, **env):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_info_prints_no_tensorflow_log_lines_and_the_user_level_wins():
-    quiet = run([sys.executable, "-m", "keras_vit.cli", "info"])
-    assert quiet.returncode == 0, quiet.stderr
-    assert "ViT-B_16" in quiet.stdout
-    assert quiet.stderr == "", quiet.stderr
-    # A user's own TF_CPP_MIN_LOG_LEVEL wins: 0 asks for everything, and TensorFlow 2.21 prints
-    # its start-up lines here (which also shows the pattern above matches them).
-    loud = run([sys.executable, "-m", "keras_vit.cli", "info"], TF_CPP_MIN_LOG_LEVEL="0")
-    assert loud.returncode == 0 and loud.stdout == quiet.stdout
-    assert TF_LOG_LINE.search(loud.stderr), loud.stderr
-
-
-def test_a_command_that_runs_tensorflow_prints_no_log_lines(tmp_path):
+def test_a_command_that_runs_tensorflow_prints_no_log_lines_and_the_user_level_wins(tmp_path):
     """Running ops starts TensorFlow's devices, which logs at ERROR level on a machine without
-    CUDA ("failed call to cuInit"); level 2 alone would let that through."""
+    CUDA ("failed call to cuInit"); level 2 alone would let that through. (A command that
+    only imports TensorFlow, under the user's level 3: tests/cli/test_hostile_arguments.py.)"""
     image = tmp_path / "grey.png"
     Image.new("L", (5, 5), 128).save(image)
-    result = run([sys.executable, "-m", "keras_vit.cli", "predict", str(image), "--model",
-                  "Ti/16", "--image-size", "32"])
-    assert result.returncode == 0, result.stderr
-    lines = result.stderr.splitlines()
-    assert [line for line in lines if TF_LOG_LINE.search(line)] == [], result.stderr
-    assert len(lines) == 1 and "random weights" in lines[0], result.stderr  # keras_vit's own
+    command = [sys.executable, "-m", "keras_vit.cli", "predict", str(image), "--model", "Ti/16",
+               "--image-size", "32"]
+    quiet = run(command)
+    assert quiet.returncode == 0, quiet.stderr
+    lines = quiet.stderr.splitlines()
+    assert [line for line in lines if TF_LOG_LINE.search(line)] == [], quiet.stderr
+    assert len(lines) == 1 and "random weights" in lines[0], quiet.stderr  # keras_vit's own
+    # A user's own TF_CPP_MIN_LOG_LEVEL wins: 0 asks for everything, and TensorFlow 2.21 prints
+    # its start-up lines here (which also shows the pattern above matches them).
+    loud = run(command, TF_CPP_MIN_LOG_LEVEL="0")
+    assert loud.returncode == 0 and loud.stdout == quiet.stdout
+    assert TF_LOG_LINE.search(loud.stderr), loud.stderr
 
 
 DRIVER_WITHOUT_GPU = """
@@ -78,10 +73,11 @@ def test_the_installed_script_is_quiet_too():
         assert quiet.stderr == "", (command, quiet.stderr)
 
 
-def test_importing_keras_vit_leaves_tensorflow_logging_alone(python):
-    """A library user's process keeps TensorFlow's own behaviour: only the command is quieted."""
-    result = run([sys.executable, "-c", "import os, keras_vit; "
-                  "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))"])
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "1"  # TensorFlow's own setdefault on import, not keras_vit's 2
-    assert TF_LOG_LINE.search(result.stderr), result.stderr
+def test_importing_keras_vit_leaves_tensorflow_logging_alone(fresh_import):
+    """A library user's process keeps TensorFlow's own behaviour: only the command is quieted.
+    (The process, started without TF_CPP_MIN_LOG_LEVEL: tests/conftest.py's FRESH_IMPORT.)"""
+    code, stderr, result = fresh_import
+    assert code == 0 and result is not None, stderr[-3000:]
+    # TensorFlow's own setdefault on import, not keras_vit's 2
+    assert result["tf_cpp_min_log_level"] == "1"
+    assert TF_LOG_LINE.search(stderr), stderr

@@ -247,7 +247,7 @@ def test_the_0_1_name_resnet_stem_warns_and_its_keras_files_load_as_resnet_trunk
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
 
 
-def test_importing_keras_vit_uses_no_deprecated_name(python):
-    run = python(["-W", "error::DeprecationWarning", "-c",
-                  "import keras_vit, keras_vit.layers, keras_vit.models"], timeout=120)
-    assert run.returncode == 0, run.stderr[-3000:]
+def test_importing_keras_vit_uses_no_deprecated_name(fresh_import):
+    """The import ran with every DeprecationWarning an error (tests/conftest.py's FRESH_IMPORT)."""
+    code, stderr, _ = fresh_import
+    assert code == 0, stderr[-3000:]
