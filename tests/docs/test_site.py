@@ -18,6 +18,10 @@ PUBLIC = [(keras_vit, name) for name in keras_vit.__all__] + \
          [(analysis, name) for name in analysis.__all__]
 
 
+# Building the site takes ~20 CPU-s (mkdocstrings imports keras_vit and TensorFlow), so the
+# tests that read it are slow. The default run checks what it can without building: every
+# public name on the API page with a docstring (below), every page in the nav (below), and
+# every link of the pages and notebooks (tests/docs/test_links.py).
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
@@ -46,6 +50,7 @@ def test_public_classes_and_functions_have_docstrings(module, name):
         assert inspect.getdoc(obj) and len(inspect.getdoc(obj)) > 20, f"{name} needs a docstring"
 
 
+@pytest.mark.slow
 def test_api_reference_renders_every_name_with_its_docstring(site):
     html = (site / "api" / "index.html").read_text()
     text = re.sub(r"\s+", " ", html_module.unescape(re.sub(r"<[^>]+>", " ", html)))
@@ -57,6 +62,7 @@ def test_api_reference_renders_every_name_with_its_docstring(site):
             assert first_words in text, f"{name}: its docstring is not on the API page"
 
 
+@pytest.mark.slow
 def test_tutorials_are_rendered_with_their_colab_links(site):
     for notebook in sorted((ROOT / "tutorials").glob("*.ipynb")):
         page = site / "tutorials" / notebook.stem / "index.html"
@@ -64,12 +70,13 @@ def test_tutorials_are_rendered_with_their_colab_links(site):
         assert 'href="https://colab.research.google.com/"' in page.read_text(), notebook.name
 
 
-def test_every_page_of_the_docs_folder_is_in_the_nav(site):
+def test_every_page_of_the_docs_folder_is_in_the_nav():
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = [p.name for p in (ROOT / "docs").glob("*.md")]
     assert [p for p in pages if p not in nav] == []
 
 
+@pytest.mark.slow
 def test_long_code_lines_wrap_on_every_page(site):
     """Code blocks wrap (docs/stylesheets/extra.css) instead of being cut at the right edge."""
     css = (site / "stylesheets" / "extra.css").read_text()
