@@ -134,12 +134,14 @@ def test_with_an_accelerator_auto_leaves_keras_its_own_choice(cache_home, timed,
     assert calls == []
 
 
-def test_timing_runs_both_modes_and_they_compute_the_same():
+# Timing the training step compiles it under XLA (seconds): slow. The inference timing, the
+# same code with training=False, is the default.
+@pytest.mark.parametrize("training", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_timing_runs_both_modes_and_they_compute_the_same(training):
     model = tiny_classifier()
-    for training in (False, True):
-        seconds = execution.time_modes(model, SHAPE, training=training, rounds=1)
-        assert set(seconds) == {"graph", "xla"}
-        assert all(s > 0 and math.isfinite(s) for s in seconds.values())  # no bound on speed
+    seconds = execution.time_modes(model, SHAPE, training=training, rounds=1)
+    assert set(seconds) == {"graph", "xla"}
+    assert all(s > 0 and math.isfinite(s) for s in seconds.values())  # no bound on speed
     x = tf.random.uniform(SHAPE, -1, 1, seed=1)
     graph = tf.function(lambda x: model(x, training=False), autograph=False)(x).numpy()
     xla = tf.function(lambda x: model(x, training=False), jit_compile=True,
