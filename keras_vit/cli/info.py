@@ -11,7 +11,7 @@ def add_parser(commands):
 
 def run(args):
     from keras_vit.checkpoints import catalogue
-    from keras_vit.variants import BIT_VARIANTS, DEMO_VARIANT, VARIANTS
+    from keras_vit.variants import BIT_VARIANTS, DEMO_VARIANT, FAMILIES, TIMM_ARCHITECTURES, VARIANTS
 
     row = "{:<22}{:>6}{:>6}{:>6}{:>7}  {}"
     print(row.format("variant", "width", "depth", "heads", "stride", "weights"))
@@ -21,6 +21,13 @@ def run(args):
     demo = DEMO_VARIANT  # keras_vit's own, not an official architecture: no weights
     print(row.format("demo", demo.width, demo.depth, demo.heads, demo.total_stride,
                      f"- ({demo.name}, keras_vit's tiny ViT for train --model demo)"))
+    print("\nThe families after the paper (keras_vit.ViT(\"DINOv2-S/14-reg4\"), or its timm name;"
+          " keras_vit.from_pretrained(source) reads the family from the file):")
+    print(f"{'variant':<22}{'width':>6}{'depth':>6}{'heads':>6}{'patch':>6}{'res':>5}  timm")
+    timm_names = {official: timm for timm, (official, _) in TIMM_ARCHITECTURES.items()}
+    for v in FAMILIES.values():
+        print(f"{v.name:<22}{v.width:>6}{v.depth:>6}{v.heads:>6}{v.patch_size:>6}"
+              f"{v.image_size:>5}  {timm_names.get(v.name, '-')}")
     print("\nBiT ResNetV2, the paper's CNN baseline (train --model BiT-R50x1, ...):")
     print(row.format("model", "width", "depth", "heads", "stride", "weights"))
     for b in BIT_VARIANTS.values():

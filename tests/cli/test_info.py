@@ -1,0 +1,33 @@
+"""`keras-vit info` lists every architecture a user can name: the paper's, the demo, the
+families after the paper (with the timm architecture that names each), and BiT."""
+
+from keras_vit.cli.main import main
+from keras_vit.variants import BIT_VARIANTS, FAMILIES, TIMM_ARCHITECTURES, VARIANTS, get_variant
+
+
+def _rows(text, header):
+    """The rows of the table under the line starting with `header`, split on spaces."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header)) + 1
+    rows = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_info_names_every_family_with_its_timm_architecture(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    families = _rows(out, "variant                width depth heads patch  res  timm")
+    assert [row[0] for row in families] == list(FAMILIES)
+    for name, width, depth, heads, patch, res, timm in families:
+        # Each name and each timm name builds the row's architecture.
+        variant = get_variant(name)
+        assert (int(width), int(depth), int(heads), int(patch), int(res)) == (
+            variant.width, variant.depth, variant.heads, variant.patch_size, variant.image_size)
+        assert TIMM_ARCHITECTURES[timm][0] == name and get_variant(timm) == variant
+    # The paper's variants and BiT keep their tables.
+    for name in [*VARIANTS, *BIT_VARIANTS]:
+        assert any(line.split()[:1] == [name] for line in out.splitlines()), name
