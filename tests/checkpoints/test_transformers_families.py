@@ -71,6 +71,9 @@ def _mean_of_two_tokens(out):
 CASES = [
     ("DeiTForImageClassificationWithTeacher", "DeiTConfig", dict(num_labels=5),
      _variant("DeiT-S/16-distilled", mlp_dim=64), True, "logits"),
+    # One classifier on the class token, the distillation token still in the sequence.
+    ("DeiTForImageClassification", "DeiTConfig", dict(num_labels=5),
+     _variant("DeiT-S/16-distilled", mlp_dim=64), True, "logits"),
     ("DeiTModel", "DeiTConfig", {}, _variant("DeiT-S/16-distilled", mlp_dim=64), False,
      _mean_of_two_tokens),
     ("Dinov2Model", "Dinov2Config", dict(layer_norm_eps=1e-5),

@@ -24,11 +24,11 @@ COLAB = "https://colab.research.google.com/"
 TIMEOUT_PER_CELL = 180
 
 
-def test_there_are_seven_tutorials():
+def test_there_are_eight_tutorials():
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb", "02_flowers_transfer.ipynb", "03_inside_a_vit.ipynb",
         "04_export_and_serve.ipynb", "05_distributed_training.ipynb", "06_hybrids.ipynb",
-        "07_vit_vs_resnet.ipynb"]
+        "07_vit_vs_resnet.ipynb", "08_features_and_linear_probe.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -70,6 +70,9 @@ def test_notebook_is_well_formed(path):
 #   the hybrid parity tests and tests/analysis/test_probe.py run them.
 # - 07 ViT against ResNet trains a full-size BiT-R50x1 (three 280 MB files); its commands are
 #   the ViT against ResNet page's, which tests/docs/test_vit_vs_resnet_page.py runs.
+# - 08 features and linear probe: from_pretrained on a timm Hub folder
+#   (tests/models/test_pretrained.py), DINOv2 features and the few-shot probe, as
+#   tests/cli/test_family_commands.py and tests/analysis run them.
 # Run them all with `pytest -m slow tests/docs/test_tutorials.py`.
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -34,6 +34,19 @@ def test_a_transformers_folder_builds_its_family(tmp_path):
     _assert_close(np.asarray(ours(images)), _run(theirs, torch, images, "pooler_output"))
 
 
+@pytest.mark.parametrize("model_class", ["DeiTForImageClassification",
+                                         "DeiTForImageClassificationWithTeacher"])
+def test_a_deit_classifier_folder_builds_its_family_with_its_heads(model_class, tmp_path):
+    """The teacher model's two heads averaged, as transformers averages them at inference;
+    the plain classifier's one head on the class token."""
+    theirs, torch, directory = _saved(tmp_path, model_class, "DeiTConfig", num_labels=5)
+    ours = keras_vit.from_pretrained(directory)
+    _same_architecture(ours, _variant("DeiT-S/16-distilled", mlp_dim=64))
+    assert ours.output_shape == (None, 5)
+    images = _images(2, (32, 32))
+    _assert_close(np.asarray(ours(images)), _run(theirs, torch, images, "logits"))
+
+
 def test_clip_features_are_projected_when_the_file_has_the_projection(tmp_path):
     theirs, torch, directory = _saved(tmp_path, "CLIPVisionModelWithProjection",
                                       "CLIPVisionConfig", projection_dim=16)

@@ -3,6 +3,7 @@
     npz.py           the official .npz (the layout every other format is translated into)
     bit.py           BiT's .npz release files (big_transfer's ResNetV2 layout)
     big_vision.py    big_vision's two-tower .npz (SigLIP): the image tower under params/img/
+    dinov2.py        DINOv2's own release files (.pth, through torch's weights-only loader)
     open_clip.py     OpenCLIP / OpenAI CLIP state dicts (.safetensors): the image tower under visual.
     timm.py          timm's VisionTransformer state dict (.safetensors, or a Hub folder)
     transformers.py  Hugging Face transformers ViT (save_pretrained folders)
@@ -28,6 +29,7 @@ from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import (
     big_vision,
     bit,
+    dinov2,
     keras_hub,
     npz,
     open_clip,
@@ -46,12 +48,14 @@ __all__ = ["FORMATS", "open_checkpoint", "inspect_checkpoint", "read_checkpoint"
 # The first format that recognises a path is its format. npz comes last: it takes any single
 # file no other format took; transformers_hybrid before transformers, whose patch-embedding
 # key a ViTHybrid folder has too; transformers_families (by config.json's model_type) before
-# transformers, whose patch-embedding key DeiT and DINOv2 folders have too.
+# transformers, whose patch-embedding key DeiT and DINOv2 folders have too. A pickled file
+# is tried only by the formats that read pickles (`pickled`), the others never see one.
 FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers_hybrid.FORMAT,
            transformers_families.FORMAT, transformers.FORMAT, open_clip.FORMAT, bit.FORMAT,
-           big_vision.FORMAT, npz.FORMAT]
+           big_vision.FORMAT, dinov2.FORMAT, npz.FORMAT]
 
-# Pickled torch files: unpickling runs whatever code the file holds.
+# Pickled torch files: unpickling runs whatever code the file holds, so only torch's
+# weights-only loader opens one, and only for a format that reads pickles (dinov2.py).
 PICKLED_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
 
 
@@ -76,18 +80,24 @@ def _named(name):
 
 
 def detect(source):
-    """The `CheckpointFormat` of an open `Source`; refuses pickled files unread."""
+    """The `CheckpointFormat` of an open `Source`. A pickled file is tried only by the formats
+    that read pickles (through torch's weights-only loader); a folder of pickles is refused
+    unread."""
     path = source.path
-    if path.lower().endswith(PICKLED_SUFFIXES) or (
-            source.is_dir and timm.weights_file(source) is None
-            and any(n.lower().endswith(PICKLED_SUFFIXES) for n in os.listdir(path))):
+    pickled = not source.is_dir and path.lower().endswith(PICKLED_SUFFIXES)
+    if pickled or (source.is_dir and timm.weights_file(source) is None
+                   and any(n.lower().endswith(PICKLED_SUFFIXES) for n in os.listdir(path))):
+        for candidate in FORMATS:
+            if pickled and candidate.pickled and candidate.recognises(source):
+                return candidate
         raise CheckpointError(
             f"{path} is a pickled PyTorch file; keras_vit does not open it, because unpickling "
-            "runs any code the file holds. Use the model's .safetensors file (timm and "
+            "runs any code the file holds (it reads only DINOv2's .pth release files, through "
+            "torch's weights-only loader). Use the model's .safetensors file (timm and "
             "transformers publish one), or convert it where you trust it: "
             "safetensors.torch.save_file(torch.load(path, weights_only=True), 'model.safetensors').")
     for candidate in FORMATS:
-        if candidate.recognises(source):
+        if not candidate.pickled and candidate.recognises(source):
             return candidate
     kinds = "; ".join(f.description for f in FORMATS)
     if source.is_dir:

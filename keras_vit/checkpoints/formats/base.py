@@ -106,6 +106,9 @@ class CheckpointFormat:
     # another image size repeats (layers/tokens.py POSITION_RESIZES): the official linear
     # zoom, or timm's antialiased bicubic.
     position_resize: str = "linear"
+    # Whether it reads pickled torch files (.pth, .bin, ...), through torch's weights-only
+    # unpickler: only such formats are tried on a pickled file, and only on one.
+    pickled: bool = False
 
 
 class Source:

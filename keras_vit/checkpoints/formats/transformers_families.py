@@ -3,7 +3,9 @@
 One row table per transformers model type, chosen by config.json's `model_type`:
 
     deit                   DeiTModel, DeiTForImageClassificationWithTeacher (distilled DeiT:
-                           transformers' DeiT always has the distillation token)
+                           transformers' DeiT always has the distillation token),
+                           DeiTForImageClassification (its one classifier, on the class
+                           token, read as twice itself beside a zero distillation head)
     dinov2                 Dinov2Model (SwiGLU for the giant: use_swiglu_ffn)
     dinov2_with_registers  Dinov2WithRegistersModel
     siglip_vision_model    SiglipVisionModel (the MAP head: `head.*`)
@@ -61,6 +63,9 @@ from keras_vit.checkpoints.formats.rows import (
     Transform,
     from_official,
     to_official,
+)
+from keras_vit.checkpoints.formats.rows import (
+    COPY as _COPY,
 )
 from keras_vit.checkpoints.formats.timm import open_weights
 from keras_vit.checkpoints.formats.transformers import processor_normalization
@@ -162,6 +167,27 @@ _PATCH_TOKENS = (
     KeyRow("embeddings.position_embeddings", POS_EMBED_KEY),
 )
 
+def _one_head_inverse(parts):
+    head, dist = parts
+    if np.any(dist):
+        raise ArgumentError("DeiTForImageClassification has one head; this model's "
+                            "distillation head is not zero.")
+    return head / 2
+
+
+def _one_head(transform):
+    """DeiTForImageClassification's one `classifier` on the class token (the distillation
+    token still in the sequence) as the distilled model's two heads: twice the classifier and
+    a zero distillation head, whose average is the classifier's logits exactly (a factor of 2
+    rounds nothing)."""
+    def forward(a, heads):
+        head = transform.forward(a, heads) * np.float32(2)
+        return [head, np.zeros_like(head)]
+
+    return Transform(f"one_head_{transform.name}", forward,
+                     lambda parts: transform.inverse(_one_head_inverse(parts)))
+
+
 DEIT_ROWS = (
     *_PATCH_TOKENS,
     KeyRow("embeddings.distillation_token", DIST_TOKEN_KEY),
@@ -176,6 +202,11 @@ DEIT_ROWS = (
                  ("pooler.dense", PRE_LOGITS_KERNEL_KEY, PRE_LOGITS_BIAS_KEY, LINEAR),
                  ("cls_classifier", HEAD_KERNEL_KEY, HEAD_BIAS_KEY, LINEAR),
                  ("distillation_classifier", HEAD_DIST_KERNEL_KEY, HEAD_DIST_BIAS_KEY, LINEAR))),
+    # DeiTForImageClassification: read, never written (the writer writes the two heads).
+    KeyRow("classifier.weight", (HEAD_KERNEL_KEY, HEAD_DIST_KERNEL_KEY), _one_head(LINEAR),
+           read_only=True),
+    KeyRow("classifier.bias", (HEAD_BIAS_KEY, HEAD_DIST_BIAS_KEY), _one_head(_COPY),
+           read_only=True),
 )
 
 DINOV2_ROWS = (

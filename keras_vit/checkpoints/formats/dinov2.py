@@ -1,0 +1,263 @@
+"""DINOv2's own release files (facebookresearch/dinov2 `dinov2_vits14_pretrain.pth`,
+`dinov2_vits14_reg4_pretrain.pth`, ...): a torch state dict, read with torch's weights-only
+loader.
+
+The file is a pickle. keras_vit opens it only through `torch.load(path, weights_only=True,
+map_location="cpu")`, torch's restricted unpickler, which builds tensors and plain containers
+and refuses any other object (no code of the file runs), and only when torch is installed;
+without torch, or for a pickle that is not a plain {name: tensor} dict, the load is refused in
+one line. Files in torch's zip format are memory-mapped, so detection costs no read of the
+arrays.
+
+The layout is timm's VisionTransformer with DINOv2's own names (timm's
+`_convert_dinov2`, which `checkpoint_filter_fn` runs on a state dict holding `mask_token`):
+`mask_token` (training only, left), `register_tokens` (timm's `reg_token`), the giant's SwiGLU
+`mlp.w12` (packed) and `mlp.w3` (timm's `fc1`, `fc2`). With registers, the position embedding
+covers the class token too (1 + 37 x 37 at 518 px); the class token's position is added to it
+alone, so it is folded into the token, exactly, as timm folds it. A file at another image
+size is resized as timm resizes it (antialiased bicubic): what timm computes from the same
+file. DINOv2's torch.hub code instead interpolates at every call, with an offset of 0.1 to the
+grid and (before the registers release) without antialiasing, which gives slightly different
+embeddings away from 518 px.
+
+The sizes of the release (S, B, L, g, each with and without registers) record their
+architecture: width, depth, registers and feed-forward name one row of FAMILIES, whose heads
+DINOv2 fixes (64 features a head).
+"""
+
+import zipfile
+
+import numpy as np
+
+from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats.base import (
+    ArrayHeader,
+    CheckpointFormat,
+    CheckpointInfo,
+    CheckpointReader,
+    shape_stand_ins,
+)
+from keras_vit.checkpoints.formats.rows import (
+    CONV,
+    FUSED_QKV,
+    FUSED_QKV_BIAS,
+    HEADS_OUT,
+    LINEAR,
+    KeyRow,
+    from_official,
+    to_official,
+)
+from keras_vit.checkpoints.layout import (
+    CLS_KEY,
+    EMBEDDING_BIAS,
+    EMBEDDING_KERNEL,
+    ENCODER_NORM_BIAS,
+    ENCODER_NORM_SCALE,
+    KEY_BIAS,
+    KEY_KERNEL,
+    LN0_BIAS,
+    LN0_SCALE,
+    LN2_BIAS,
+    LN2_SCALE,
+    LS1_SCALE,
+    LS3_SCALE,
+    MLP0_BIAS,
+    MLP0_KERNEL,
+    MLP1_BIAS,
+    MLP1_KERNEL,
+    OUT_BIAS,
+    OUT_KERNEL,
+    POS_EMBED_KEY,
+    QUERY_BIAS,
+    QUERY_KERNEL,
+    REG_TOKEN_KEY,
+    VALUE_BIAS,
+    VALUE_KERNEL,
+)
+from keras_vit.variants import FAMILIES
+
+__all__ = ["FORMAT", "DINOV2_ROWS", "dinov2_to_official", "official_to_dinov2",
+           "release_variant"]
+
+# Trained for masked-image modelling only; inference never reads it.
+MASK_TOKEN = "mask_token"
+
+DINOV2_ROWS = (
+    KeyRow("patch_embed.proj.weight", EMBEDDING_KERNEL, CONV),
+    KeyRow("patch_embed.proj.bias", EMBEDDING_BIAS),
+    KeyRow("cls_token", CLS_KEY),
+    KeyRow("register_tokens", REG_TOKEN_KEY),
+    KeyRow("pos_embed", POS_EMBED_KEY),
+    KeyRow("blocks.{i}.norm1.weight", LN0_SCALE),
+    KeyRow("blocks.{i}.norm1.bias", LN0_BIAS),
+    KeyRow("blocks.{i}.attn.qkv.weight", (QUERY_KERNEL, KEY_KERNEL, VALUE_KERNEL), FUSED_QKV),
+    KeyRow("blocks.{i}.attn.qkv.bias", (QUERY_BIAS, KEY_BIAS, VALUE_BIAS), FUSED_QKV_BIAS),
+    KeyRow("blocks.{i}.attn.proj.weight", OUT_KERNEL, HEADS_OUT),
+    KeyRow("blocks.{i}.attn.proj.bias", OUT_BIAS),
+    KeyRow("blocks.{i}.ls1.gamma", LS1_SCALE),
+    KeyRow("blocks.{i}.norm2.weight", LN2_SCALE),
+    KeyRow("blocks.{i}.norm2.bias", LN2_BIAS),
+    KeyRow("blocks.{i}.mlp.fc1.weight", MLP0_KERNEL, LINEAR),
+    KeyRow("blocks.{i}.mlp.fc1.bias", MLP0_BIAS),
+    KeyRow("blocks.{i}.mlp.fc2.weight", MLP1_KERNEL, LINEAR),
+    KeyRow("blocks.{i}.mlp.fc2.bias", MLP1_BIAS),
+    # The giant's SwiGLU: w12 packs both halves (silu(first) * second), as timm's fc1.
+    KeyRow("blocks.{i}.mlp.w12.weight", MLP0_KERNEL, LINEAR, read_only=True),
+    KeyRow("blocks.{i}.mlp.w12.bias", MLP0_BIAS, read_only=True),
+    KeyRow("blocks.{i}.mlp.w3.weight", MLP1_KERNEL, LINEAR, read_only=True),
+    KeyRow("blocks.{i}.mlp.w3.bias", MLP1_BIAS, read_only=True),
+    KeyRow("blocks.{i}.ls2.gamma", LS3_SCALE),
+    KeyRow("norm.weight", ENCODER_NORM_SCALE),
+    KeyRow("norm.bias", ENCODER_NORM_BIAS),
+)
+
+
+def dinov2_to_official(sd, heads=None):
+    """A DINOv2 release state dict's arrays -> official-key arrays (mask_token left). Keys no
+    row takes pass through as "dinov2:" + key, for the strict loader to name."""
+    sd = {k: v for k, v in sd.items() if k != MASK_TOKEN}
+    out = to_official(DINOV2_ROWS, sd, heads, unknown_prefix="dinov2:")
+    if REG_TOKEN_KEY in out and POS_EMBED_KEY in out and CLS_KEY in out:
+        # The class token's position, added to it alone: folded into the token (timm's
+        # _convert_dinov2), the embedding left on the patches.
+        pos = out[POS_EMBED_KEY]
+        out[CLS_KEY] = out[CLS_KEY] + pos[:, :1]
+        out[POS_EMBED_KEY] = pos[:, 1:]
+    return out
+
+
+def official_to_dinov2(arrays):
+    """Official-key arrays -> DINOv2's keys (the inverse of `dinov2_to_official`, the
+    SwiGLU written as fc1/fc2, which timm reads too); with registers, the class token's
+    position is written as zero and the token keeps it. The mask token, which the model
+    needs only for training and timm and keras_vit recognise the layout by, is zero."""
+    out = from_official(DINOV2_ROWS, arrays, "DINOv2")
+    width = out["patch_embed.proj.weight"].shape[0]
+    out[MASK_TOKEN] = np.zeros((1, width), np.float32)
+    if "register_tokens" in out:
+        cls = out["cls_token"]
+        out["pos_embed"] = np.concatenate([np.zeros_like(cls), out["pos_embed"]], axis=1)
+    return out
+
+
+def release_variant(shapes):
+    """The row of FAMILIES a DINOv2 state dict's official-key shapes are (DINOv2-S/14-reg4
+    for dinov2_vits14_reg4_pretrain.pth), or None for a size DINOv2 did not release (its heads
+    are then unknown)."""
+    kernel = shapes.get(EMBEDDING_KERNEL)
+    if kernel is None or len(kernel) != 4:
+        return None
+    depth = 0
+    while LN0_SCALE.format(i=depth) in shapes:
+        depth += 1
+    mlp = shapes.get(MLP0_KERNEL.format(i=0), (None,))[-1]
+    registers = shapes.get(REG_TOKEN_KEY, (0, 0))[1]
+    for row in FAMILIES.values():
+        if row.family == "DINOv2" and (row.width, row.depth, row.patch_size, row.mlp_dim,
+                                       row.register_tokens) == (kernel[-1], depth, kernel[0],
+                                                                mlp, registers):
+            return row
+    return None
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _refuse(path, why):
+    raise CheckpointError(f"{path} is a pickled PyTorch file {why}; or convert it where you "
+                          "trust it: safetensors.torch.save_file(torch.load(path, "
+                          "weights_only=True), 'model.safetensors').")
+
+
+def _reason(error):
+    """torch's one line on why, from its multi-line message."""
+    text = str(error)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation")[0]
+    return " ".join(text.split())[:160] or type(error).__name__
+
+
+def _load(path):
+    """{name: tensor} of a pickled state dict, through torch's weights-only unpickler."""
+    torch = _torch()
+    if torch is None:
+        _refuse(path, "and torch is not installed: keras_vit reads DINOv2's .pth release "
+                      "files only through torch.load(weights_only=True) (pip install torch)")
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True,
+                        mmap=zipfile.is_zipfile(path))  # torch's zip format maps; legacy not
+    except Exception as error:  # noqa: BLE001 - torch raises many types for one bad file
+        _refuse(path, f"that torch's weights-only loader refuses ({_reason(error)}): keras_vit "
+                      "reads a plain dict of tensors only")
+    if not isinstance(sd, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                           for k, v in sd.items()):
+        _refuse(path, f"holding a {type(sd).__name__} that is not a plain dict of named "
+                      "tensors, which is what keras_vit reads")
+    return sd
+
+
+class TorchStateDict:
+    """A pickled state dict opened once: shapes, and arrays on request (float32)."""
+
+    def __init__(self, path):
+        self._tensors = _load(path)
+        self.shapes = {k: tuple(v.shape) for k, v in self._tensors.items()}
+
+    def read(self, names=None):
+        torch, out = _torch(), {}
+        for name in self.shapes if names is None else names:
+            tensor = self._tensors[name].detach()
+            if tensor.dtype in (torch.bfloat16, torch.float16):  # bfloat16 has no NumPy view
+                tensor = tensor.float()
+            out[name] = tensor.numpy()
+        return out
+
+    def close(self):
+        self._tensors = {}
+
+
+def _state_dict(source):
+    return source.once("torch", lambda: TorchStateDict(source.path))
+
+
+def _recognises(source):
+    # Reached for pickled files only (formats/__init__.py detect): timm's test of a DINOv2
+    # file, its mask_token beside the patch embedding.
+    shapes = _state_dict(source).shapes
+    return MASK_TOKEN in shapes and "patch_embed.proj.weight" in shapes
+
+
+class Dinov2Reader(CheckpointReader):
+    def __init__(self, source):
+        super().__init__(source, FORMAT)
+        self._state = _state_dict(source)
+
+    def headers(self, heads=None):
+        shapes = dinov2_to_official(shape_stand_ins(self._state.shapes), heads)
+        return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
+
+    def read(self, keys, heads=None):
+        names = [k for k in self._state.shapes if k != MASK_TOKEN]
+        arrays = dinov2_to_official(self._state.read(names), heads)
+        return {k: arrays[k] for k in keys}
+
+    def info(self):
+        shapes = {k: h.shape for k, h in self.headers().items()}
+        variant = release_variant(shapes)
+        return CheckpointInfo(shapes, format=FORMAT.name, layer_norm_epsilon=1e-6,
+                              approximate_gelu=False,
+                              heads=variant.heads if variant is not None else None,
+                              variant=variant)
+
+
+FORMAT = CheckpointFormat(
+    name="dinov2",
+    description="DINOv2's own release file (.pth, read with torch.load(weights_only=True))",
+    recognises=_recognises, open=Dinov2Reader, numerics=(False, 1e-6),
+    position_resize="bicubic",  # timm's conversion of these files (see the docstring)
+    pickled=True)
