@@ -1,0 +1,277 @@
+"""keras-hub presets of the families (keras_vit/variants.py FAMILIES), one row table per
+keras-hub class, chosen by config.json's `class_name` (and `registered_name`):
+
+    SigLIPVisionEncoder   SigLIP's image tower (its MAP head is `head/...`)
+    SigLIPBackbone        both SigLIP towers: the image tower is its `vision_encoder`
+
+A preset's Keras weights are read by keras-hub itself (only it knows how its layers nest),
+then renamed by path through the class's rows; a two-tower backbone's text tower is left.
+The config sets the architecture and the numerics (`intermediate_activation`:
+"gelu_approximate" is tanh GELU, "gelu" erf; `layer_norm_epsilon`); `preprocessor.json`,
+where saved, the normalisation. keras-hub's ViT presets are `keras_hub.py`'s: a preset of a
+class neither table knows is refused there, in one line.
+"""
+
+import dataclasses
+import os
+import re
+
+import numpy as np
+
+from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats.base import ArraysReader, CheckpointFormat, CheckpointInfo
+from keras_vit.checkpoints.formats.config_values import (
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_PIXELS,
+    MAX_WIDTH,
+    check_architecture,
+    check_fields,
+    check_object,
+    count,
+    counts,
+    epsilon,
+    optional,
+    string,
+)
+from keras_vit.checkpoints.formats.keras_hub import preset_normalization, read_preset_json
+from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, KeyRow, to_official
+from keras_vit.checkpoints.layout import (
+    EMBEDDING_BIAS,
+    EMBEDDING_KERNEL,
+    ENCODER_NORM_BIAS,
+    ENCODER_NORM_SCALE,
+    KEY_BIAS,
+    KEY_KERNEL,
+    LN0_BIAS,
+    LN0_SCALE,
+    LN2_BIAS,
+    LN2_SCALE,
+    MAP_KEY_BIAS,
+    MAP_KEY_KERNEL,
+    MAP_LN_BIAS,
+    MAP_LN_SCALE,
+    MAP_MLP0_BIAS,
+    MAP_MLP0_KERNEL,
+    MAP_MLP1_BIAS,
+    MAP_MLP1_KERNEL,
+    MAP_OUT_BIAS,
+    MAP_OUT_KERNEL,
+    MAP_PROBE,
+    MAP_QUERY_BIAS,
+    MAP_QUERY_KERNEL,
+    MAP_VALUE_BIAS,
+    MAP_VALUE_KERNEL,
+    MLP0_BIAS,
+    MLP0_KERNEL,
+    MLP1_BIAS,
+    MLP1_KERNEL,
+    OUT_BIAS,
+    OUT_KERNEL,
+    POS_EMBED_KEY,
+    QUERY_BIAS,
+    QUERY_KERNEL,
+    VALUE_BIAS,
+    VALUE_KERNEL,
+)
+from keras_vit.variants import FAMILIES
+
+__all__ = ["FORMAT", "PRESET_FAMILIES", "preset_family_to_official", "preset_family_variant"]
+
+
+def _keras_attention(prefix, official):
+    """keras.layers.MultiHeadAttention's variables, (D, H, hd) as the official layout's."""
+    q, qb, k, kb, v, vb, o, ob = official
+    return tuple(KeyRow(f"{prefix}/{name}", key) for name, key in (
+        ("query/kernel", q), ("query/bias", qb), ("key/kernel", k), ("key/bias", kb),
+        ("value/kernel", v), ("value/bias", vb), ("attention_output/kernel", o),
+        ("attention_output/bias", ob)))
+
+
+def _keras_norm(prefix, scale, bias):
+    return KeyRow(f"{prefix}/gamma", scale), KeyRow(f"{prefix}/beta", bias)
+
+
+def _keras_dense(prefix, kernel, bias):
+    return KeyRow(f"{prefix}/kernel", kernel), KeyRow(f"{prefix}/bias", bias)
+
+
+_BLOCK_ATTENTION = (QUERY_KERNEL, QUERY_BIAS, KEY_KERNEL, KEY_BIAS, VALUE_KERNEL, VALUE_BIAS,
+                    OUT_KERNEL, OUT_BIAS)
+_MAP_ATTENTION = (MAP_QUERY_KERNEL, MAP_QUERY_BIAS, MAP_KEY_KERNEL, MAP_KEY_BIAS,
+                  MAP_VALUE_KERNEL, MAP_VALUE_BIAS, MAP_OUT_KERNEL, MAP_OUT_BIAS)
+
+# keras-hub's SigLIP image tower (SigLIPVisionEncoder), by variable path.
+SIGLIP_ROWS = (
+    *_keras_dense("embedding/patch_embedding", EMBEDDING_KERNEL, EMBEDDING_BIAS),
+    KeyRow("embedding/position_embedding/embeddings", POS_EMBED_KEY, ADD_BATCH_AXIS),
+    *_keras_attention("encoder_block_{i}/self_attn", _BLOCK_ATTENTION),
+    *_keras_norm("encoder_block_{i}/layer_norm1", LN0_SCALE, LN0_BIAS),
+    *_keras_dense("encoder_block_{i}/mlp/fc1", MLP0_KERNEL, MLP0_BIAS),
+    *_keras_dense("encoder_block_{i}/mlp/fc2", MLP1_KERNEL, MLP1_BIAS),
+    *_keras_norm("encoder_block_{i}/layer_norm2", LN2_SCALE, LN2_BIAS),
+    *_keras_norm("post_layer_norm", ENCODER_NORM_SCALE, ENCODER_NORM_BIAS),
+    # The MAP head (SigLIPMultiHeadAttentionPooling); its probe is an unnamed weight, read
+    # by attribute (PresetFamily.attributes).
+    KeyRow("head/probe", MAP_PROBE),
+    *_keras_attention("head/attention", _MAP_ATTENTION),
+    *_keras_norm("head/layernorm", MAP_LN_SCALE, MAP_LN_BIAS),
+    *_keras_dense("head/mlp/fc1", MAP_MLP0_KERNEL, MAP_MLP0_BIAS),
+    *_keras_dense("head/mlp/fc2", MAP_MLP1_KERNEL, MAP_MLP1_BIAS),
+)
+
+# The numbers read from an image tower's config, checked before keras-hub builds anything.
+_FIELDS = {
+    "patch_size": count(MAX_PIXELS), "hidden_dim": count(MAX_WIDTH),
+    "num_layers": count(MAX_LAYERS), "num_heads": count(MAX_HEADS),
+    "intermediate_dim": count(MAX_WIDTH), "image_shape": counts(MAX_PIXELS, 3, least=3),
+    "layer_norm_epsilon": optional(epsilon), "intermediate_activation": optional(string),
+}
+_REQUIRED = ("patch_size", "hidden_dim", "num_layers", "num_heads", "intermediate_dim",
+             "image_shape")
+
+
+@dataclasses.dataclass(frozen=True)
+class PresetFamily:
+    """One keras-hub class: the rows of its image tower, the FAMILIES row its config resizes,
+    the tower's attribute in a two-tower backbone (None: the preset is the tower), its
+    activations (keras-hub's name -> tanh GELU or not) and its default epsilon, and the
+    variables inference never reads."""
+
+    rows: tuple
+    base: str
+    tower: str | None = None
+    activations: tuple = (("gelu_approximate", True), ("gelu", False))
+    default_activation: str = "gelu_approximate"
+    default_epsilon: float = 1e-6
+    ignored: tuple = ()
+    # (the tower's attribute, dotted, the path its rows read it under) for weights keras-hub
+    # leaves unnamed, whose paths carry a process-wide counter ("head/variable_2").
+    attributes: tuple = ()
+
+
+_SIGLIP = PresetFamily(SIGLIP_ROWS, "SigLIP-B/16", ignored=("embedding/position_ids",),
+                       attributes=(("head.probe", "head/probe"),))
+PRESET_FAMILIES = {
+    "SigLIPVisionEncoder": _SIGLIP,
+    "SigLIPBackbone": dataclasses.replace(_SIGLIP, tower="vision_encoder"),
+}
+
+
+def _class_of(config):
+    """The keras-hub class a preset config names, where it is one of the table's (the
+    registered name too: a class of the same name from another package is not keras-hub's)."""
+    if not isinstance(config, dict):
+        return None
+    name = config.get("class_name")
+    registered = config.get("registered_name", f"keras_hub>{name}")
+    return name if name in PRESET_FAMILIES and registered == f"keras_hub>{name}" else None
+
+
+def _recognises(source):
+    if not source.is_dir or not os.path.exists(os.path.join(source.path, "config.json")):
+        return False
+    return _class_of(source.json("config.json")) is not None
+
+
+def _tower_config(path, config, family):
+    """The image tower's checked config: the preset's own, or a backbone's vision encoder's."""
+    config = check_object(f'{path} (its "config")', config.get("config"))
+    if family.tower is not None:
+        tower = check_object(f'{path} (its "{family.tower}")', config.get(family.tower))
+        config = check_object(f'{path} (its "{family.tower}" config)', tower.get("config"))
+    config = check_fields(path, config, _FIELDS, required=_REQUIRED)
+    activation = config.get("intermediate_activation", family.default_activation)
+    if activation not in dict(family.activations):
+        known = ", ".join(a for a, _ in family.activations)
+        raise CheckpointError(f"{path}: intermediate_activation {activation!r} is none of the "
+                              f"activations keras_vit computes here ({known}).")
+    return config
+
+
+def preset_family_variant(config, family):
+    """The `Variant` a checked image-tower config describes: the row of FAMILIES it is, else
+    the family's row resized and named after its sizes."""
+    fields = dict(width=config["hidden_dim"], depth=config["num_layers"],
+                  mlp_dim=config["intermediate_dim"], heads=config["num_heads"],
+                  patch_size=config["patch_size"], image_size=config["image_shape"][0])
+    base = FAMILIES[family.base]
+    variant = dataclasses.replace(base, **fields)
+    for row in FAMILIES.values():
+        if row.family == base.family and dataclasses.replace(variant, name=row.name) == row:
+            return row
+    return dataclasses.replace(variant, name=f"{base.family}-{fields['width']}x{fields['depth']}"
+                                             f"/{fields['patch_size']}")
+
+
+def _root(path, roots, prefix):
+    """A variable's path from the row's first part on: keras-hub names a tower's layers after
+    the tower (`prefix`, "<name>_"), and a tower nested in a backbone may put its own name
+    before them."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        part = part[len(prefix):] if prefix and part.startswith(prefix) else part
+        if any(re.fullmatch(root, part) for root in roots):
+            return "/".join([part, *parts[i + 1:]])
+    return path
+
+
+def preset_family_to_official(family, arrays, prefix=""):
+    """{keras-hub variable path: array} of an image tower (whose layer names start with
+    `prefix`) -> official-key arrays; a path no row takes passes through ("keras_hub:" + path)
+    for the strict loader to name."""
+    roots = {re.escape(row.source.split("/", 1)[0]).replace(re.escape("{i}"), r"\d+")
+             for row in family.rows}
+    named = {_root(p, roots, prefix): a for p, a in arrays.items()}
+    named = {p: a for p, a in named.items() if p not in family.ignored}
+    return to_official(family.rows, named, unknown_prefix="keras_hub:")
+
+
+def _tower_arrays(tower, family):
+    """{path: array} of the tower's weights, those of `family.attributes` under their rows'
+    paths."""
+    by_attribute = {}
+    for attribute, path in family.attributes:
+        variable = tower
+        for name in attribute.split("."):
+            variable = getattr(variable, name)
+        by_attribute[id(variable)] = path
+    return {by_attribute.get(id(v), v.path): np.asarray(v.numpy()) for v in tower.weights}
+
+
+def _read(directory, family):
+    try:
+        import keras_hub
+    except ImportError as error:
+        raise ImportError(f"Reading the keras-hub preset {directory} needs keras-hub: "
+                          "pip install keras-hub.") from error
+    model = keras_hub.models.Backbone.from_preset(directory)
+    tower = getattr(model, family.tower) if family.tower else model
+    return preset_family_to_official(family, _tower_arrays(tower, family), f"{tower.name}_")
+
+
+def _open(source):
+    directory = source.path
+    path = os.path.join(directory, "config.json")
+    preset = check_object(path, read_preset_json(path))
+    family = PRESET_FAMILIES[_class_of(preset)]
+    config = _tower_config(path, preset, family)
+    variant = preset_family_variant(config, family)
+    check_architecture(path, variant, tuple(config["image_shape"][:2]))  # before keras-hub builds
+    arrays = _read(directory, family)
+    activation = config.get("intermediate_activation", family.default_activation)
+    info = CheckpointInfo({k: a.shape for k, a in arrays.items()}, format=FORMAT.name,
+                          heads=config["num_heads"],
+                          layer_norm_epsilon=config.get("layer_norm_epsilon",
+                                                        family.default_epsilon),
+                          approximate_gelu=dict(family.activations)[activation],
+                          normalization=preset_normalization(directory),
+                          variant=variant)
+    return ArraysReader(arrays, path=directory, source=source, format=FORMAT, info=info)
+
+
+FORMAT = CheckpointFormat(
+    name="keras_hub_families",
+    description="keras-hub preset folder of a family's image tower (save_to_preset: "
+                "SigLIPVisionEncoder or SigLIPBackbone)",
+    recognises=_recognises, open=_open, numerics=(True, 1e-6))
