@@ -52,7 +52,9 @@ def _siglip_tower(keras_hub, activation):
     return keras_hub.models.SigLIPVisionEncoder(**TOWER, intermediate_activation=activation)
 
 
-@pytest.mark.parametrize("activation", ["gelu_approximate", "gelu"])
+# erf GELU is slow: the tanh case reads the same switch (approximate_gelu, asserted) by default.
+@pytest.mark.parametrize("activation", ["gelu_approximate",
+                                        pytest.param("gelu", marks=pytest.mark.slow)])
 def test_a_siglip_vision_encoder_preset_builds_siglip(activation, tmp_path):
     keras_hub = pytest.importorskip("keras_hub")
     tower = _randomise(_siglip_tower(keras_hub, activation))
@@ -66,6 +68,9 @@ def test_a_siglip_vision_encoder_preset_builds_siglip(activation, tmp_path):
     _assert_close(np.asarray(ours(images)), np.asarray(tower({"images": images})))
 
 
+# slow: test_a_clip_backbone_preset_gives_the_projected_embedding reads a tower nested in a
+# two-tower backbone by default, through the same path.
+@pytest.mark.slow
 def test_a_siglip_backbone_preset_reads_its_image_tower(tmp_path):
     keras_hub = pytest.importorskip("keras_hub")
     text = keras_hub.models.SigLIPTextEncoder(vocabulary_size=16, embedding_dim=16, hidden_dim=16,
@@ -78,6 +83,49 @@ def test_a_siglip_backbone_preset_reads_its_image_tower(tmp_path):
     ours = keras_vit.from_pretrained(directory, include_top=False)
     images = _images(2, (SIZE, SIZE))
     _assert_close(np.asarray(ours(images)), np.asarray(backbone.vision_encoder({"images": images})))
+
+
+def _clip_tower(keras_hub, activation="quick_gelu"):
+    tower = keras_hub.models.CLIPVisionEncoder(**TOWER, intermediate_activation=activation)
+    # keras-hub looks positions up by a stored index table, which its converted presets hold
+    # as 0, 1, 2, ... but a freshly built CLIP as zeros (every token at position 0): set as in
+    # its presets, so that a position embedding read wrong shows.
+    ids = tower.embedding.position_ids
+    ids.assign(np.arange(ids.shape[-1]).reshape(ids.shape).astype(ids.dtype))
+    return tower
+
+
+# erf GELU is slow: the QuickGELU case reads the same switch (the variant's activation).
+@pytest.mark.parametrize("activation", ["quick_gelu", pytest.param("gelu", marks=pytest.mark.slow)])
+def test_a_clip_vision_encoder_preset_builds_clip(activation, tmp_path):
+    """keras-hub's CLIP features: the class token of its normed sequence (CLIPVisionPooler)."""
+    keras_hub = pytest.importorskip("keras_hub")
+    tower = _randomise(_clip_tower(keras_hub, activation))
+    directory = str(tmp_path / "clip")
+    tower.save_to_preset(directory)
+    ours = keras_vit.from_pretrained(directory, include_top=False)
+    built = getattr(ours, VARIANT_ATTRIBUTE)
+    assert (built.family, built.pre_norm, built.patch_bias, built.activation) == \
+        ("CLIP", True, False, activation)
+    images = _images(2, (SIZE, SIZE))
+    _assert_close(np.asarray(ours(images)), np.asarray(tower({"images": images}))[:, 0])
+
+
+def test_a_clip_backbone_preset_gives_the_projected_embedding(tmp_path):
+    """A CLIPBackbone holds the projection: the features are keras-hub's
+    get_vision_embeddings, the projected image embedding."""
+    keras_hub = pytest.importorskip("keras_hub")
+    text = keras_hub.models.CLIPTextEncoder(vocabulary_size=16, embedding_dim=16, hidden_dim=16,
+                                            num_layers=1, num_heads=2, intermediate_dim=16,
+                                            max_sequence_length=4)
+    backbone = _randomise(keras_hub.models.CLIPBackbone(_clip_tower(keras_hub), text,
+                                                        projection_dim=12))
+    directory = str(tmp_path / "clip-backbone")
+    backbone.save_to_preset(directory)
+    ours = keras_vit.from_pretrained(directory, include_top=False)
+    assert ours.output_shape == (None, 12)
+    images = _images(2, (SIZE, SIZE))
+    _assert_close(np.asarray(ours(images)), np.asarray(backbone.get_vision_embeddings(images)))
 
 
 def test_a_full_size_config_names_its_row(tmp_path):
@@ -105,7 +153,8 @@ def test_a_preset_of_another_class_is_refused_in_one_line(tmp_path):
     (directory / "config.json").write_text(json.dumps({
         "module": "keras_hub.src.models.dinov3.dinov3_backbone", "class_name": "DINOV3Backbone",
         "config": {"patch_size": 16}, "registered_name": "keras_hub>DINOV3Backbone"}))
-    with pytest.raises(CheckpointError, match="DINOV3Backbone.*SigLIPVisionEncoder") as error:
+    with pytest.raises(CheckpointError, match="DINOV3Backbone.*SigLIPVisionEncoder.*CLIPBackbone") \
+            as error:
         inspect_checkpoint(str(directory))
     assert "\n" not in str(error.value)
     with pytest.raises(CheckpointError, match="DINOV3Backbone"):

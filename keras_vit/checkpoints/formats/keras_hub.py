@@ -72,7 +72,7 @@ from keras_vit.variants import Variant, table_variant
 
 __all__ = ["FORMAT", "KERAS_HUB_ROWS", "read_keras_hub", "keras_hub_config", "task_config",
            "keras_hub_to_official", "official_to_keras_hub", "keras_hub_shapes",
-           "preset_normalization", "read_preset_json"]
+           "preset_normalization", "read_preset_json", "import_keras_hub"]
 
 
 def _recognises(source):
@@ -206,13 +206,19 @@ def _short(value, limit=80):
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def read_keras_hub(directory, has_task):
-    """Official-key arrays of a keras-hub ViT preset (the classifier's head too, if saved)."""
+def import_keras_hub(directory):
+    """keras_hub, which reads its own presets; an ImportError saying how to install it."""
     try:
         import keras_hub
     except ImportError as error:
         raise ImportError(f"Reading the keras-hub preset {directory} needs keras-hub: "
                           "pip install keras-hub.") from error
+    return keras_hub
+
+
+def read_keras_hub(directory, has_task):
+    """Official-key arrays of a keras-hub ViT preset (the classifier's head too, if saved)."""
+    keras_hub = import_keras_hub(directory)
     if has_task:
         model = keras_hub.models.ImageClassifier.from_preset(directory)
     else:
