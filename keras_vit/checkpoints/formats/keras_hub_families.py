@@ -42,7 +42,8 @@ from keras_vit.checkpoints.formats.keras_hub import (
     preset_normalization,
     read_preset_json,
 )
-from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, KeyRow, Transform, to_official
+from keras_vit.checkpoints.formats.open_clip import PROJECTION, TOKEN
+from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, KeyRow, to_official
 from keras_vit.checkpoints.layout import (
     CLS_KEY,
     EMBEDDING_BIAS,
@@ -137,15 +138,11 @@ SIGLIP_ROWS = (
     *_keras_dense(f"{_HEAD}/mlp/fc2", MAP_MLP1_KERNEL, MAP_MLP1_BIAS),
 )
 
-# CLIP's class embedding (D,) -> the official class token (1, 1, D).
-_TOKEN_VECTOR = Transform("token_vector", lambda a, heads: a.reshape(1, 1, -1),
-                          lambda a: a.reshape(-1))
-
 # keras-hub's CLIP image tower (CLIPVisionEncoder): no patch bias, a LayerNorm before the
 # encoder; a CLIPBackbone's `vision_projection` (bias-free) is the head.
 CLIP_ROWS = (
     KeyRow(f"{_EMBEDDING}/patch_embedding/kernel", EMBEDDING_KERNEL),
-    KeyRow(f"{_EMBEDDING}/class_embedding", CLS_KEY, _TOKEN_VECTOR),
+    KeyRow(f"{_EMBEDDING}/class_embedding", CLS_KEY, TOKEN),  # (D,), as OpenCLIP's
     KeyRow(_POSITIONS, POS_EMBED_KEY, ADD_BATCH_AXIS),
     *_keras_norm("pre_layer_norm", PRE_NORM_SCALE, PRE_NORM_BIAS),
     *_keras_norm("encoder_block_{i}/layer_norm_1", LN0_SCALE, LN0_BIAS),
@@ -155,7 +152,8 @@ CLIP_ROWS = (
     *_keras_dense("encoder_block_{i}/dense_2", MLP1_KERNEL, MLP1_BIAS),
     # keras-hub norms every token; its pooler then takes the class token, as keras_vit's.
     *_keras_norm("layer_norm", ENCODER_NORM_SCALE, ENCODER_NORM_BIAS),
-    KeyRow("vision_projection/kernel", HEAD_KERNEL_KEY),
+    # Bias-free, as OpenCLIP's: the head with a zero bias.
+    KeyRow("vision_projection/kernel", (HEAD_KERNEL_KEY, HEAD_BIAS_KEY), PROJECTION),
 )
 
 # The numbers read from an image tower's config, checked before keras-hub builds anything.
@@ -186,7 +184,7 @@ class PresetFamily:
     # leaves unnamed, whose paths carry a process-wide counter ("head/variable_2").
     attributes: tuple = ()
     # The same for weights of the two-tower backbone outside the image tower (CLIP's
-    # projection); a bias-free projection is read as the head with a zero bias.
+    # projection).
     backbone_attributes: tuple = ()
 
 
@@ -305,10 +303,7 @@ def _read(directory, family):
     arrays = {named.get(id(v), v.path): np.asarray(v.numpy()) for v in tower.weights}
     for variable_id, path in _by_attribute(model, family.backbone_attributes).items():
         arrays[path] = next(np.asarray(v.numpy()) for v in model.weights if id(v) == variable_id)
-    out = preset_family_to_official(family, arrays, f"{tower.name}_")
-    if HEAD_KERNEL_KEY in out and HEAD_BIAS_KEY not in out:  # CLIP's bias-free projection
-        out[HEAD_BIAS_KEY] = np.zeros(out[HEAD_KERNEL_KEY].shape[-1:], np.float32)
-    return out
+    return preset_family_to_official(family, arrays, f"{tower.name}_")
 
 
 def _open(source):
