@@ -194,7 +194,9 @@ DEMO_VARIANT = Variant("ViT-demo_4", width=64, depth=4, mlp_dim=128, heads=4, pa
 IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 CLIP_MEAN_STD = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
 # DINOv2 giant: width 1536, 24 heads, 40 blocks, a SwiGLU feed-forward of 2 x 4096 (packed).
-_FAMILY_SIZES = {**_SIZES, "g": (1536, 40, 8192, 24)}
+# SigLIP's shape-optimised So400m (Alabdulmohsin et al. 2023): width 1152, 27 blocks, 16 heads
+# of 72, and an MLP of 4304, not 4 x 1152 (timm's mlp_ratio 3.7362), in the MAP head's MLP too.
+_FAMILY_SIZES = {**_SIZES, "g": (1536, 40, 8192, 24), "So400m": (1152, 27, 4304, 16)}
 
 
 def _family(family, size, patch, suffix="", **fields):
@@ -213,6 +215,8 @@ _DEIT3 = dict(_DEIT, layer_scale=1e-6, embed_prefix_tokens=False)
 _DINOV2 = dict(_DEIT, layer_scale=1e-5, image_size=518)
 _REG4 = dict(register_tokens=4, embed_prefix_tokens=False)
 # SigLIP: no class token, attention pooling (MAPHead); big_vision's tanh GELU; [-1, 1] pixels.
+# SigLIP 2's fixed-resolution image towers are the same architecture (timm builds its
+# ".v2_webli" weights with the same functions), so they are these rows too.
 _SIGLIP = dict(classifier="map")
 # OpenAI CLIP's image tower: a LayerNorm before the encoder, no patch bias, epsilon 1e-5,
 # QuickGELU.
@@ -235,6 +239,7 @@ FAMILIES = {
         *(_family("DINOv2", size, 14, "-reg4", **_DINOV2, **_REG4) for size in ("S", "B", "L")),
         _family("DINOv2", "g", 14, "-reg4", feed_forward="swiglu", **_DINOV2, **_REG4),
         _family("SigLIP", "B", 16, **_SIGLIP),
+        _family("SigLIP", "So400m", 14, **_SIGLIP),
         *(_family("CLIP", size, patch, **_CLIP) for size, patch in (("B", 32), ("B", 16), ("L", 14))),
         *(_family("FlexiViT", size, 16, **_FLEXIVIT) for size in ("S", "B", "L")),
     ]
@@ -337,6 +342,7 @@ TIMM_ARCHITECTURES = {
     "vit_large_patch14_reg4_dinov2": ("DINOv2-L/14-reg4", None),
     "vit_giant_patch14_reg4_dinov2": ("DINOv2-g/14-reg4", None),
     "vit_base_patch16_siglip": ("SigLIP-B/16", None),
+    "vit_so400m_patch14_siglip": ("SigLIP-So400m/14", None),
     "vit_base_patch32_clip_quickgelu": ("CLIP-B/32", None),
     "vit_base_patch16_clip_quickgelu": ("CLIP-B/16", None),
     "vit_large_patch14_clip_quickgelu": ("CLIP-L/14", None),
@@ -350,7 +356,9 @@ TIMM_ARCHITECTURES = {
     "vit_base_r50_s16": ("R50+ViT-B_16", None),
     "vit_large_r50_s32": ("R50+ViT-L_32", None),
 }
-_SUFFIX = re.compile(r"_(?:224|384)$")
+# The resolutions timm registers the same architecture at (SigLIP's 256, 378 and 512 among
+# them); the pretrained file's position grid gives the size it is built at.
+_SUFFIX = re.compile(r"_(?:224|256|378|384|512)$")
 
 
 def timm_variant(architecture):

@@ -142,3 +142,72 @@ def test_flexivit_at_another_patch_size_computes_what_timm_computes(tmp_path):
     assert tuple(ours.get_layer("posembed_input").grid_size) == (6, 6)
     images = _images(2, (48, 48))
     _assert_close(np.asarray(ours(images)), run_timm(theirs.eval(), images))
+
+
+# --- SigLIP So400m/14: an MLP of 4304, not 4 x 1152, and 16 heads of 72 ------------------------
+SO400M = "vit_so400m_patch14_siglip_224"
+
+
+def test_the_so400m_shape_computes_what_timm_computes(tmp_path):
+    """The So400m row's new point, an MLP width that is no multiple of the width (timm's
+    mlp_ratio 3.7362), in the blocks and in the MAP head, at a tiny width: timm's
+    architecture at width 64 and 4 heads has MLPs of int(64 * 3.7362) = 239.
+
+    Built as timm's 384-pixel So400m is, at a size that is no multiple of the patch: 44 pixels
+    give timm a 3 x 3 grid and its convolution leaves the last 2 rows and columns out (384
+    gives 27 x 27 = 378 pixels so); the file builds keras_vit's model at its grid's 42 pixels,
+    which computes timm's output on the same pixels less those."""
+    theirs, path = _timm_file(tmp_path, "vit_so400m_patch14_siglip_384", 44, embed_dim=64,
+                              num_heads=4)
+    assert theirs.blocks[0].mlp.fc1.out_features == theirs.attn_pool.mlp.fc1.out_features == 239
+    variant = dataclasses.replace(keras_vit.get_variant("vit_so400m_patch14_siglip_384"),
+                                  width=64, heads=4, mlp_dim=239, depth=DEPTH)
+    ours = keras_vit.ViT(variant, weights=path, include_top=False)
+    assert ours.input_shape[1:3] == (42, 42)
+    images = _images(2, (44, 44))
+    _assert_close(np.asarray(ours(images[:, :42, :42])), run_timm(theirs, images))
+
+
+def _timm_shapes(architecture, **kwargs):
+    """{official key: shape} of timm's full-width model on the meta device (no memory), through
+    the timm format's rows with the heads split."""
+    timm = import_timm()
+    import torch
+
+    from keras_vit.checkpoints.formats.base import shape_stand_ins
+    from keras_vit.checkpoints.formats.timm import timm_to_official
+
+    with torch.device("meta"):
+        model = timm.create_model(architecture, pretrained=False, **kwargs)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    heads = model.blocks[0].attn.num_heads
+    return {k: a.shape for k, a in timm_to_official(shape_stand_ins(shapes), heads).items()}
+
+
+def _keras_shapes(model):
+    from keras_vit.checkpoints.layout import layout
+
+    return {key: tuple(shape) for row in layout(model)
+            for key, shape in zip(row.keys, row.shapes)}
+
+
+def test_the_full_size_so400m_key_set_maps_exactly():
+    """Every key of timm's full So400m (27 blocks, on the meta device: shapes only) is one of
+    keras_vit's model of the row (built with one block, whose keys every block repeats), with
+    the same shape, and none is left over; the only row its shapes fit is SigLIP-So400m/14."""
+    import re
+
+    from keras_vit.models.pretrained import fitting_variants
+
+    variant = keras_vit.get_variant(SO400M)
+    # Headless, as timm builds it (its pretrained configuration says num_classes=0).
+    one = _keras_shapes(keras_vit.ViT(dataclasses.replace(variant, depth=1), include_top=False))
+    expected = {re.sub(r"encoderblock_0/", f"encoderblock_{i}/", k): s
+                for i in range(variant.depth) for k, s in one.items()}
+    theirs = _timm_shapes(SO400M)
+    assert theirs == expected
+    assert fitting_variants(theirs) == [variant]
+    block = "Transformer/encoderblock_26/MlpBlock_3/Dense_0/kernel"
+    assert theirs[block] == theirs["MAPHead_0/MlpBlock_0/Dense_0/kernel"] == (1152, 4304)
+    assert theirs["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"] \
+        == (1152, 16, 72)

@@ -40,6 +40,29 @@ def test_every_row_builds_what_timm_registers(base):
     assert (model.cls_token is not None) == (variant.classifier == "token")
 
 
+def test_siglip_at_timms_other_resolutions_is_the_same_architecture():
+    """timm registers SigLIP's image towers at several resolutions (SigLIP 2's fixed-resolution
+    ".v2_webli" weights among them, built by the same functions); each name the table accepts
+    builds the row's architecture: width, heads, MLP width, patch, the MAP head, and timm's
+    erf GELU (timm's patch-16 So400m and B/32 use the tanh form: the table accepts neither).
+    One block each (shapes only): the depth is the row's, as the 224 test above checks."""
+    timm = import_timm()
+    import torch
+
+    names = [n for n in timm.list_models("vit_*_siglip_*") if timm_variant(n)]
+    assert {"vit_base_patch16_siglip_512", "vit_so400m_patch14_siglip_378"} <= set(names)
+    for name in names:
+        variant = timm_variant(name)
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, depth=1)
+        block = model.blocks[0]
+        found = (model.embed_dim, block.attn.num_heads, block.mlp.fc1.out_features,
+                 model.patch_embed.patch_size[0], model.global_pool, model.cls_token is None,
+                 type(block.mlp.act).__name__, getattr(block.mlp.act, "approximate", None))
+        assert found == (variant.width, variant.heads, variant.mlp_dim, variant.patch_size,
+                         "map", True, "GELU", "none"), name
+
+
 def _timm_folder(tmp_path, architecture, **kwargs):
     """A Hub-style timm folder as timm's push_to_hf_hub writes it: model.safetensors and a
     config.json naming the architecture, the classes and the pretrained config."""

@@ -40,6 +40,7 @@ FAMILY_PARAMS = {
     "DINOv2-L/14-reg4": 305_395_688,
     "DINOv2-g/14-reg4": 1_138_020_840,
     "SigLIP-B/16": 93_653_224,
+    "SigLIP-So400m/14": 428_833_704,
     "CLIP-B/32": 88_225_000,
     "CLIP-B/16": 86_568_424,
     "CLIP-L/14": 304_204_776,
@@ -51,7 +52,9 @@ FAMILY_PARAMS = {
 TIMM_NAME = {official: base for base, (official, _) in TIMM_ARCHITECTURES.items()
              if official in FAMILIES}
 # Too heavy for the default run at full width (their one- and two-block copies hold 30M to
-# 100M parameters, and timm's meta build of the giant is slow to construct).
+# 100M parameters, and timm's meta build of the giant is slow to construct). So400m's key set
+# and shapes at full size are checked by default in tests/checkpoints/test_timm_families.py
+# (test_the_full_size_so400m_key_set_maps_exactly), which is its count parameter by parameter.
 HEAVY = {n for n, v in FAMILIES.items() if v.width >= 1024}
 
 
@@ -139,6 +142,12 @@ def test_the_depth_extrapolation_is_the_count_of_a_built_model():
     ("deit3_base_patch16_224", "DeiT3-B/16"), ("deit_small_distilled_patch16_224",
                                                "DeiT-S/16-distilled"),
     ("vit_base_patch16_siglip_224", "SigLIP-B/16"), ("clip-l/14", "CLIP-L/14"),
+    ("SigLIP-So400m/14", "SigLIP-So400m/14"), ("vit_so400m_patch14_siglip_224", "SigLIP-So400m/14"),
+    # The same architecture at timm's other resolutions and under its weights' tags: SigLIP 2's
+    # fixed-resolution towers (".v2_webli") are timm's same functions.
+    ("vit_so400m_patch14_siglip_384.webli", "SigLIP-So400m/14"),
+    ("vit_so400m_patch14_siglip_378.v2_webli", "SigLIP-So400m/14"),
+    ("vit_base_patch16_siglip_512.v2_webli", "SigLIP-B/16"),
     ("flexivit_small", "FlexiViT-S/16"), ("FlexiViT-B/16", "FlexiViT-B/16"),
 ])
 def test_names(spelling, name):
@@ -154,6 +163,7 @@ def test_every_row_has_one_named_constructor_with_the_table_name():
     assert keras_vit.DeiT_S16_distilled.__name__ == "DeiT_S16_distilled"
     assert keras_vit.DeiT3_B16.__name__ == "DeiT3_B16"
     assert keras_vit.SigLIP_B16.__name__ == "SigLIP_B16"
+    assert keras_vit.SigLIP_So400m14.__name__ == "SigLIP_So400m14"
     del constructor
 
 

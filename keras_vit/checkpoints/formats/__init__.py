@@ -10,6 +10,7 @@
     transformers_hybrid.py  transformers' ViTHybrid (R50+ViT-B/16; save_pretrained folders)
     transformers_families.py  transformers' DeiT, DINOv2, SigLIP and CLIP vision folders
     keras_hub.py     keras-hub ViT presets (save_to_preset folders)
+    keras_hub_families.py  keras-hub presets of the families' image towers (SigLIP, CLIP)
 
 Each defines `FORMAT` (a `base.CheckpointFormat`): how it recognises a path, how
 it opens it, the numerics of its library. Beside them: `base.py` (the reader
@@ -31,6 +32,7 @@ from keras_vit.checkpoints.formats import (
     bit,
     dinov2,
     keras_hub,
+    keras_hub_families,
     npz,
     open_clip,
     timm,
@@ -48,9 +50,11 @@ __all__ = ["FORMATS", "open_checkpoint", "inspect_checkpoint", "read_checkpoint"
 # The first format that recognises a path is its format. npz comes last: it takes any single
 # file no other format took; transformers_hybrid before transformers, whose patch-embedding
 # key a ViTHybrid folder has too; transformers_families (by config.json's model_type) before
-# transformers, whose patch-embedding key DeiT and DINOv2 folders have too. A pickled file
-# is tried only by the formats that read pickles (`pickled`), the others never see one.
-FORMATS = [keras_hub.FORMAT, timm.FORMAT, transformers_hybrid.FORMAT,
+# transformers, whose patch-embedding key DeiT and DINOv2 folders have too; keras_hub_families
+# (by config.json's class_name) before keras_hub, which refuses every other keras-hub class. A
+# pickled file is tried only by the formats that read pickles (`pickled`), the others never
+# see one.
+FORMATS = [keras_hub_families.FORMAT, keras_hub.FORMAT, timm.FORMAT, transformers_hybrid.FORMAT,
            transformers_families.FORMAT, transformers.FORMAT, open_clip.FORMAT, bit.FORMAT,
            big_vision.FORMAT, dinov2.FORMAT, npz.FORMAT]
 

@@ -71,7 +71,8 @@ from keras_vit.checkpoints.layout import (
 from keras_vit.variants import Variant, table_variant
 
 __all__ = ["FORMAT", "KERAS_HUB_ROWS", "read_keras_hub", "keras_hub_config", "task_config",
-           "keras_hub_to_official", "official_to_keras_hub", "keras_hub_shapes"]
+           "keras_hub_to_official", "official_to_keras_hub", "keras_hub_shapes",
+           "preset_normalization", "read_preset_json", "import_keras_hub"]
 
 
 def _recognises(source):
@@ -99,19 +100,19 @@ def _open(source):
     info = CheckpointInfo(keras_hub_shapes(config, task), format="keras_hub",
                           heads=config.get("num_heads"),
                           layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6),
-                          normalization=_normalization(directory),
+                          normalization=preset_normalization(directory),
                           variant=table_variant(keras_hub_variant(config)))
     arrays = read_keras_hub(directory, has_task=task is not None)
     return ArraysReader(arrays, path=directory, source=source, format=FORMAT, info=info)
 
 
-def _normalization(directory):
+def preset_normalization(directory):
     """The preprocessor's image converter as mean/std on pixels in [0, 1] (it computes
     x * scale + offset on x in [0, 255]), or None where no preprocessor was saved."""
     path = os.path.join(directory, "preprocessor.json")
     if not os.path.exists(path):
         return None
-    preprocessor = check_object(path, _read_json(path))
+    preprocessor = check_object(path, read_preset_json(path))
     converter = (preprocessor.get("config") or {}).get("image_converter") or {}
     converter = converter.get("config", {}) if isinstance(converter, dict) else {}
     scale, offset = converter.get("scale"), converter.get("offset")
@@ -148,13 +149,16 @@ TASK_FIELDS = {"num_classes": count(MAX_CLASSES), "intermediate_dim": optional(c
 def keras_hub_config(directory):
     """The backbone's config (image_shape, patch_size, hidden_dim, ..., layer_norm_epsilon)."""
     path = os.path.join(directory, "config.json")
-    config = check_object(path, _read_json(path))
+    config = check_object(path, read_preset_json(path))
     # Both names: a class of the same name registered by another package is not keras-hub's.
     if (config.get("class_name") != "ViTBackbone"
             or config.get("registered_name", "keras_hub>ViTBackbone") != "keras_hub>ViTBackbone"):
+        from keras_vit.checkpoints.formats.keras_hub_families import PRESET_FAMILIES
+
+        known = ", ".join(["ViTBackbone", *PRESET_FAMILIES])
         raise CheckpointError(f"{directory} is a keras-hub {_short(config.get('class_name'))} "
                               f"preset (registered as {_short(config.get('registered_name'))}); "
-                              "keras_vit reads keras_hub>ViTBackbone presets.")
+                              f"keras_vit reads the presets of keras_hub's {known}.")
     backbone = check_object(f"{path} (its \"config\")", config.get("config"))
     return check_fields(path, backbone, KERAS_HUB_FIELDS, required=KERAS_HUB_REQUIRED)
 
@@ -176,7 +180,7 @@ def task_config(directory):
     path = os.path.join(directory, "task.json")
     if not os.path.exists(path):
         return None
-    task = check_object(path, _read_json(path))
+    task = check_object(path, read_preset_json(path))
     name, registered = task.get("class_name"), task.get("registered_name")
     if name != "ViTImageClassifier" or registered not in (None, "keras_hub>ViTImageClassifier"):
         raise CheckpointError(f"{path} describes a {_short(name)} (registered as "
@@ -189,7 +193,7 @@ def task_config(directory):
     return check_fields(path, config, TASK_FIELDS, required=("num_classes",))
 
 
-def _read_json(path):
+def read_preset_json(path):
     try:
         return read_json(path, "a JSON file", CheckpointError)
     except OSError as error:
@@ -202,13 +206,19 @@ def _short(value, limit=80):
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def read_keras_hub(directory, has_task):
-    """Official-key arrays of a keras-hub ViT preset (the classifier's head too, if saved)."""
+def import_keras_hub(directory):
+    """keras_hub, which reads its own presets; an ImportError saying how to install it."""
     try:
         import keras_hub
     except ImportError as error:
         raise ImportError(f"Reading the keras-hub preset {directory} needs keras-hub: "
                           "pip install keras-hub.") from error
+    return keras_hub
+
+
+def read_keras_hub(directory, has_task):
+    """Official-key arrays of a keras-hub ViT preset (the classifier's head too, if saved)."""
+    keras_hub = import_keras_hub(directory)
     if has_task:
         model = keras_hub.models.ImageClassifier.from_preset(directory)
     else:

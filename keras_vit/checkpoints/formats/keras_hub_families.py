@@ -1,0 +1,332 @@
+"""keras-hub presets of the families (keras_vit/variants.py FAMILIES), one row table per
+keras-hub class, chosen by config.json's `class_name` (and `registered_name`):
+
+    SigLIPVisionEncoder   SigLIP's image tower (its MAP head is `head/...`)
+    SigLIPBackbone        both SigLIP towers: the image tower is its `vision_encoder`
+    CLIPVisionEncoder     CLIP's image tower (QuickGELU, LayerNorm epsilon 1e-5 fixed)
+    CLIPBackbone          both CLIP towers: the image tower, and `vision_projection` (bias
+                          free) as the head, so the features are CLIP's image embedding
+
+A preset's Keras weights are read by keras-hub itself (only it knows how its layers nest),
+then renamed by path through the class's rows; a two-tower backbone's text tower is left.
+The config sets the architecture and the numerics (`intermediate_activation`:
+"gelu_approximate" is tanh GELU, "gelu" erf, "quick_gelu" CLIP's; `layer_norm_epsilon`); `preprocessor.json`,
+where saved, the normalisation. keras-hub's ViT presets are `keras_hub.py`'s: a preset of a
+class neither table knows is refused there, in one line.
+"""
+
+import dataclasses
+import os
+import re
+
+import numpy as np
+
+from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats.base import ArraysReader, CheckpointFormat, CheckpointInfo
+from keras_vit.checkpoints.formats.config_values import (
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_PIXELS,
+    MAX_WIDTH,
+    check_architecture,
+    check_fields,
+    check_object,
+    count,
+    counts,
+    epsilon,
+    optional,
+    string,
+)
+from keras_vit.checkpoints.formats.keras_hub import (
+    import_keras_hub,
+    preset_normalization,
+    read_preset_json,
+)
+from keras_vit.checkpoints.formats.open_clip import PROJECTION, TOKEN
+from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, KeyRow, to_official
+from keras_vit.checkpoints.layout import (
+    CLS_KEY,
+    EMBEDDING_BIAS,
+    EMBEDDING_KERNEL,
+    ENCODER_NORM_BIAS,
+    ENCODER_NORM_SCALE,
+    HEAD_BIAS_KEY,
+    HEAD_KERNEL_KEY,
+    KEY_BIAS,
+    KEY_KERNEL,
+    LN0_BIAS,
+    LN0_SCALE,
+    LN2_BIAS,
+    LN2_SCALE,
+    MAP_KEY_BIAS,
+    MAP_KEY_KERNEL,
+    MAP_LN_BIAS,
+    MAP_LN_SCALE,
+    MAP_MLP0_BIAS,
+    MAP_MLP0_KERNEL,
+    MAP_MLP1_BIAS,
+    MAP_MLP1_KERNEL,
+    MAP_OUT_BIAS,
+    MAP_OUT_KERNEL,
+    MAP_PROBE,
+    MAP_QUERY_BIAS,
+    MAP_QUERY_KERNEL,
+    MAP_VALUE_BIAS,
+    MAP_VALUE_KERNEL,
+    MLP0_BIAS,
+    MLP0_KERNEL,
+    MLP1_BIAS,
+    MLP1_KERNEL,
+    OUT_BIAS,
+    OUT_KERNEL,
+    POS_EMBED_KEY,
+    PRE_NORM_BIAS,
+    PRE_NORM_SCALE,
+    QUERY_BIAS,
+    QUERY_KERNEL,
+    VALUE_BIAS,
+    VALUE_KERNEL,
+)
+from keras_vit.variants import FAMILIES
+
+__all__ = ["FORMAT", "PRESET_FAMILIES", "preset_family_to_official", "preset_family_variant"]
+
+
+def _keras_attention(prefix, official):
+    """keras.layers.MultiHeadAttention's variables, (D, H, hd) as the official layout's."""
+    q, qb, k, kb, v, vb, o, ob = official
+    return tuple(KeyRow(f"{prefix}/{name}", key) for name, key in (
+        ("query/kernel", q), ("query/bias", qb), ("key/kernel", k), ("key/bias", kb),
+        ("value/kernel", v), ("value/bias", vb), ("attention_output/kernel", o),
+        ("attention_output/bias", ob)))
+
+
+def _keras_norm(prefix, scale, bias):
+    return KeyRow(f"{prefix}/gamma", scale), KeyRow(f"{prefix}/beta", bias)
+
+
+def _keras_dense(prefix, kernel, bias):
+    return KeyRow(f"{prefix}/kernel", kernel), KeyRow(f"{prefix}/bias", bias)
+
+
+_BLOCK_ATTENTION = (QUERY_KERNEL, QUERY_BIAS, KEY_KERNEL, KEY_BIAS, VALUE_KERNEL, VALUE_BIAS,
+                    OUT_KERNEL, OUT_BIAS)
+_MAP_ATTENTION = (MAP_QUERY_KERNEL, MAP_QUERY_BIAS, MAP_KEY_KERNEL, MAP_KEY_BIAS,
+                  MAP_VALUE_KERNEL, MAP_VALUE_BIAS, MAP_OUT_KERNEL, MAP_OUT_BIAS)
+
+# keras-hub's layer names (its towers' first path parts; two are spelled like official keys'
+# first parts, so they are named here once).
+_EMBEDDING, _HEAD = "embedding", "head"
+_POSITIONS = f"{_EMBEDDING}/position_embedding/embeddings"
+_POSITION_IDS = f"{_EMBEDDING}/position_ids"
+# keras-hub's SigLIP image tower (SigLIPVisionEncoder), by variable path.
+SIGLIP_ROWS = (
+    *_keras_dense(f"{_EMBEDDING}/patch_embedding", EMBEDDING_KERNEL, EMBEDDING_BIAS),
+    KeyRow(_POSITIONS, POS_EMBED_KEY, ADD_BATCH_AXIS),
+    *_keras_attention("encoder_block_{i}/self_attn", _BLOCK_ATTENTION),
+    *_keras_norm("encoder_block_{i}/layer_norm1", LN0_SCALE, LN0_BIAS),
+    *_keras_dense("encoder_block_{i}/mlp/fc1", MLP0_KERNEL, MLP0_BIAS),
+    *_keras_dense("encoder_block_{i}/mlp/fc2", MLP1_KERNEL, MLP1_BIAS),
+    *_keras_norm("encoder_block_{i}/layer_norm2", LN2_SCALE, LN2_BIAS),
+    *_keras_norm("post_layer_norm", ENCODER_NORM_SCALE, ENCODER_NORM_BIAS),
+    # The MAP head (SigLIPMultiHeadAttentionPooling); its probe is an unnamed weight, read
+    # by attribute (PresetFamily.attributes).
+    KeyRow(f"{_HEAD}/probe", MAP_PROBE),
+    *_keras_attention(f"{_HEAD}/attention", _MAP_ATTENTION),
+    *_keras_norm(f"{_HEAD}/layernorm", MAP_LN_SCALE, MAP_LN_BIAS),
+    *_keras_dense(f"{_HEAD}/mlp/fc1", MAP_MLP0_KERNEL, MAP_MLP0_BIAS),
+    *_keras_dense(f"{_HEAD}/mlp/fc2", MAP_MLP1_KERNEL, MAP_MLP1_BIAS),
+)
+
+# keras-hub's CLIP image tower (CLIPVisionEncoder): no patch bias, a LayerNorm before the
+# encoder; a CLIPBackbone's `vision_projection` (bias-free) is the head.
+CLIP_ROWS = (
+    KeyRow(f"{_EMBEDDING}/patch_embedding/kernel", EMBEDDING_KERNEL),
+    KeyRow(f"{_EMBEDDING}/class_embedding", CLS_KEY, TOKEN),  # (D,), as OpenCLIP's
+    KeyRow(_POSITIONS, POS_EMBED_KEY, ADD_BATCH_AXIS),
+    *_keras_norm("pre_layer_norm", PRE_NORM_SCALE, PRE_NORM_BIAS),
+    *_keras_norm("encoder_block_{i}/layer_norm_1", LN0_SCALE, LN0_BIAS),
+    *_keras_attention("encoder_block_{i}/attention", _BLOCK_ATTENTION),
+    *_keras_norm("encoder_block_{i}/layer_norm_2", LN2_SCALE, LN2_BIAS),
+    *_keras_dense("encoder_block_{i}/dense_1", MLP0_KERNEL, MLP0_BIAS),
+    *_keras_dense("encoder_block_{i}/dense_2", MLP1_KERNEL, MLP1_BIAS),
+    # keras-hub norms every token; its pooler then takes the class token, as keras_vit's.
+    *_keras_norm("layer_norm", ENCODER_NORM_SCALE, ENCODER_NORM_BIAS),
+    # Bias-free, as OpenCLIP's: the head with a zero bias.
+    KeyRow("vision_projection/kernel", (HEAD_KERNEL_KEY, HEAD_BIAS_KEY), PROJECTION),
+)
+
+# The numbers read from an image tower's config, checked before keras-hub builds anything.
+_FIELDS = {
+    "patch_size": count(MAX_PIXELS), "hidden_dim": count(MAX_WIDTH),
+    "num_layers": count(MAX_LAYERS), "num_heads": count(MAX_HEADS),
+    "intermediate_dim": count(MAX_WIDTH), "image_shape": counts(MAX_PIXELS, 3, least=3),
+    "layer_norm_epsilon": optional(epsilon), "intermediate_activation": optional(string),
+}
+_REQUIRED = ("patch_size", "hidden_dim", "num_layers", "num_heads", "intermediate_dim",
+             "image_shape")
+
+
+@dataclasses.dataclass(frozen=True)
+class PresetFamily:
+    """One keras-hub class: the rows of its image tower, the FAMILIES row its config resizes,
+    the tower's attribute in a two-tower backbone (None: the preset is the tower), its
+    activations (keras-hub's name -> the Variant's activation and whether GELU is tanh) and
+    its default epsilon."""
+
+    rows: tuple
+    base: str
+    tower: str | None = None
+    activations: tuple = (("gelu_approximate", ("gelu", True)), ("gelu", ("gelu", False)))
+    default_activation: str = "gelu_approximate"
+    default_epsilon: float = 1e-6
+    # (the tower's attribute, dotted, the path its rows read it under) for weights keras-hub
+    # leaves unnamed, whose paths carry a process-wide counter ("head/variable_2").
+    attributes: tuple = ()
+    # The same for weights of the two-tower backbone outside the image tower (CLIP's
+    # projection).
+    backbone_attributes: tuple = ()
+
+
+_SIGLIP = PresetFamily(SIGLIP_ROWS, "SigLIP-B/16",
+                       attributes=((f"{_HEAD}.probe", f"{_HEAD}/probe"),))
+# keras-hub's CLIP fixes every LayerNorm epsilon at 1e-5 (no config field).
+_CLIP = PresetFamily(CLIP_ROWS, "CLIP-B/16",
+                     activations=(("quick_gelu", ("quick_gelu", False)), ("gelu", ("gelu", False))),
+                     default_activation="quick_gelu", default_epsilon=1e-5)
+PRESET_FAMILIES = {
+    "SigLIPVisionEncoder": _SIGLIP,
+    "SigLIPBackbone": dataclasses.replace(_SIGLIP, tower="vision_encoder"),
+    "CLIPVisionEncoder": _CLIP,
+    "CLIPBackbone": dataclasses.replace(
+        _CLIP, tower="vision_encoder",
+        backbone_attributes=(("vision_projection.kernel", "vision_projection/kernel"),)),
+}
+
+
+def _class_of(config):
+    """The keras-hub class a preset config names, where it is one of the table's (the
+    registered name too: a class of the same name from another package is not keras-hub's)."""
+    if not isinstance(config, dict):
+        return None
+    name = config.get("class_name")
+    registered = config.get("registered_name", f"keras_hub>{name}")
+    return name if name in PRESET_FAMILIES and registered == f"keras_hub>{name}" else None
+
+
+def _recognises(source):
+    if not source.is_dir or not os.path.exists(os.path.join(source.path, "config.json")):
+        return False
+    return _class_of(source.json("config.json")) is not None
+
+
+def _tower_config(path, config, family):
+    """The image tower's checked config: the preset's own, or a backbone's vision encoder's."""
+    config = check_object(f'{path} (its "config")', config.get("config"))
+    if family.tower is not None:
+        tower = check_object(f'{path} (its "{family.tower}")', config.get(family.tower))
+        config = check_object(f'{path} (its "{family.tower}" config)', tower.get("config"))
+    config = check_fields(path, config, _FIELDS, required=_REQUIRED)
+    activation = config.get("intermediate_activation", family.default_activation)
+    if activation not in dict(family.activations):
+        known = ", ".join(a for a, _ in family.activations)
+        raise CheckpointError(f"{path}: intermediate_activation {activation!r} is none of the "
+                              f"activations keras_vit computes here ({known}).")
+    return config
+
+
+def _activation(config, family):
+    """(the Variant's activation, whether its GELU is tanh) of a checked config."""
+    return dict(family.activations)[config.get("intermediate_activation",
+                                               family.default_activation)]
+
+
+def preset_family_variant(config, family):
+    """The `Variant` a checked image-tower config describes: the row of FAMILIES it is, else
+    the family's row resized and named after its sizes."""
+    fields = dict(width=config["hidden_dim"], depth=config["num_layers"],
+                  mlp_dim=config["intermediate_dim"], heads=config["num_heads"],
+                  patch_size=config["patch_size"], image_size=config["image_shape"][0],
+                  activation=_activation(config, family)[0])
+    base = FAMILIES[family.base]
+    variant = dataclasses.replace(base, **fields)
+    for row in FAMILIES.values():
+        if row.family == base.family and dataclasses.replace(variant, name=row.name) == row:
+            return row
+    return dataclasses.replace(variant, name=f"{base.family}-{fields['width']}x{fields['depth']}"
+                                             f"/{fields['patch_size']}")
+
+
+def _root(path, roots, prefix):
+    """A variable's path from the row's first part on: keras-hub names a tower's layers after
+    the tower (`prefix`, "<name>_"), and a tower nested in a backbone may put its own name
+    before them."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        part = part[len(prefix):] if prefix and part.startswith(prefix) else part
+        if any(re.fullmatch(root, part) for root in roots):
+            return "/".join([part, *parts[i + 1:]])
+    return path
+
+
+def preset_family_to_official(family, arrays, prefix=""):
+    """{keras-hub variable path: array} of an image tower (whose layer names start with
+    `prefix`) -> official-key arrays; a path no row takes passes through ("keras_hub:" + path)
+    for the strict loader to name."""
+    roots = {re.escape(row.source.split("/", 1)[0]).replace(re.escape("{i}"), r"\d+")
+             for row in family.rows}
+    named = {_root(p, roots, prefix): a for p, a in arrays.items()}
+    ids = named.pop(_POSITION_IDS, None)
+    if ids is not None and _POSITIONS in named:
+        # keras-hub looks each token's position up by these stored indices (its converted
+        # presets hold 0, 1, 2, ...; a freshly built CLIP holds zeros): the model's table.
+        named[_POSITIONS] = named[_POSITIONS][np.asarray(ids).reshape(-1)]
+    return to_official(family.rows, named, unknown_prefix="keras_hub:")
+
+
+def _by_attribute(model, attributes):
+    """{id(variable): path} of the variables `attributes` name on `model`."""
+    found = {}
+    for attribute, path in attributes:
+        variable = model
+        for name in attribute.split("."):
+            variable = getattr(variable, name)
+        found[id(variable)] = path
+    return found
+
+
+def _read(directory, family):
+    keras_hub = import_keras_hub(directory)
+    model = keras_hub.models.Backbone.from_preset(directory)
+    tower = getattr(model, family.tower) if family.tower else model
+    named = _by_attribute(tower, family.attributes)
+    arrays = {named.get(id(v), v.path): np.asarray(v.numpy()) for v in tower.weights}
+    for variable_id, path in _by_attribute(model, family.backbone_attributes).items():
+        arrays[path] = next(np.asarray(v.numpy()) for v in model.weights if id(v) == variable_id)
+    return preset_family_to_official(family, arrays, f"{tower.name}_")
+
+
+def _open(source):
+    directory = source.path
+    path = os.path.join(directory, "config.json")
+    preset = check_object(path, read_preset_json(path))
+    family = PRESET_FAMILIES[_class_of(preset)]
+    config = _tower_config(path, preset, family)
+    variant = preset_family_variant(config, family)
+    check_architecture(path, variant, tuple(config["image_shape"][:2]))  # before keras-hub builds
+    arrays = _read(directory, family)
+    info = CheckpointInfo({k: a.shape for k, a in arrays.items()}, format=FORMAT.name,
+                          heads=config["num_heads"],
+                          layer_norm_epsilon=config.get("layer_norm_epsilon",
+                                                        family.default_epsilon),
+                          approximate_gelu=_activation(config, family)[1],
+                          normalization=preset_normalization(directory),
+                          variant=variant)
+    return ArraysReader(arrays, path=directory, source=source, format=FORMAT, info=info)
+
+
+FORMAT = CheckpointFormat(
+    name="keras_hub_families",
+    description="keras-hub preset folder of a family's image tower (save_to_preset: "
+                "SigLIPVisionEncoder, SigLIPBackbone, CLIPVisionEncoder or CLIPBackbone)",
+    recognises=_recognises, open=_open, numerics=(True, 1e-6))
