@@ -24,11 +24,11 @@ COLAB = "https://colab.research.google.com/"
 TIMEOUT_PER_CELL = 180
 
 
-def test_there_are_seven_tutorials():
+def test_there_are_eight_tutorials():
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb", "02_flowers_transfer.ipynb", "03_inside_a_vit.ipynb",
         "04_export_and_serve.ipynb", "05_distributed_training.ipynb", "06_hybrids.ipynb",
-        "07_vit_vs_resnet.ipynb"]
+        "07_vit_vs_resnet.ipynb", "09_transfer_methods.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -70,6 +70,9 @@ def test_notebook_is_well_formed(path):
 #   the hybrid parity tests and tests/analysis/test_probe.py run them.
 # - 07 ViT against ResNet trains a full-size BiT-R50x1 (three 280 MB files); its commands are
 #   the ViT against ResNet page's, which tests/docs/test_vit_vs_resnet_page.py runs.
+# - 09 transfer methods: train from an earlier run's folder, LoRA and the few-shot probe, as
+#   tests/training/test_transfer.py, test_lora_run.py and tests/test_benchmark_transfer.py run
+#   them.
 # Run them all with `pytest -m slow tests/docs/test_tutorials.py`.
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
