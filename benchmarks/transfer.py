@@ -70,10 +70,10 @@ def digits_splits(digits, train_indices=None, examples=None):
     best.keras (the report scores model.keras), is the training images themselves: with one
     label per class there is nothing to hold back."""
     import tensorflow as tf
+    from sklearn.datasets import load_digits
 
     from keras_vit.data import DatasetSplits
     from keras_vit.data.splitting import HELD_OUT, held_out_split, split_record
-    from sklearn.datasets import load_digits
 
     data = load_digits()
     images = np.round(data.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
@@ -221,7 +221,7 @@ def summarize(rows):
         groups.setdefault((row["method"], row["shots"], row["augment"]), []).append(row)
     summary = []
     for (method, shots, augment), group in groups.items():
-        def stats(key):
+        def stats(key, group=group):
             values = [r[key] for r in group if r.get(key) is not None]
             if not values:
                 return None, None
@@ -289,6 +289,25 @@ def plot(summary, path):
     plt.close(figure)
 
 
+def write_outputs(args, rows, pretrained, started, output_dir):
+    """The result of `rows`; with `output_dir`, written there as transfer.json, .md and .png."""
+    summary = summarize(rows)
+    result = {"command": "python -m benchmarks.transfer", "arguments": vars(args),
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+              "seconds": time.perf_counter() - started, "pretrained": pretrained,
+              "summary": summary, "runs": rows}
+    if output_dir:
+        from keras_vit.atomic import atomic_open
+
+        os.makedirs(output_dir, exist_ok=True)
+        with atomic_open(os.path.join(output_dir, "transfer.json")) as f:
+            json.dump(result, f, indent=1)
+        with atomic_open(os.path.join(output_dir, "transfer.md")) as f:
+            f.write(markdown(summary) + "\n")
+        plot(summary, os.path.join(output_dir, "transfer.png"))
+    return result
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -316,23 +335,11 @@ def main(argv=None):
                         rows.append(row)
                         print(f"  {method:7} {augment:6} {shots:>3}/class: accuracy "
                               f"{row['accuracy']:.3f} ({row['seconds']:.1f} s)", flush=True)
-    summary = summarize(rows)
-    result = {"command": "python -m benchmarks.transfer", "arguments": vars(args),
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-              "seconds": time.perf_counter() - started, "pretrained": pretrained,
-              "summary": summary, "runs": rows}
-    table = markdown(summary)
-    print(table)
+                if args.output_dir:  # so far: an interrupted run keeps what it finished
+                    write_outputs(args, rows, pretrained, started, args.output_dir)
+    result = write_outputs(args, rows, pretrained, started, args.output_dir)
+    print(markdown(result["summary"]))
     print(f"{result['seconds']:.0f} s in all")
-    if args.output_dir:
-        from keras_vit.atomic import atomic_open
-
-        os.makedirs(args.output_dir, exist_ok=True)
-        with atomic_open(os.path.join(args.output_dir, "transfer.json")) as f:
-            json.dump(result, f, indent=1)
-        with atomic_open(os.path.join(args.output_dir, "transfer.md")) as f:
-            f.write(table + "\n")
-        plot(summary, os.path.join(args.output_dir, "transfer.png"))
     return result
 
 
