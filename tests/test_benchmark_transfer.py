@@ -1,10 +1,12 @@
 """benchmarks.transfer in a tiny mode: the files and table it writes, and the held-out split
 every transfer run is scored on. No accuracy or time is asserted: a 2-step run's are noise."""
 
+import argparse
 import json
 import os
 
 import numpy as np
+import pytest
 
 from benchmarks import transfer
 from keras_vit.data import load_digits
@@ -23,6 +25,30 @@ def test_every_label_count_is_scored_on_the_same_held_out_images_of_digits_5_to_
     assert every.class_names == ["5", "6", "7", "8", "9"]
 
 
+def test_the_outputs_hold_each_method_once_with_the_mean_and_sd_of_its_seeds(tmp_path):
+    rows = [{"method": method, "shots": "1", "augment": "none", "seed": seed,
+             "accuracy": accuracy, "trainable": 325, "peak_bytes": 2**30,
+             "peak_above_start_bytes": 2**20 * seed, "step_seconds": None if method == "probe"
+             else 0.01} for method, seed, accuracy in (("probe", 0, 0.5), ("probe", 1, 0.7),
+                                                        ("lora1", 0, 0.2), ("lora1", 1, 0.2))]
+    result = transfer.write_outputs(argparse.Namespace(seeds=[0, 1]), rows, [], 0.0,
+                                    str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["transfer.json", "transfer.md", "transfer.png"]
+    probe = next(s for s in result["summary"] if s["method"] == "probe")
+    # By hand: mean 0.6, sample sd sqrt(((0.1)^2 * 2) / 1); peaks 0 and 1 MiB above start.
+    assert probe["accuracy"] == pytest.approx(0.6) and probe["accuracy_sd"] == pytest.approx(
+        0.1 * 2 ** 0.5) and probe["peak_above_start_mib"] == pytest.approx(0.5)
+    assert probe["step_ms"] is None and probe["seeds"] == 2
+    with open(tmp_path / "transfer.md") as f:
+        table = f.read().splitlines()
+    assert table[2] == "| probe | – | 1 | 60.0 ± 14.1 | 325 | 0 | – |"
+    assert table[3] == "| lora1 | none | 1 | 20.0 ± 0.0 | 325 | 0 | 10.0 |"
+
+
+# ~30 CPU-seconds (a pre-training and a LoRA run, each compiled): slow. The default test
+# above checks the same outputs from planted rows, and tests/training/test_lora_run.py the
+# report fields a run gives them.
+@pytest.mark.slow
 def test_a_tiny_run_writes_its_table_json_and_plot(tmp_path):
     out = str(tmp_path / "out")
     result = transfer.main(["--seeds", "0", "--shots", "1", "--methods", "probe", "lora1",
