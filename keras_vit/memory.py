@@ -13,14 +13,22 @@ the command line turns the out-of-memory error they raise into one line instead
 
 `ViT` and `BiT` call it first thing (with a batch of one), so a library call is refused
 as early as the command; the command and `train` call it again with their batch size.
+
+`peak_memory()` is what a run's report.json records of the memory it took: the process's
+peak resident set (Linux's VmHWM, else `resource`'s ru_maxrss), which counts TensorFlow's
+own allocations (tracemalloc sees Python's only). `reset_peak_resident()` starts that peak
+again from the present resident set, so a process running several runs (a benchmark) can
+measure each.
 """
 
 import math
 import os
+import sys
 
 from keras_vit.errors import SizeError
 
-__all__ = ["check_fits", "physical_memory"]
+__all__ = ["check_fits", "physical_memory", "peak_memory", "peak_resident_bytes", "resident_bytes",
+           "reset_peak_resident"]
 
 
 def physical_memory():
@@ -29,6 +37,54 @@ def physical_memory():
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX
         return None
+
+
+def _status_bytes(field):
+    """A `kB` field of Linux's /proc/self/status ("VmHWM", "VmRSS") in bytes; None elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def resident_bytes():
+    """This process's resident set now (None where the OS does not say)."""
+    return _status_bytes("VmRSS")
+
+
+def peak_resident_bytes():
+    """This process's peak resident set in bytes: VmHWM on Linux (which `reset_peak_resident`
+    restarts), else ru_maxrss (kilobytes on Linux, bytes on macOS); None where neither exists."""
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def peak_memory():
+    """report.json's record: {"bytes": the peak resident set, "measure": how it was read}."""
+    measure = "VmHWM" if _status_bytes("VmHWM") is not None else "ru_maxrss"
+    return {"bytes": peak_resident_bytes(), "measure": f"peak resident set of the process ({measure})"}
+
+
+def reset_peak_resident():
+    """Restarts the peak resident set from the present one (Linux >= 4.0, writing 5 to
+    /proc/self/clear_refs); True when it did, False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def _gigabytes(count):

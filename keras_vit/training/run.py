@@ -60,7 +60,7 @@ from keras_vit.data.augment import Augmentation, get_augmentation
 from keras_vit.data.splitting import SPLIT_SEED
 from keras_vit.errors import ArgumentError, DatasetError, PathError, RunConflictError
 from keras_vit.execution import check_execution, choose_jit_compile
-from keras_vit.memory import check_fits
+from keras_vit.memory import check_fits, peak_memory
 from keras_vit.models import ViT
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
 from keras_vit.training import resume
@@ -615,8 +615,10 @@ def _fit_in(output, run, placement, splits, config, model, plan):
     with placement.scope():  # the optimizer's variables are built where fit builds them
         initial_epoch, best_so_far = resume.resume(model, output)
         build_training_state(model)
+    step_timer = _StepTimer()
     callbacks = [
         _EpochExtras(),
+        step_timer,
         keras.callbacks.CSVLogger(log_path, append=True),
         # After the CSV row: a kill between the two runs the epoch again, and resume()
         # drops its row first, so log.csv never misses or repeats an epoch.
@@ -652,6 +654,9 @@ def _fit_in(output, run, placement, splits, config, model, plan):
         # What the optimizer updates and all the model holds (LoRA factors included).
         "parameter_counts": parameter_counts(student), "lora": run.lora,
         "teacher": teacher,
+        # What the run cost: the median seconds of a training batch this process ran, and the
+        # process's peak resident memory (TensorFlow's allocations included).
+        "step_seconds": step_timer.record(), "peak_memory": peak_memory(),
     }
     result = report.write_report(output, labels, np.argmax(logits, axis=-1), splits.class_names,
                                  summary, skipped_files=splits.skipped_files,
@@ -670,6 +675,28 @@ def _best_checkpoint(log_path):
     epoch, score = max(scores, key=lambda item: (item[1], -item[0]), default=(None, None))
     return {"file": "best.keras", "chosen_on": "validation", "monitor": resume.MONITOR,
             "epoch": None if epoch is None else epoch + 1, "value": score}
+
+
+class _StepTimer(keras.callbacks.Callback):
+    """Times each training batch (a forward and backward pass; an update every
+    `gradient_accumulation_steps` of them), the first aside: it traces and compiles."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seconds.append(time.perf_counter() - self._start)
+
+    def record(self):
+        """{"median", "batches_timed", "first"}: seconds of a batch, none when none ran."""
+        timed = self.seconds[1:] or self.seconds
+        return {"median": float(np.median(timed)) if timed else None,
+                "batches_timed": len(timed),
+                "first": float(self.seconds[0]) if self.seconds else None}
 
 
 class _EpochExtras(keras.callbacks.Callback):

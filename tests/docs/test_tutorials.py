@@ -24,11 +24,12 @@ COLAB = "https://colab.research.google.com/"
 TIMEOUT_PER_CELL = 180
 
 
-def test_there_are_eight_tutorials():
+def test_there_are_nine_tutorials():
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb", "02_flowers_transfer.ipynb", "03_inside_a_vit.ipynb",
         "04_export_and_serve.ipynb", "05_distributed_training.ipynb", "06_hybrids.ipynb",
-        "07_vit_vs_resnet.ipynb", "08_features_and_linear_probe.ipynb"]
+        "07_vit_vs_resnet.ipynb", "08_features_and_linear_probe.ipynb",
+        "09_transfer_methods.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -73,6 +74,9 @@ def test_notebook_is_well_formed(path):
 # - 08 features and linear probe: from_pretrained on a timm Hub folder
 #   (tests/models/test_pretrained.py), DINOv2 features and the few-shot probe, as
 #   tests/cli/test_family_commands.py and tests/analysis run them.
+# - 09 transfer methods: train from an earlier run's folder, LoRA and the few-shot probe, as
+#   tests/training/test_transfer.py, test_lora_run.py and tests/test_benchmark_transfer.py run
+#   them.
 # Run them all with `pytest -m slow tests/docs/test_tutorials.py`.
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 
 from keras_vit import data
+from keras_vit.memory import physical_memory
 from keras_vit.training import train
 from keras_vit.variants import get_variant
 from tests.models.test_lora import _vit_parameters
@@ -27,6 +28,11 @@ def test_a_lora_run_records_its_parameters_and_saves_merged_models(tmp_path):
     expected = _vit_parameters(demo, 2, ("query", "value"), 10, (16 // demo.patch_size) ** 2 + 1)
     assert (counts["trainable"], counts["total"]) == expected
     assert counts["total"] == saved["parameters"]
+    # The run's cost: its 2 training batches, the first (tracing) aside, and the peak resident
+    # memory, which holds at least the model's float32 weights and at most the machine.
+    assert saved["step_seconds"]["batches_timed"] == 1
+    assert saved["step_seconds"]["median"] > 0  # measured (no bound on how long: any machine)
+    assert 4 * counts["total"] < saved["peak_memory"]["bytes"] <= physical_memory()
     for name in ("model.keras", "best.keras"):
         model = keras.saving.load_model(os.path.join(output, name))
         assert not [v.path for v in model.weights if "lora" in v.path], name

@@ -1,0 +1,347 @@
+"""The paper's transfer protocol in miniature, offline: pre-train on digits 0-4, transfer to 5-9.
+
+    python -m benchmarks.transfer                       # the table on docs/fine-tuning.md
+    python -m benchmarks.transfer --seeds 0 --shots 10 --methods scratch lora4 \\
+        --pretrain-steps 20 --steps 5 --no-augment        # a tiny run (the tests' one)
+
+For each seed: the demo ViT (the README's first command's model) is trained from scratch on
+the digits 0-4 (`--pretrain-steps` updates, the digits preset's recipe), once; its run folder
+is then the `weights` of every transfer to the digits 5-9 with 1, 5, 10 and all labels per
+class (drawn with the seed by `keras_vit.analysis.few_shot_indices`, the probe's own draw):
+
+    scratch   the same model from random weights, the digits preset's recipe
+    probe     `evaluate(few_shot=K)`: the paper's closed-form linear probe on frozen features
+    head      fine-tuning the new zero head only (every other weight frozen)
+    full      fine-tuning every weight (the paper's recipe: SGD, warmup, cosine, clipping)
+    loraR     `lora_rank=R` (query and value), R in 1, 4, 16: the factors and the head train
+
+every trained method without and with AugReg's `light1` (RandAugment 1,10 and no MixUp; the
+probe has no training to augment), `--steps` weight updates each (a fixed count rather than
+epochs: one label per class is five images). Each run is `keras_vit.train` in this process,
+so what is measured is what a user runs; its report.json gives the accuracy on the digits'
+fixed held-out split (the 5-9 of `keras_vit.load_digits`'s test split, 180 images), the
+trainable parameters, the peak resident memory and the median step time.
+
+Two things `train` does not take from a caller, the benchmark supplies around it: the
+datasets (a folder would be re-split at every label count, so the held-out images would
+change with it; here every run of 5-9 is scored on the same 180) and the frozen backbone of
+"head". Both replace a name `keras_vit.training.run` looks up (`load_dataset`,
+`build_model`) for the length of a run, and nothing else of the training path.
+
+Memory: the peak resident set (Linux's VmHWM), reset before each run through
+/proc/self/clear_refs; "peak above start" is that peak less the resident set at the reset,
+which is what the run itself added to a process that already holds TensorFlow and the
+previous runs' freed-but-kept allocations. Where the reset is not possible the peak is the
+process's, and the column says so.
+
+Writes results.json (every run) and prints a markdown table; with `--output-dir` also
+transfer.json, transfer.md and transfer.png there.
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+METHODS = ("scratch", "probe", "head", "full", "lora1", "lora4", "lora16")
+SHOTS = ("1", "5", "10", "all")
+AUGMENTS = ("none", "light1")
+SOURCE_DIGITS, TARGET_DIGITS = tuple(range(5)), tuple(range(5, 10))
+IMAGE_SIZE = 16  # the digits preset's: 8x8 digits upsampled, 16 tokens of 4x4 pixels
+BATCH_SIZE = 32
+# Chosen so the whole default benchmark (5 seeds: 5 pre-trainings and 240 transfer runs)
+# takes about 40 minutes on 2 shared CPU cores; see docs/fine-tuning.md for the measured time.
+PRETRAIN_STEPS = 300
+TRANSFER_STEPS = 50
+TRANSFER_LR = 0.03  # SGD's peak rate for every fine-tuned method (the paper's grid: 0.001-0.03)
+
+
+def digits_splits(digits, train_indices=None, examples=None):
+    """A `DatasetSplits` of the sklearn digits `digits` (labels renumbered 0..), its test split
+    the digits' fixed held-out images of those digits; `train_indices` (into the training
+    images of `digits`) keeps only those for training. The validation split, which only chooses
+    best.keras (the report scores model.keras), is the training images themselves: with one
+    label per class there is nothing to hold back."""
+    import tensorflow as tf
+    from sklearn.datasets import load_digits
+
+    from keras_vit.data import DatasetSplits
+    from keras_vit.data.splitting import HELD_OUT, held_out_split, split_record
+
+    data = load_digits()
+    images = np.round(data.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
+    train, test = held_out_split(data.target)  # keras_vit.load_digits's split
+    keep = np.isin(data.target, digits)
+    train, test = train[keep[train]], test[keep[test]]
+    if train_indices is not None:
+        train = train[np.asarray(train_indices)]
+    labels = np.searchsorted(np.asarray(digits), data.target).astype(np.int32)
+
+    def split(indices):
+        return tf.data.Dataset.from_tensor_slices((images[indices], labels[indices]))
+
+    name = f"digits-{digits[0]}-{digits[-1]}"
+    repeats = max(1, -(-(examples or 0) // len(train)))
+    return DatasetSplits(split(train).repeat(repeats), split(test), [str(d) for d in digits],
+                         len(train) * repeats,
+                         len(test), name=name, train_bytes=images[train].nbytes * repeats,
+                         test_bytes=images[test].nbytes, validation=split(train),
+                         num_validation=len(train), validation_bytes=images[train].nbytes,
+                         split=split_record(HELD_OUT, 0.0, 0, {"train": train, "test": test,
+                                                               "validation": train}))
+
+
+def target_labels():
+    """The labels (0-4 for digits 5-9) of the target's training images, in their order."""
+    splits = digits_splits(TARGET_DIGITS)
+    return np.asarray([int(y) for _, y in splits.train.as_numpy_iterator()])
+
+
+@contextlib.contextmanager
+def supplied(splits, head_only=False):
+    """For the runs inside: `train(dataset=splits.name)` reads `splits`, and with `head_only`
+    every weight of the built model but the head's is frozen."""
+    from keras_vit.lora import HEAD_LAYER
+    from keras_vit.training import run
+
+    load_dataset, build_model = run.load_dataset, run.build_model
+
+    def load(source, **_):
+        if source != splits.name:
+            return load_dataset(source, **_)
+        return splits
+
+    def build(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        if head_only:
+            for layer in model.layers:
+                layer.trainable = layer.name == HEAD_LAYER
+        return model
+
+    run.load_dataset, run.build_model = load, build
+    try:
+        yield
+    finally:
+        run.load_dataset, run.build_model = load_dataset, build_model
+
+
+def reset_peak():
+    """The resident bytes now, after resetting the peak; None where Linux's reset is absent."""
+    from keras_vit.memory import reset_peak_resident, resident_bytes
+
+    return resident_bytes() if reset_peak_resident() else None
+
+
+def pretrain(seed, folder, steps):
+    """The run folder of the demo ViT trained from scratch on the digits 0-4."""
+    from keras_vit.data import get_preset
+    from keras_vit.training import train
+    from keras_vit.training.recipes import get_recipe
+
+    recipe = get_recipe("scratch", **get_preset("digits").overrides("scratch"))
+    recipe = dataclasses.replace(recipe, steps=steps, epochs=None)
+    output = os.path.join(folder, f"pretrain-{seed}")
+    splits = digits_splits(SOURCE_DIGITS)
+    with supplied(splits):
+        report = train(splits.name, model="demo", recipe=recipe, output=output, seed=seed,
+                       verbose=0, execution="graph")
+    return output, report["accuracy"]
+
+
+def transfer_recipe(method, steps, batch_size, augment):
+    """The recipe of a trained method: the digits preset's for scratch, else the paper's
+    fine-tuning recipe at the demo's size, without gradient accumulation."""
+    from keras_vit.data import get_preset
+    from keras_vit.training.recipes import get_recipe
+
+    if method == "scratch":
+        recipe = get_recipe("scratch", **get_preset("digits").overrides("scratch"))
+    else:
+        recipe = get_recipe("finetune", learning_rate=TRANSFER_LR, image_size=IMAGE_SIZE,
+                            global_batch_size=None, crop_area=(0.8, 1.0), flip=False)
+    return dataclasses.replace(recipe, steps=steps, epochs=None, batch_size=batch_size,
+                               warmup_steps=max(1, steps // 10))
+
+
+def run_method(method, shots, augment, seed, source, folder, steps):
+    """One row: the method's accuracy on 5-9's held-out split, its parameters, memory, time."""
+    from keras_vit.analysis.few_shot import few_shot_indices
+    from keras_vit.evaluation import evaluate
+    from keras_vit.training import train
+
+    labels = target_labels()
+    count = int(np.bincount(labels).min()) if shots == "all" else int(shots)
+    chosen = np.arange(len(labels)) if shots == "all" else few_shot_indices(labels, count, seed)
+    row = {"method": method, "shots": shots, "augment": augment, "seed": seed,
+           "train_images": int(len(chosen))}
+    start_resident = reset_peak()
+    started = time.perf_counter()
+    if method == "probe":  # the frozen pre-trained model's features, `shots` per class
+        splits = digits_splits(TARGET_DIGITS)
+        report = evaluate(os.path.join(source, "model.keras"), splits, few_shot=count,
+                          few_shot_seed=seed, execution="graph")
+        from keras_vit.memory import peak_resident_bytes
+        from keras_vit.variants import get_variant
+
+        # The ridge regression's weights and biases, from the pooled features to the classes.
+        row.update(accuracy=report["accuracy"], trainable=(get_variant("demo").width + 1) * 5,
+                   peak_bytes=peak_resident_bytes(), step_seconds=None)
+    else:
+        batch = min(BATCH_SIZE, len(chosen))
+        splits = digits_splits(TARGET_DIGITS, chosen, examples=steps * batch)
+        kwargs = {"lora_rank": int(method[4:])} if method.startswith("lora") else {}
+        output = os.path.join(folder, f"{method}-{shots}-{augment}-{seed}")
+        with supplied(splits, head_only=method == "head"):
+            report = train(splits.name, model="demo",
+                           weights=None if method == "scratch" else source,
+                           recipe=transfer_recipe(method, steps, batch, augment),
+                           augment=augment, output=output, seed=seed, verbose=0,
+                           execution="graph", **kwargs)
+        row.update(accuracy=report["accuracy"], trainable=report["parameter_counts"]["trainable"],
+                   total=report["parameter_counts"]["total"],
+                   peak_bytes=report["peak_memory"]["bytes"],
+                   step_seconds=report["step_seconds"]["median"])
+    row["seconds"] = time.perf_counter() - started
+    row["peak_above_start_bytes"] = None if start_resident is None or row["peak_bytes"] is None \
+        else row["peak_bytes"] - start_resident
+    return row
+
+
+def summarize(rows):
+    """One line per (method, shots, augment): mean and sd over seeds of each measure."""
+    groups = {}
+    for row in rows:
+        groups.setdefault((row["method"], row["shots"], row["augment"]), []).append(row)
+    summary = []
+    for (method, shots, augment), group in groups.items():
+        def stats(key, group=group):
+            values = [r[key] for r in group if r.get(key) is not None]
+            if not values:
+                return None, None
+            return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+        accuracy, sd = stats("accuracy")
+        summary.append({"method": method, "shots": shots, "augment": augment,
+                        "seeds": len(group), "accuracy": accuracy, "accuracy_sd": sd,
+                        "trainable": group[0].get("trainable"),
+                        "peak_above_start_mib": _mib(stats("peak_above_start_bytes")[0]),
+                        "peak_mib": _mib(stats("peak_bytes")[0]),
+                        "step_ms": None if stats("step_seconds")[0] is None
+                        else 1000 * stats("step_seconds")[0]})
+    return summary
+
+
+def _mib(value):
+    return None if value is None else value / 2**20
+
+
+def markdown(summary):
+    """The table docs/fine-tuning.md shows."""
+    lines = ["| method | augment | labels/class | accuracy (mean ± sd) | trainable params | "
+             "peak MiB above start | ms/step |", "|---|---|---|---|---|---|---|"]
+    for s in summary:
+        def fmt(value, pattern):
+            return "–" if value is None else pattern.format(value)
+        lines.append(f"| {s['method']} | {s['augment'] if s['method'] != 'probe' else '–'} | "
+                     f"{s['shots']} | {100 * s['accuracy']:.1f} ± {100 * s['accuracy_sd']:.1f} | "
+                     f"{fmt(s['trainable'], '{:,}')} | {fmt(s['peak_above_start_mib'], '{:.0f}')} | "
+                     f"{fmt(s['step_ms'], '{:.1f}')} |")
+    return "\n".join(lines)
+
+
+def plot(summary, path):
+    """Accuracy against labels per class, one line per method (solid: no augmentation)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from keras_vit.atomic import atomic_path
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    shots = [s for s in SHOTS if any(r["shots"] == s for r in summary)]
+    for method in METHODS:
+        for augment, style in zip(AUGMENTS, ("-", "--")):
+            rows = {r["shots"]: r for r in summary
+                    if r["method"] == method and r["augment"] == augment}
+            if not rows:
+                continue
+            x = [i for i, s in enumerate(shots) if s in rows]
+            y = [100 * rows[shots[i]]["accuracy"] for i in x]
+            sd = [100 * rows[shots[i]]["accuracy_sd"] for i in x]
+            label = method if method == "probe" else f"{method} ({augment})"
+            axes.errorbar(x, y, yerr=sd, linestyle=style, marker="o", capsize=3, label=label)
+    axes.set_xticks(range(len(shots)), shots)
+    axes.set_xlabel("labels per class (digits 5-9)")
+    axes.set_ylabel("held-out accuracy (%)")
+    axes.set_title("Transfer from digits 0-4 to 5-9, demo ViT (mean ± sd over seeds)")
+    axes.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, format="png", dpi=100)
+    plt.close(figure)
+
+
+def write_outputs(args, rows, pretrained, started, output_dir):
+    """The result of `rows`; with `output_dir`, written there as transfer.json, .md and .png."""
+    summary = summarize(rows)
+    result = {"command": "python -m benchmarks.transfer", "arguments": vars(args),
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+              "seconds": time.perf_counter() - started, "pretrained": pretrained,
+              "summary": summary, "runs": rows}
+    if output_dir:
+        from keras_vit.atomic import atomic_open
+
+        os.makedirs(output_dir, exist_ok=True)
+        with atomic_open(os.path.join(output_dir, "transfer.json")) as f:
+            json.dump(result, f, indent=1)
+        with atomic_open(os.path.join(output_dir, "transfer.md")) as f:
+            f.write(markdown(summary) + "\n")
+        plot(summary, os.path.join(output_dir, "transfer.png"))
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--shots", nargs="+", choices=SHOTS, default=list(SHOTS))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--no-augment", action="store_true", help="skip the light1 runs")
+    parser.add_argument("--pretrain-steps", type=int, default=PRETRAIN_STEPS)
+    parser.add_argument("--steps", type=int, default=TRANSFER_STEPS,
+                        help="weight updates of each trained transfer run")
+    parser.add_argument("--output-dir", help="write transfer.json, transfer.md, transfer.png here")
+    args = parser.parse_args(argv)
+    augments = ("none",) if args.no_augment else AUGMENTS
+    rows, pretrained, started = [], [], time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder:
+        for seed in args.seeds:
+            source, accuracy = pretrain(seed, folder, args.pretrain_steps)
+            pretrained.append({"seed": seed, "accuracy_0_4": accuracy})
+            print(f"seed {seed}: pre-trained on digits 0-4, held-out accuracy {accuracy:.3f}",
+                  flush=True)
+            for shots in args.shots:
+                for method in args.methods:
+                    for augment in ("none",) if method == "probe" else augments:
+                        row = run_method(method, shots, augment, seed, source, folder,
+                                         args.steps)
+                        rows.append(row)
+                        print(f"  {method:7} {augment:6} {shots:>3}/class: accuracy "
+                              f"{row['accuracy']:.3f} ({row['seconds']:.1f} s)", flush=True)
+                if args.output_dir:  # so far: an interrupted run keeps what it finished
+                    write_outputs(args, rows, pretrained, started, args.output_dir)
+    result = write_outputs(args, rows, pretrained, started, args.output_dir)
+    print(markdown(result["summary"]))
+    print(f"{result['seconds']:.0f} s in all")
+    return result
+
+
+if __name__ == "__main__":
+    main()
