@@ -42,7 +42,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.families",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--tiny", action="store_true",
-                        help="depth 1, 112 px (a multiple of 14 and 16), batch 2, one round, graph mode: checks it works")
+                        help="depth 1, 112 px (a multiple of 14 and 16), batch 2, one round, graph "
+                             "mode: checks it works")
     parser.add_argument("--families", default=None,
                         help="comma-separated timm names (default: all seven)")
     parser.add_argument("--image-size", type=int, default=None, help="default 224 (tiny: 112)")
@@ -56,11 +57,11 @@ def parse_args(argv=None):
 
 def build_pair(architecture, image_size, depth, folder, execution, images):
     """(keras_vit call, timm call, chosen mode, relative difference) for one family."""
-    import keras_vit
     import tensorflow as tf
     import torch
     from safetensors.torch import save_file
 
+    import keras_vit
     from keras_vit.execution import choose_jit_compile
     from tests.checkpoints.test_formats import _randomise
     from tests.oracle import import_timm
