@@ -324,3 +324,65 @@ def test_quick_run_times_timm_under_autocast_beside_keras_vit_bf16(tmp_path):
     for name in ("keras_vit (graph, mixed_bfloat16)", "timm VisionTransformer (autocast bfloat16)"):
         assert rows[name]["images_per_s"]["median"] > 0
     assert "bfloat16 / float32 (each's best mode)" in (tmp_path / "results.md").read_text()
+
+
+def _table_rows(markdown):
+    """The body rows of the first Markdown table, as lists of cells."""
+    lines = [ln for ln in markdown.splitlines() if ln.startswith("|")]
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+
+
+# Builds, loads and times timm and keras_vit models of two families (~40 CPU-s); each family's
+# parity with timm is a default test (tests/checkpoints/test_timm_families.py).
+@pytest.mark.slow
+def test_families_benchmark_tiny_mode_checks_parity_and_reports_ratios(tmp_path):
+    """benchmarks/families.py --tiny on two families (the full run: docs/performance.md).
+    main() raises if keras_vit's and timm's outputs differ beyond the parity bound."""
+    from benchmarks import families
+
+    names = ["deit_small_distilled_patch16_224", "vit_base_patch16_siglip_224"]
+    report = families.main(["--tiny", "--families", ",".join(names), "--out", str(tmp_path)])
+    assert list(report["families"]) == names
+    for row in report["families"].values():
+        assert row["relative_difference"] <= families.RELATIVE_TOLERANCE and row["mode"] == "graph"
+        for side in ("keras_vit", "timm"):
+            assert row[side]["images_per_s"]["median"] > 0 and row[side]["images_per_s"]["n"] == 1
+        assert row["ratio"] == pytest.approx(row["keras_vit"]["images_per_s"]["median"]
+                                             / row["timm"]["images_per_s"]["median"])
+    assert json.loads((tmp_path / "families.json").read_text())["batch"] == 2
+    rows = _table_rows((tmp_path / "families.md").read_text())
+    assert [r[0] for r in rows] == ["DeiT distilled", "SigLIP"]
+    for row, name in zip(rows, names):
+        assert row[1] == f"`{name}` ({families.FAMILIES[row[0]][1]})"
+        assert float(row[5].rstrip("x")) == pytest.approx(report["families"][name]["ratio"], abs=0.006)
+
+
+# ~20 CPU-s; what it measures, a timm file loaded one row at a time, is a default test
+# (tests/checkpoints/test_load_memory.py, with tracemalloc).
+@pytest.mark.slow
+def test_load_memory_benchmark_writes_timm_shapes_and_measures_a_load(tmp_path):
+    """benchmarks/load_memory.py's parts on a 1-block DINOv2-S, in this process (the full run,
+    a fresh process on DINOv2-g: docs/performance.md)."""
+    from benchmarks import load_memory
+    from keras_vit.checkpoints.formats.safetensors import read_safetensors
+
+    shapes = load_memory.timm_shapes("vit_small_patch14_dinov2", depth=1, img_size=56)
+    assert shapes["pos_embed"] == (1, 17, 384) and shapes["blocks.0.ls1.gamma"] == (384,)
+    path = str(tmp_path / "small.safetensors")
+    size = load_memory.write_random_safetensors(shapes, path)
+    arrays = read_safetensors(path)
+    assert {k: a.shape for k, a in arrays.items()} == shapes
+    assert size > sum(a.nbytes for a in arrays.values())  # and a header
+    # Scales near 1, the rest near 0 (std 0.02: the means are within 10 standard errors).
+    assert abs(arrays["norm.weight"].mean() - 1) < 0.01
+    assert abs(arrays["blocks.0.mlp.fc1.weight"].mean()) < 0.01
+    result = load_memory.measure("vit_small_patch14_dinov2", path, 56, False, depth=1)
+    assert result["weights_bytes"] == sum(a.nbytes for a in arrays.values())
+    assert result["load_peak_rss"] >= result["built_rss"] >= result["baseline_rss"] > 0
+    report = {"architecture": "vit_small_patch14_dinov2", "file_bytes": size, "tensors": len(shapes),
+              "parameters": sum(int(np.prod(s)) for s in shapes.values()),
+              "machine": {"cpu": "cpu", "cores": 2}, **result,
+              "peak_vs_weights": result["peak"] / result["weights_bytes"],
+              "load_extra_vs_weights": result["load_extra"] / result["weights_bytes"]}
+    row = _table_rows(load_memory.to_markdown(report))[0]
+    assert float(row[4].rstrip("x")) == pytest.approx(report["peak_vs_weights"], abs=0.006)

@@ -141,25 +141,30 @@ def _load_from(model, reader, trunk_only, resample_patches=False):
         raise CheckpointError(_report(f"{source} does not fit {subject}:", problems, headers,
                                       missing, unexpected))
 
-    arrays = reader.read(present, heads)
-    non_finite = [f"{k}: {_non_finite(arrays[k])}" for k in present if _non_finite(arrays[k])]
-    if non_finite:
-        raise CheckpointError(_report(f"{source} does not fit {subject}:",
-                                      {"arrays with non-finite values": non_finite}, headers))
-
-    values = []
-    for row in rows:
-        value = row.value(arrays)
-        if row.keys[0] == POS_EMBED_KEY:
-            posembed = model.get_layer("posembed_input")
-            grid = _file_grid(value.shape[1] - num_prefix, metadata.get("grid"), model, source)
-            if value.shape != tuple(row.variable.shape) or tuple(grid) != tuple(posembed.grid_size):
-                value = resize_position_embedding(value, grid, posembed.grid_size, num_prefix,
-                                                  method=_position_resize(reader))
-        elif resample_patches and row.keys[0] == EMBEDDING_KERNEL \
-                and _other_patch_size(value.shape, row.variable.shape):
-            value = resample_patch_embedding(value, tuple(row.variable.shape[:2]))
-        values.append((row.variable, np.asarray(value).reshape(row.variable.shape)))
+    if getattr(reader, "reads_in_parts", False):
+        # Two passes, one row's arrays at a time: the first checks every value, the second
+        # assigns. A large file (DINOv2-g: 4.5 GB) is never in memory whole beside the model,
+        # and still no variable is touched before every array is known good.
+        non_finite = []
+        for row in rows:
+            arrays = reader.read(row.keys, heads)
+            non_finite += [f"{k}: {_non_finite(a)}" for k, a in arrays.items() if _non_finite(a)]
+            if row.keys[0] in (POS_EMBED_KEY, EMBEDDING_KERNEL):  # the rows that are resized
+                _row_value(model, reader, row, arrays, num_prefix, metadata, resample_patches)
+            del arrays
+        _refuse_non_finite(sorted(non_finite), source, subject, headers)
+        for row in rows:
+            value = _row_value(model, reader, row, reader.read(row.keys, heads), num_prefix,
+                               metadata, resample_patches)
+            row.variable.assign(value.astype(row.variable.dtype, copy=False))
+            del value
+        values = []
+    else:
+        arrays = reader.read(present, heads)
+        _refuse_non_finite([f"{k}: {_non_finite(arrays[k])}" for k in present
+                            if _non_finite(arrays[k])], source, subject, headers)
+        values = [(row.variable, _row_value(model, reader, row, arrays, num_prefix, metadata,
+                                            resample_patches)) for row in rows]
     if new_head:
         values += [(row.variable, np.zeros(row.variable.shape)) for row in head_rows]
     for variable, value in values:  # only now, with every value in hand, touch the model
@@ -170,6 +175,29 @@ def _load_from(model, reader, trunk_only, resample_patches=False):
         _warn_if_normalized_otherwise(model, reader)
     _warn_if_computed_otherwise(model, reader)
     return model
+
+
+def _refuse_non_finite(non_finite, source, subject, headers):
+    if non_finite:
+        raise CheckpointError(_report(f"{source} does not fit {subject}:",
+                                      {"arrays with non-finite values": non_finite}, headers))
+
+
+def _row_value(model, reader, row, arrays, num_prefix, metadata, resample_patches):
+    """The value of `row`'s variable from the checkpoint's `arrays`: position embeddings
+    moved to the model's grid, a patch embedding resampled where asked."""
+    source = reader.path
+    value = row.value(arrays)
+    if row.keys[0] == POS_EMBED_KEY:
+        posembed = model.get_layer("posembed_input")
+        grid = _file_grid(value.shape[1] - num_prefix, metadata.get("grid"), model, source)
+        if value.shape != tuple(row.variable.shape) or tuple(grid) != tuple(posembed.grid_size):
+            value = resize_position_embedding(value, grid, posembed.grid_size, num_prefix,
+                                              method=_position_resize(reader))
+    elif resample_patches and row.keys[0] == EMBEDDING_KERNEL \
+            and _other_patch_size(value.shape, row.variable.shape):
+        value = resample_patch_embedding(value, tuple(row.variable.shape[:2]))
+    return np.asarray(value).reshape(row.variable.shape)
 
 
 def _warn_if_computed_otherwise(model, reader):

@@ -191,9 +191,24 @@ class TimmReader(CheckpointReader):
         shapes = timm_to_official(shape_stand_ins(self._weights.shapes), heads, source=self.path)
         return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
 
+    # The loader may ask for a few keys at a time (loader.py reads a large file row by row):
+    # only the timm tensors that hold `keys` are read.
+    reads_in_parts = True
+
     def read(self, keys, heads=None):
-        arrays = timm_to_official(self._weights.read(), heads, source=self.path)
+        owners = self._owners()
+        names = list(dict.fromkeys(owners[k] for k in keys))
+        arrays = timm_to_official(self._weights.read(names), heads, source=self.path)
         return {k: arrays[k] for k in keys}
+
+    def _owners(self):
+        """{official key: the timm tensor it comes from}, from the names and shapes alone."""
+        if getattr(self, "_owner_map", None) is None:
+            stand_ins = shape_stand_ins(self._weights.shapes)
+            self._owner_map = {
+                official: name for name, array in stand_ins.items()
+                for official in timm_to_official({name: array}, source=self.path)}
+        return self._owner_map
 
     def info(self):
         variant = timm_config_variant(self._config) if self._config else None
