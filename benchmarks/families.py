@@ -33,6 +33,9 @@ FAMILIES = {
     "SigLIP": ("vit_base_patch16_siglip_224", 224),
     "CLIP (OpenAI, QuickGELU)": ("vit_base_patch16_clip_quickgelu_224", 224),
     "FlexiViT": ("flexivit_small", 240),
+    # The paper's ViT-S/16 at the same width: whether a family's ratio is the family's own or
+    # every width-384 ViT's.
+    "ViT-S/16 (control)": ("vit_small_patch16_224", 224),
 }
 # The parity tests' bound (tests/checkpoints/test_timm_families.py): relative to the largest output.
 RELATIVE_TOLERANCE = 1e-4
@@ -45,7 +48,7 @@ def parse_args(argv=None):
                         help="depth 1, 112 px (a multiple of 14 and 16), batch 2, one round, graph "
                              "mode: checks it works")
     parser.add_argument("--families", default=None,
-                        help="comma-separated timm names (default: all seven)")
+                        help="comma-separated timm names (default: all seven and the ViT-S/16 control)")
     parser.add_argument("--image-size", type=int, default=None, help="default 224 (tiny: 112)")
     parser.add_argument("--batch", type=int, default=None, help="default 8 (tiny: 2)")
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds (default 7, tiny 1)")
