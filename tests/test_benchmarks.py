@@ -332,8 +332,9 @@ def _table_rows(markdown):
     return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
 
 
-# Builds, loads and times timm and keras_vit models of two families (~40 CPU-s); each family's
-# parity with timm is a default test (tests/checkpoints/test_timm_families.py).
+# Builds, loads and times timm and keras_vit models of two families (6 s on 2 quiet cores, a
+# minute under load); each family's parity with timm is a default test
+# (tests/checkpoints/test_timm_families.py).
 @pytest.mark.slow
 def test_families_benchmark_tiny_mode_checks_parity_and_reports_ratios(tmp_path):
     """benchmarks/families.py --tiny on two families (the full run: docs/performance.md).
@@ -357,9 +358,6 @@ def test_families_benchmark_tiny_mode_checks_parity_and_reports_ratios(tmp_path)
         assert float(row[5].rstrip("x")) == pytest.approx(report["families"][name]["ratio"], abs=0.006)
 
 
-# ~20 CPU-s; what it measures, a timm file loaded one row at a time, is a default test
-# (tests/checkpoints/test_load_memory.py, with tracemalloc).
-@pytest.mark.slow
 def test_load_memory_benchmark_writes_timm_shapes_and_measures_a_load(tmp_path):
     """benchmarks/load_memory.py's parts on a 1-block DINOv2-S, in this process (the full run,
     a fresh process on DINOv2-g: docs/performance.md)."""
