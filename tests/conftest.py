@@ -134,9 +134,9 @@ def cli(capsys):
 
 
 def _once_for_all_workers(tmp_path_factory, worker_id, name, make):
-    """What `make(folder)` returns (JSON), made once for the whole run: under pytest-xdist each
-    worker is a session of its own, so the first worker to ask makes it, under a file lock in
-    the folder the workers share, and the others read it."""
+    """(folder, what `make(folder)` returned, as JSON), made once for the whole run: under
+    pytest-xdist each worker is a session of its own, so the first worker to ask makes it,
+    under a file lock in the folder the workers share, and the others read it."""
     shared = tmp_path_factory.getbasetemp()
     shared = shared if worker_id == "master" else shared.parent
     folder, made = shared / name, shared / f"{name}.json"
@@ -145,7 +145,7 @@ def _once_for_all_workers(tmp_path_factory, worker_id, name, make):
         if not made.exists():
             folder.mkdir(exist_ok=True)
             made.write_text(json.dumps(make(folder)))
-    return json.loads(made.read_text())
+    return folder, json.loads(made.read_text())
 
 
 # One fresh `import keras_vit` on TensorFlow, as a user's program does it (no
@@ -176,7 +176,7 @@ def fresh_import(tmp_path_factory, worker_id):
         lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
         return [result.returncode, result.stderr,
                 json.loads(lines[-1][len("RESULT "):]) if lines else None]
-    return _once_for_all_workers(tmp_path_factory, worker_id, "fresh_import", make)
+    return _once_for_all_workers(tmp_path_factory, worker_id, "fresh_import", make)[1]
 
 
 # The one finished digits run every test that only reads a trained run shares (or copies
@@ -195,19 +195,12 @@ DIGITS_RUN = ["-m", "keras_vit.cli", "train", "--dataset", "digits", "--epochs",
 @pytest.fixture(scope="session")
 def digits_run(tmp_path_factory, worker_id):
     """(output folder, completed process) of the shared two-epoch digits run; read it only.
+    Trained once for all workers (`_once_for_all_workers`)."""
+    def make(folder):
+        result = run_python([*DIGITS_RUN, "--output", str(folder / "run")], timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return [result.args, result.stdout, result.stderr]
 
-    Under pytest-xdist each worker is a session of its own: the first worker to ask trains,
-    under a file lock in the folder the workers share, and the others read its run.
-    """
-    shared = tmp_path_factory.getbasetemp()
-    shared = shared if worker_id == "master" else shared.parent
-    output, printed = shared / "digits_run" / "run", shared / "digits_run" / "printed.json"
-    with open(shared / "digits_run.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not printed.exists():
-            output.parent.mkdir(exist_ok=True)
-            result = run_python([*DIGITS_RUN, "--output", str(output)], timeout=600)
-            assert result.returncode == 0, result.stderr[-3000:]
-            printed.write_text(json.dumps([result.args, result.stdout, result.stderr]))
-    args, stdout, stderr = json.loads(printed.read_text())
-    return str(output), subprocess.CompletedProcess(args, 0, stdout, stderr)
+    folder, (args, stdout, stderr) = _once_for_all_workers(tmp_path_factory, worker_id,
+                                                           "digits_run", make)
+    return str(folder / "run"), subprocess.CompletedProcess(args, 0, stdout, stderr)
