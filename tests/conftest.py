@@ -179,6 +179,30 @@ def fresh_import(tmp_path_factory, worker_id):
     return _once_for_all_workers(tmp_path_factory, worker_id, "fresh_import", make)[1]
 
 
+# One process on Keras' JAX backend with two virtual CPU devices (JAX's documented way to test
+# sharding without accelerators), made once for all workers: tests/scripts/jax_backend.py's
+# export, error and model-parallel parts, read by tests/models/test_jax_backend.py and
+# tests/training/test_jax.py. One process instead of three saves two TensorFlow and JAX
+# start-ups; the backend is fixed when Keras is imported, so these cannot run in this process.
+JAX_ENV = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+JAX_PARTS = ["export", "errors", "model-parallel"]
+
+
+@pytest.fixture(scope="session")
+def jax_backend_run(tmp_path_factory, worker_id):
+    """(exit status, stderr, result) of tests/scripts/jax_backend.py with JAX_PARTS; result is
+    None if it printed none."""
+    pytest.importorskip("jax", reason="the JAX backend needs jax (pip install -e '.[jax]')")
+
+    def make(_):
+        result = run_python(["tests/scripts/jax_backend.py", *JAX_PARTS], timeout=600,
+                            env=JAX_ENV)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+        return [result.returncode, result.stderr[-4000:],
+                json.loads(lines[-1][len("RESULT "):]) if lines else None]
+    return _once_for_all_workers(tmp_path_factory, worker_id, "jax_backend_run", make)[1]
+
+
 # The one finished digits run every test that only reads a trained run shares (or copies
 # before changing it): `keras-vit train --dataset digits --epochs 2`, in a fresh process so
 # its stdout is the command's own. Training it once instead of in each test saves a run each.

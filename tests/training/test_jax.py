@@ -8,13 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import JAX_ENV, ROOT
 from tests.training.test_run import kill_after_an_epoch_and_rerun
 
 pytest.importorskip("jax", reason="the JAX backend needs jax (pip install -e '.[jax]')")
-
-# Two virtual devices on one CPU: JAX's documented way to test sharding without accelerators.
-JAX_ENV = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
 
 def result_of(stdout):
@@ -23,10 +20,7 @@ def result_of(stdout):
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def _distribute(python, *arguments):
-    run = python(["tests/scripts/jax_distribution.py", *arguments], timeout=400, env=JAX_ENV)
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = result_of(run.stdout)
+def _check_distribution(result, *arguments):
     assert result["devices"] == 2
     single = result["none"]
     assert single["iterations"] == 3  # 6 batches of 4, accumulated in pairs: 3 updates
@@ -40,17 +34,23 @@ def _distribute(python, *arguments):
     return result
 
 
-def test_model_parallel_ends_with_the_one_device_weights(python):
+def test_model_parallel_ends_with_the_one_device_weights(jax_backend_run):
     """The kernel split over both devices; every XLA program compiled costs seconds, so the
-    default run compiles two (one device, model-parallel) and the slow test all four."""
-    model = _distribute(python, "model-parallel")["model-parallel"]
+    default run (the shared JAX process, tests/conftest.py) compiles two (one device,
+    model-parallel) and the slow test all four."""
+    code, stderr, result = jax_backend_run
+    assert code == 0 and result is not None, stderr
+    model = _check_distribution(result, "model-parallel")["model-parallel"]
     assert model["strategy"] == "ModelParallel"
     assert model["qkv_devices"] == 2 and model["qkv_shard_shape"] == [64, 96]  # split
 
 
 @pytest.mark.slow  # four XLA compilations, ~40 CPU-s; model-parallel alone is the default test
 def test_data_and_model_parallel_end_with_the_one_device_weights(python):
-    result = _distribute(python, "data-parallel", "model-parallel", "clipping")
+    arguments = ("data-parallel", "model-parallel", "clipping")
+    run = python(["tests/scripts/jax_backend.py", *arguments], timeout=400, env=JAX_ENV)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = _check_distribution(result_of(run.stdout), *arguments)
     # Clipping was active: the same run without it ends elsewhere.
     assert result["clipping_changed_weights_by"] > 1e-2
     data, model = result["data-parallel"], result["model-parallel"]
@@ -60,20 +60,14 @@ def test_data_and_model_parallel_end_with_the_one_device_weights(python):
     assert model["qkv_devices"] == 2 and model["qkv_shard_shape"] == [64, 96]  # split
 
 
-def test_tensorflow_names_and_impossible_splits_fail_clearly_on_jax(python):
-    code = ("import keras_vit\n"
-            "from keras_vit.training.distribute import get_strategy\n"
-            "from keras_vit.variants import Variant\n"
-            "try:\n    keras_vit.train('digits', steps=1, strategy='mirrored')\n"
-            "except ValueError as error:\n    print('ERROR', error)\n"
-            "odd = Variant('ViT-odd_4', width=96, depth=1, mlp_dim=96, heads=3, patch_size=4)\n"
-            "try:\n    get_strategy('model-parallel', odd)\n"
-            "except ValueError as error:\n    print('ERROR', error)\n")
-    run = python(["-c", code], timeout=120, env=JAX_ENV)
-    assert run.returncode == 0, run.stderr[-3000:]
-    errors = [line for line in run.stdout.splitlines() if line.startswith("ERROR ")]
-    assert len(errors) == 2, run.stdout[-2000:]
-    assert errors[0].startswith('ERROR strategy "mirrored" is tf.distribute')
+def test_tensorflow_names_and_impossible_splits_fail_clearly_on_jax(jax_backend_run):
+    """`train(strategy="mirrored")` and a 3-head model split over 2 devices (the shared JAX
+    process, tests/conftest.py)."""
+    code, stderr, result = jax_backend_run
+    assert code == 0 and result is not None, stderr
+    errors = result["errors"]
+    assert len(errors) == 2, errors
+    assert errors[0].startswith('strategy "mirrored" is tf.distribute')
     assert "over 2 devices, which must divide its 3 heads" in errors[1]
 
 

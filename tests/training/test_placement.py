@@ -2,7 +2,7 @@
 
 The placements over several devices or processes run in subprocesses:
 tests/training/test_distributed.py (mirrored, multi-worker) and
-tests/training/test_jax.py (keras.distribution, via tests/scripts/jax_distribution.py).
+tests/training/test_jax.py (keras.distribution, via tests/scripts/jax_backend.py).
 """
 
 import json
