@@ -40,9 +40,10 @@ def write_launcher(folder):
     return path
 
 
-def run_help(launcher, argv=("--help",)):
-    """(seconds, completed process) of one fresh `keras-vit --help`."""
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+def run_help(launcher, argv=("--help",), log_level="2"):
+    """(seconds, completed process) of one fresh `keras-vit --help` (or `keras-vit argv...`),
+    TF_CPP_MIN_LOG_LEVEL set to `log_level`."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": log_level}
     start = time.perf_counter()
     result = subprocess.run([sys.executable, launcher, *argv], env=env, capture_output=True,
                             text=True, timeout=120)

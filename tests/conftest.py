@@ -169,14 +169,38 @@ def fresh_import(tmp_path_factory, worker_id):
     printed none."""
     def make(_):
         env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-        result = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c",
-                                 FRESH_IMPORT], cwd=ROOT, capture_output=True, text=True,
+        # -X importtime: its report on stderr shows tests/cli/test_hostile_arguments.py's
+        # import count naming a framework.
+        result = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-X",
+                                 "importtime", "-c", FRESH_IMPORT], cwd=ROOT, capture_output=True, text=True,
                                 env={**env, "PYTHONPATH": ROOT, "KERAS_BACKEND": "tensorflow"},
                                 timeout=300)
         lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
         return [result.returncode, result.stderr,
                 json.loads(lines[-1][len("RESULT "):]) if lines else None]
     return _once_for_all_workers(tmp_path_factory, worker_id, "fresh_import", make)[1]
+
+
+# One fresh `keras-vit train --epochs many`, run as pip's console script runs it, under the
+# usual TF_CPP_MIN_LOG_LEVEL=3, made once for all workers. Its argument error comes from the
+# train parser's deferred arguments, which import the core (and TensorFlow, quietly), so the one
+# process shows: the installed command's usage error (tests/cli/test_error_policy.py), a
+# sub-command loading the core that `keras-vit` deferred (the same file's help test), and a
+# start-up that prints nothing of TensorFlow's under the user's level 3
+# (tests/cli/test_hostile_arguments.py). The launcher adds a last line naming the heavy
+# modules the process imported (benchmarks/cli_startup.py).
+FRESH_COMMAND = ["train", "--epochs", "many"]
+
+
+@pytest.fixture(scope="session")
+def fresh_command(tmp_path_factory, worker_id):
+    """(exit status, stdout, stderr) of FRESH_COMMAND through the console-script launcher."""
+    from benchmarks.cli_startup import run_help, write_launcher
+
+    def make(folder):
+        _, result = run_help(write_launcher(str(folder)), FRESH_COMMAND, log_level="3")
+        return [result.returncode, result.stdout, result.stderr]
+    return _once_for_all_workers(tmp_path_factory, worker_id, "fresh_command", make)[1]
 
 
 # One process on Keras' JAX backend with two virtual CPU devices (JAX's documented way to test
@@ -221,7 +245,12 @@ def digits_run(tmp_path_factory, worker_id):
     """(output folder, completed process) of the shared two-epoch digits run; read it only.
     Trained once for all workers (`_once_for_all_workers`)."""
     def make(folder):
-        result = run_python([*DIGITS_RUN, "--output", str(folder / "run")], timeout=600)
+        # Started as from a user's shell, without TF_CPP_MIN_LOG_LEVEL: its stderr is what
+        # the user reads (tests/cli/test_logging.py checks it holds no TensorFlow log line).
+        env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+        result = subprocess.run([sys.executable, *DIGITS_RUN, "--output", str(folder / "run")],
+                                cwd=ROOT, env={**env, "PYTHONPATH": ROOT}, capture_output=True,
+                                text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
         return [result.args, result.stdout, result.stderr]
 
