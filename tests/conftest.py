@@ -203,6 +203,37 @@ def fresh_command(tmp_path_factory, worker_id):
     return _once_for_all_workers(tmp_path_factory, worker_id, "fresh_command", make)[1]
 
 
+# One process on Keras' torch backend, made once for all workers (tests/scripts/torch_smoke.py):
+# what `import keras_vit` loads there (tests/test_package.py), then the demo ViT's logits from
+# weights this process wrote and a short train (tests/models/test_torch_backend.py).
+@pytest.fixture(scope="session")
+def torch_backend_run(tmp_path_factory, worker_id):
+    """(folder, [exit status, stderr, result]): the folder holds demo.weights.h5 and
+    images.npy (written here, on TensorFlow), logits.npy and the run (written on torch)."""
+    pytest.importorskip("torch", reason="torch is not installed (the oracle extra)")
+
+    def make(folder):
+        import keras
+        import numpy as np
+
+        from keras_vit.training import DEMO_VARIANT, build_model
+
+        keras.utils.set_random_seed(0)
+        model = build_model(DEMO_VARIANT, None, 16, 10)
+        rng = np.random.default_rng(0)
+        for w in model.weights:  # random everything, the zero head included
+            w.assign(rng.normal(0, 0.1, w.shape).astype(np.float32))
+        model.save_weights(str(folder / "demo.weights.h5"))
+        np.save(folder / "images.npy", rng.uniform(-1, 1, (4, 16, 16, 3)).astype(np.float32))
+        result = run_python(["tests/scripts/torch_smoke.py", str(folder / "demo.weights.h5"),
+                             str(folder / "images.npy"), str(folder / "run")],
+                            timeout=400, env={"KERAS_BACKEND": "torch"})
+        lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+        return [result.returncode, result.stderr[-3000:],
+                json.loads(lines[-1][len("RESULT "):]) if lines else None]
+    return _once_for_all_workers(tmp_path_factory, worker_id, "torch_backend_run", make)
+
+
 # One process on Keras' JAX backend with two virtual CPU devices (JAX's documented way to test
 # sharding without accelerators), made once for all workers: tests/scripts/jax_backend.py's
 # export, error and model-parallel parts, read by tests/models/test_jax_backend.py and
