@@ -1,7 +1,6 @@
 """The package's surface: what `import keras_vit` loads, its public names, and moved modules."""
 
 import importlib
-import importlib.util
 import warnings
 
 import pytest
