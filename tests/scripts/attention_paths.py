@@ -139,15 +139,6 @@ def accumulation_roundoff(dtype):
 
 
 calls = []
-original = transformer.ops.dot_product_attention
-
-
-def counting(*args, **kwargs):
-    calls.append(1)
-    return original(*args, **kwargs)
-
-
-transformer.ops.dot_product_attention = counting  # to see which path ran
 
 
 def as_float64(tensor):
@@ -160,57 +151,78 @@ def worst(error, bound):
             "max_ratio": float((error / bound).max())}
 
 
-result = {"backend": keras.backend.backend(), "auto": use_fused_attention()}
-for dtype in ("float32", "bfloat16"):
-    u_acc = accumulation_roundoff(dtype)
-    result[f"{dtype} accumulation_roundoff"] = u_acc
-    layer = MultiHeadSelfAttention(HEADS, dtype=dtype)
-    layer.build((BATCH, TOKENS, WIDTH))
-    for variable in layer.weights:
-        variable.assign(weights[variable.name].astype(np.float32))
-    inputs = keras.ops.convert_to_tensor(x.astype(np.float32), dtype=dtype)
-    # The reference starts from the values the layer holds (x and the weights rounded to
-    # `dtype`), so the bound covers the arithmetic, not the rounding of the inputs.
-    stored_x = as_float64(inputs)
-    stored = {variable.name: as_float64(variable) for variable in layer.weights}
-    for first in (False, True):
-        expected, expected_weights = reference(stored_x, stored, first)
-        bound, weights_bound = error_bound(stored_x, stored, first, UNIT_ROUNDOFF[dtype], u_acc)
-        case = f"{dtype} {'first_token_only' if first else 'all'}"
-        outputs = {}
-        for fused in (True, False):
-            layer.fused_attention = fused
-            calls.clear()
-            out = keras.ops.convert_to_numpy(keras.ops.cast(
-                layer(inputs, first_token_only=first), "float32"))
-            outputs[fused] = out
-            result[f"{case} {'fused' if fused else 'explicit'}"] = {
-                **worst(np.abs(out - expected), bound), "fused_calls": len(calls)}
-        result[case] = {"paths_max_abs_diff": float(np.abs(outputs[True] - outputs[False]).max()),
-                        "output_scale": float(np.abs(expected).max())}
-        # The analysis path: weights requested -> the explicit path, whatever the setting.
-        layer.fused_attention = True
-        calls.clear()
-        out, probabilities = layer(inputs, first_token_only=first, return_attention_scores=True)
-        out = keras.ops.convert_to_numpy(keras.ops.cast(out, "float32"))
-        probabilities = keras.ops.convert_to_numpy(keras.ops.cast(probabilities, "float32"))
-        result[f"{case} scores"] = {
-            **worst(np.abs(out - expected), bound), "fused_calls": len(calls),
-            "weights": worst(np.abs(probabilities - expected_weights), weights_bound)}
+def run():
+    """The result (a JSON-ready dict). keras.ops.dot_product_attention is counted while it
+    runs, to see which path ran, and restored after: in-process callers keep Keras whole."""
+    original = transformer.ops.dot_product_attention
 
-# A whole (tiny) ViT: every block's attention switched between the paths.
-keras.utils.set_random_seed(0)
-model = ViT(Variant("ViT-tiny_4", width=WIDTH, depth=2, mlp_dim=128, heads=HEADS, patch_size=4),
-            image_size=16, classes=10)
-for w in model.weights:
-    w.assign(rng.standard_normal(w.shape).astype(np.float32) * 0.1)
-images = rng.uniform(-1, 1, (BATCH, 16, 16, 3)).astype(np.float32)
-logits = {}
-for fused in (True, False):
-    for layer in model._flatten_layers():
-        if isinstance(layer, MultiHeadSelfAttention):
-            layer.fused_attention = fused
-    logits[fused] = keras.ops.convert_to_numpy(model(images))
-result["model_max_abs_diff"] = float(np.abs(logits[True] - logits[False]).max())
-result["model_logit_scale"] = float(np.abs(logits[False]).max())
-print("RESULT " + json.dumps(result))
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    transformer.ops.dot_product_attention = counting
+    try:
+        return _measure()
+    finally:
+        transformer.ops.dot_product_attention = original
+
+
+def _measure():
+    result = {"backend": keras.backend.backend(), "auto": use_fused_attention()}
+    for dtype in ("float32", "bfloat16"):
+        u_acc = accumulation_roundoff(dtype)
+        result[f"{dtype} accumulation_roundoff"] = u_acc
+        layer = MultiHeadSelfAttention(HEADS, dtype=dtype)
+        layer.build((BATCH, TOKENS, WIDTH))
+        for variable in layer.weights:
+            variable.assign(weights[variable.name].astype(np.float32))
+        inputs = keras.ops.convert_to_tensor(x.astype(np.float32), dtype=dtype)
+        # The reference starts from the values the layer holds (x and the weights rounded to
+        # `dtype`), so the bound covers the arithmetic, not the rounding of the inputs.
+        stored_x = as_float64(inputs)
+        stored = {variable.name: as_float64(variable) for variable in layer.weights}
+        for first in (False, True):
+            expected, expected_weights = reference(stored_x, stored, first)
+            bound, weights_bound = error_bound(stored_x, stored, first, UNIT_ROUNDOFF[dtype], u_acc)
+            case = f"{dtype} {'first_token_only' if first else 'all'}"
+            outputs = {}
+            for fused in (True, False):
+                layer.fused_attention = fused
+                calls.clear()
+                out = keras.ops.convert_to_numpy(keras.ops.cast(
+                    layer(inputs, first_token_only=first), "float32"))
+                outputs[fused] = out
+                result[f"{case} {'fused' if fused else 'explicit'}"] = {
+                    **worst(np.abs(out - expected), bound), "fused_calls": len(calls)}
+            result[case] = {"paths_max_abs_diff": float(np.abs(outputs[True] - outputs[False]).max()),
+                            "output_scale": float(np.abs(expected).max())}
+            # The analysis path: weights requested -> the explicit path, whatever the setting.
+            layer.fused_attention = True
+            calls.clear()
+            out, probabilities = layer(inputs, first_token_only=first, return_attention_scores=True)
+            out = keras.ops.convert_to_numpy(keras.ops.cast(out, "float32"))
+            probabilities = keras.ops.convert_to_numpy(keras.ops.cast(probabilities, "float32"))
+            result[f"{case} scores"] = {
+                **worst(np.abs(out - expected), bound), "fused_calls": len(calls),
+                "weights": worst(np.abs(probabilities - expected_weights), weights_bound)}
+
+    # A whole (tiny) ViT: every block's attention switched between the paths.
+    keras.utils.set_random_seed(0)
+    model = ViT(Variant("ViT-tiny_4", width=WIDTH, depth=2, mlp_dim=128, heads=HEADS, patch_size=4),
+                image_size=16, classes=10)
+    for w in model.weights:
+        w.assign(rng.standard_normal(w.shape).astype(np.float32) * 0.1)
+    images = rng.uniform(-1, 1, (BATCH, 16, 16, 3)).astype(np.float32)
+    logits = {}
+    for fused in (True, False):
+        for layer in model._flatten_layers():
+            if isinstance(layer, MultiHeadSelfAttention):
+                layer.fused_attention = fused
+        logits[fused] = keras.ops.convert_to_numpy(model(images))
+    result["model_max_abs_diff"] = float(np.abs(logits[True] - logits[False]).max())
+    result["model_logit_scale"] = float(np.abs(logits[False]).max())
+    return result
+
+
+if __name__ == "__main__":
+    print("RESULT " + json.dumps(run()))
