@@ -238,13 +238,13 @@ def serve_in_fresh_process(python, saved_model, good, paths):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_serve_bytes_refuses_bombs_fast_with_bounded_memory(model, bombs, tmp_path, python):
-    good = str(tmp_path / "good.png")
-    Image.fromarray(np.full((64, 48, 3), 90, np.uint8)).save(good)
-    guarded = export_saved_model(model, str(tmp_path / "guarded"))
-    results = serve_in_fresh_process(python, guarded, good, [bombs["png"], bombs["jpeg"]])
-    print("\nguarded:", json.dumps(results))
-    for request in results["requests"]:
+def test_serve_bytes_refuses_bombs_fast_with_bounded_memory(served_requests):
+    """A SavedModel exported with the default budget, in a fresh process; the PNG and the
+    JPEG bomb are requests 2 and 3 of `served_requests` (tests/data/conftest.py)."""
+    requests = served_requests[1]["requests"][2:]
+    print("\nguarded:", json.dumps(requests))
+    assert [os.path.basename(r["path"]) for r in requests] == ["request-2", "request-3"]
+    for request in requests:
         assert request["outcome"].startswith("refused"), request
         assert f"{BOMB} x {BOMB} pixels, over the pixel budget of 40000000" in request["outcome"]
         assert request["seconds"] < 1.0, request
