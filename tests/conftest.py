@@ -71,7 +71,7 @@ TIME_BOUNDS = {
     "tests/checkpoints/test_download.py::test_offline_error_appears_within_ten_seconds":
         "0.30 s; bound 10 s; 33x",
     "tests/checkpoints/test_formats.py::test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked":
-        "0.0008 s (the offline hf:// refusal, inside its script); bound 10 s; over 1000x",
+        "0.0008 s (the offline hf:// refusal); bound 10 s; over 1000x",
     "tests/checkpoints/test_loader.py::test_hostile_checkpoint_is_refused_by_name_and_changes_nothing":
         "0.042 s (the cheap refusals); bound 1 s; 24x",
     "tests/checkpoints/test_safetensors_headers.py::test_a_large_header_is_parsed_in_one_linear_pass":

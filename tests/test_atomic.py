@@ -19,6 +19,7 @@ from keras_vit.checkpoints.formats.safetensors import read_safetensors
 from keras_vit.checkpoints.formats.timm import official_to_timm
 from keras_vit.checkpoints.layout import official_arrays
 from keras_vit.variants import Variant
+from tests.bare_packages import PRELUDE
 from tests.conftest import ROOT
 
 PACKAGE = os.path.join(ROOT, "keras_vit")
@@ -137,14 +138,18 @@ def test_two_threads_writing_one_path_leave_one_whole_file(tmp_path, save, read,
 
 # --- a writer killed mid-write --------------------------------------------------------------
 
-# Writes model seed 2 to argv[1], announcing the temporary once it is on disk, then held.
-KILLED_WRITER = """
-import sys
+# Writes argv[2]'s bytes (model seed 2 as save_npz wrote it) to argv[1] through
+# keras_vit.atomic, the one write path of save_npz and every other writer, announcing the
+# temporary once it is on disk, then held until killed. It imports keras_vit.atomic alone
+# (tests/bare_packages.py): no TensorFlow start-up.
+KILLED_WRITER = PRELUDE + """
+from keras_vit.atomic import atomic_open
 from tests.writes import hold_writes_open
-from tests.test_atomic import tiny_model
-import keras_vit
+target, source = sys.argv[1:]
+data = open(source, "rb").read()
 hold_writes_open(600, announce=lambda path: print(path, flush=True))
-keras_vit.save_npz(tiny_model(2), sys.argv[1])
+with atomic_open(target, "wb") as file:
+    file.write(data)
 """
 
 
@@ -156,8 +161,9 @@ def test_a_writer_killed_mid_write_leaves_the_old_file_and_the_next_write_cleans
     path = str(tmp_path / "model.npz")
     keras_vit.save_npz(tiny_model(1), path)
     old = open(path, "rb").read()
+    new = keras_vit.save_npz(tiny_model(2), str(tmp_path / "new.npz"))  # what the writer writes
     env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, path], cwd=ROOT, env=env,
+    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, path, new], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, text=True)
     try:
         held = writer.stdout.readline().strip()  # the temporary, whole, not yet renamed

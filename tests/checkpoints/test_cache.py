@@ -27,6 +27,7 @@ import keras_vit
 from keras_vit.atomic import TEMP_PREFIX
 from keras_vit.checkpoints import find_checkpoint
 from keras_vit.variants import get_variant
+from tests.bare_packages import FRAMEWORKS, PRELUDE
 from tests.conftest import ROOT
 from tests.oracle import random_vit_npz
 
@@ -36,6 +37,17 @@ download = importlib.import_module("keras_vit.checkpoints.download")
 
 TI = get_variant("Ti/16")
 TAG = "augreg-in21k-ft-in1k-224"
+# A child that fetches the Ti/16 file and prints the sum of its class token as read back by
+# NumPy, then the frameworks it imported: none (tests/bare_packages.py), so each costs no
+# TensorFlow start-up.
+FETCH_CHILD = PRELUDE + f"""
+import numpy as np
+from keras_vit.checkpoints.catalogue import find_checkpoint
+from keras_vit.variants import get_variant
+path = find_checkpoint(get_variant("Ti/16"), {TAG!r}).path()
+with np.load(path) as arrays:
+    print("CLS", float(arrays["cls"].sum()))
+"""
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -228,10 +240,8 @@ def test_a_client_killed_mid_download_leaves_nothing_a_later_call_uses(server, p
     checkpoint = find_checkpoint(TI, TAG)
     arrays, url_path = _serve(server, checkpoint, _ti_file())
     server.modes[url_path] = "slow-half"
-    code = ("from keras_vit.checkpoints import find_checkpoint\nfrom keras_vit import get_variant\n"
-            f"find_checkpoint(get_variant('Ti/16'), {TAG!r}).path()\n")
     env = {**os.environ, "PYTHONPATH": ROOT}
-    process = subprocess.Popen([sys.executable, "-c", code], env=env)
+    process = subprocess.Popen([sys.executable, "-c", FETCH_CHILD], env=env)
     directory = os.path.dirname(checkpoint.cached_path)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until half the file is on disk
@@ -282,17 +292,19 @@ def test_two_processes_sharing_the_cache_both_load_the_right_file(server, python
     checkpoint = find_checkpoint(TI, TAG)
     arrays, url_path = _serve(server, checkpoint, _ti_file(seed=7))
     server.modes[url_path] = "delay"  # both requests are in flight together
-    code = ("import numpy as np, keras_vit\n"
-            f"m = keras_vit.ViT_Ti16(weights={TAG!r})\n"
-            "print('CLS', float(np.asarray(m.get_layer('cls').cls).sum()))\n")
     env = {**os.environ, "PYTHONPATH": ROOT}
-    processes = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    processes = [subprocess.Popen([sys.executable, "-c", FETCH_CHILD + FRAMEWORKS], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in processes]
     expected = float(arrays["cls"].sum())
     for p, (out, err) in zip(processes, outs):
         assert p.returncode == 0, err[-2000:]
         assert float(re.search(r"CLS (\S+)", out).group(1)) == pytest.approx(expected, rel=1e-6)
+        assert "FRAMEWORKS []" in out  # the cache code imports no TensorFlow (bare_packages.py)
+    # The file both got loads into a model (in this process: the loader is the same code).
+    model = keras_vit.ViT_Ti16(weights=TAG)
+    np.testing.assert_array_equal(model.get_layer("cls").cls.numpy(), arrays["cls"])
     assert _no_stray(cat.cache_dir()) == sorted(["checksums.json", checkpoint.cache_key])
 
 
@@ -328,11 +340,10 @@ def test_a_read_only_cache_holding_the_right_file_is_used(tmp_path):
         os.chmod(d, 0o555)
         for f in files:
             os.chmod(os.path.join(d, f), 0o444)
-    code = ("import numpy as np, keras_vit\n"
-            f"m = keras_vit.ViT_Ti16(weights={TAG!r})\n"
-            "print('CLS', float(np.asarray(m.get_layer('cls').cls).sum()))\n"
-            "try:\n    keras_vit.ViT_Ti16(weights='augreg-in21k')\n"
-            "except keras_vit.WeightsUnavailableError as e:\n    print('ERROR', e)\n")
+    code = FETCH_CHILD + (
+        "from keras_vit.checkpoints.errors import WeightsUnavailableError\n"
+        "try:\n    find_checkpoint(get_variant('Ti/16'), 'augreg-in21k').path()\n"
+        "except WeightsUnavailableError as e:\n    print('ERROR', e)\n") + FRAMEWORKS
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KERAS_HOME": str(home),
            "KERAS_VIT_WEIGHTS_URL": "http://127.0.0.1:9", "TF_CPP_MIN_LOG_LEVEL": "3",
            "PYTHONPATH": ROOT}
@@ -345,6 +356,7 @@ def test_a_read_only_cache_holding_the_right_file_is_used(tmp_path):
         error = re.search(r"ERROR (.*)", result.stdout).group(1)
         assert "not writable" in error and "KERAS_HOME" in error
         assert sorted(os.listdir(path.parent)) == [path.name]  # nothing written
+        assert "FRAMEWORKS []" in result.stdout  # no TensorFlow start-up (bare_packages.py)
     finally:
         for d, _dirs, _files in os.walk(home):
             os.chmod(d, 0o755)

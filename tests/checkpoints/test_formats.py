@@ -4,6 +4,7 @@
 import dataclasses
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -366,95 +367,72 @@ def test_save_safetensors_loads_in_timm(tmp_path):
 
 # --- hf:// through huggingface_hub's cache --------------------------------------------------
 
-HUB_SCRIPT = r'''
-import json, os, sys, time
-import numpy as np
-import keras_vit
-from keras_vit.variants import get_variant
-from tests.oracle import import_timm
-import_timm()
-import torch
-from safetensors.torch import save_file
-from timm.models.vision_transformer import VisionTransformer
-
-cache = os.environ["HF_HUB_CACHE"]
-
-def put(repo, files):
+def _put_in_hub_cache(cache, repo, files):
     """A repository in huggingface_hub's cache layout, as a download would leave it."""
     root = os.path.join(cache, "models--" + repo.replace("/", "--"))
     snapshot = os.path.join(root, "snapshots", "0" * 40)
     os.makedirs(snapshot, exist_ok=True)
     os.makedirs(os.path.join(root, "refs"), exist_ok=True)
-    open(os.path.join(root, "refs", "main"), "w").write("0" * 40)
+    with open(os.path.join(root, "refs", "main"), "w") as f:
+        f.write("0" * 40)
     for name, write in files.items():
         write(os.path.join(snapshot, name))
 
-torch.manual_seed(0)
-ti = VisionTransformer(img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3,
-                       num_classes=1000).eval()
-with torch.no_grad():
-    for p in ti.parameters():
-        p.add_(torch.randn(p.shape) * 0.05)
-repo = "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"  # a catalogue entry
-put(repo, {"model.safetensors": lambda p: save_file(ti.state_dict(), p),
-           "config.json": lambda p: open(p, "w").write(json.dumps({"architecture": "vit_tiny"}))})
-model = keras_vit.ViT_Ti16(weights="hf://" + repo)
-x = np.random.default_rng(0).uniform(-1, 1, (2, 224, 224, 3)).astype("float32")
-with torch.no_grad():
-    ref = ti(torch.from_numpy(x.transpose(0, 3, 1, 2))).numpy()
-print("TIMM_DIFF", float(np.abs(np.asarray(model(x)) - ref).max()))
-print("GELU", model.get_layer("encoderblock_0").mlp.approximate_gelu)
-# The same catalogued repository at a revision: fetched at that commit, checked like main.
-pinned = keras_vit.ViT_Ti16(weights="hf://" + repo + "@" + "0" * 40)
-print("REVISION_DIFF", float(np.abs(np.asarray(pinned(x)) - ref).max()))
-try:
-    keras_vit.ViT_Ti16(weights="hf://" + repo + "@" + "1" * 40)
-    print("MISSING_REVISION_LOADED")
-except keras_vit.WeightsUnavailableError as e:
-    print("MISSING_REVISION", str(e).replace("\n", " "))
 
-# The same entry holding a file with another head: refused by the entry's check.
-wrong = VisionTransformer(img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3,
-                          num_classes=21843)
-repo = "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"
-os.remove(os.path.join(cache, "models--" + repo.replace("/", "--"), "snapshots", "0" * 40,
-                       "model.safetensors"))
-put(repo, {"model.safetensors": lambda p: save_file(wrong.state_dict(), p)})
-try:
-    keras_vit.ViT_Ti16(weights="hf://" + repo)
-    print("WRONG_LOADED")
-except keras_vit.CheckpointError as e:
-    print("REFUSED", str(e).replace("\n", " "))
-
-# Not in the cache, offline: a one-line error within seconds.
-start = time.monotonic()
-try:
-    keras_vit.ViT_Ti16(weights="hf://google/not-cached")
-except keras_vit.WeightsUnavailableError as e:
-    print("OFFLINE", time.monotonic() - start, "\n" not in str(e), str(e))
-'''
-
-
-def test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked(tmp_path, python):
+def test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked(tmp_path, monkeypatch):
+    """In this process: huggingface_hub reads HF_HUB_CACHE and HF_HUB_OFFLINE into
+    `huggingface_hub.constants` when imported and looks them up there at each call, so setting
+    those two values is what the variables do in a fresh process, without its TensorFlow and
+    PyTorch start-up."""
     pytest.importorskip("huggingface_hub")
-    import_timm()  # skips without timm, which the script compares with
-    script = tmp_path / "hub.py"
-    script.write_text(HUB_SCRIPT)
-    result = python([str(script)], timeout=600,
-                    env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"})
-    out = result.stdout
-    assert "TIMM_DIFF" in out, result.stderr[-3000:]
-    assert float(out.split("TIMM_DIFF ")[1].split()[0]) < TOL
-    assert "GELU False" in out
-    assert float(out.split("REVISION_DIFF ")[1].split()[0]) < TOL  # hf://repo@revision loads
-    assert "MISSING_REVISION_LOADED" not in out
-    missing = out.split("MISSING_REVISION ")[1].splitlines()[0]
-    assert "1" * 40 in missing and "holds" not in missing  # not "holds ViT-Ti_16 weights"
-    assert "WRONG_LOADED" not in out
-    assert "classes 21843 where the entry says 1000" in out.split("REFUSED ")[1]
-    seconds, one_line = out.split("OFFLINE ")[1].split()[:2]
-    assert float(seconds) < 10 and one_line == "True"
-    assert "hf://google/not-cached" in out and "HF_HOME" in out
+    torch = _torch()  # skips without timm, which the test compares with
+    from huggingface_hub import constants
+    from safetensors.torch import save_file
+    from timm.models.vision_transformer import VisionTransformer
+
+    cache = str(tmp_path / "hub")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", cache)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    ti = VisionTransformer(img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3,
+                           num_classes=1000).eval()
+    with torch.no_grad():
+        for p in ti.parameters():
+            p.add_(torch.randn(p.shape) * 0.05)
+    repo = "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"  # a catalogue entry
+    _put_in_hub_cache(cache, repo, {
+        "model.safetensors": lambda p: save_file(ti.state_dict(), p),
+        "config.json": lambda p: open(p, "w").write(json.dumps({"architecture": "vit_tiny"}))})
+    model = keras_vit.ViT_Ti16(weights="hf://" + repo)
+    x = _images(2, (224, 224), seed=0)
+    reference = run_timm(ti, x)
+    assert np.abs(np.asarray(model(x)) - reference).max() < TOL
+    assert model.get_layer("encoderblock_0").mlp.approximate_gelu is False
+    # The same catalogued repository at a revision: fetched at that commit, checked like main.
+    pinned = keras_vit.ViT_Ti16(weights="hf://" + repo + "@" + "0" * 40)
+    assert np.abs(np.asarray(pinned(x)) - reference).max() < TOL
+    with pytest.raises(keras_vit.WeightsUnavailableError) as missing:
+        keras_vit.ViT_Ti16(weights="hf://" + repo + "@" + "1" * 40)
+    missing = str(missing.value)
+    assert "\n" not in missing and "1" * 40 in missing
+    assert "holds" not in missing  # not "holds ViT-Ti_16 weights"
+
+    # The same entry holding a file with another head: refused by the entry's check.
+    wrong = VisionTransformer(img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3,
+                              num_classes=21843)
+    os.remove(os.path.join(cache, "models--" + repo.replace("/", "--"), "snapshots", "0" * 40,
+                           "model.safetensors"))
+    _put_in_hub_cache(cache, repo, {"model.safetensors": lambda p: save_file(wrong.state_dict(), p)})
+    with pytest.raises(keras_vit.CheckpointError, match="classes 21843 where the entry says 1000"):
+        keras_vit.ViT_Ti16(weights="hf://" + repo)
+
+    # Not in the cache, offline: a one-line error within seconds.
+    start = time.monotonic()
+    with pytest.raises(keras_vit.WeightsUnavailableError) as offline:
+        keras_vit.ViT_Ti16(weights="hf://google/not-cached")
+    seconds = time.monotonic() - start
+    offline = str(offline.value)
+    assert seconds < 10 and "\n" not in offline  # a hostile-input bound (TIME_BOUNDS)
+    assert "hf://google/not-cached" in offline and "HF_HOME" in offline
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

@@ -22,8 +22,6 @@ from PIL import Image
 from keras_vit import cli, preprocessing
 from keras_vit.data import load_image_folder, make_pipeline
 from keras_vit.errors import ImageError
-from keras_vit.export import export_saved_model
-from tests.conftest import run_python
 from tests.data.test_pixel_budget import serve_in_fresh_process
 from tests.test_export import SIZE, tiny_classifier
 
@@ -232,9 +230,10 @@ def test_paths_that_are_not_regular_files_are_refused_unopened(name, run, status
 # -- serve_bytes and EXIF: one decode path -------------------------------------------------
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    model = tiny_classifier(seed=5)
-    return model, export_saved_model(model, str(tmp_path_factory.mktemp("edges") / "vit"))
+def exported(served_requests):
+    """The model and its SavedModel that `served_requests` (tests/data/conftest.py) serves;
+    the model rebuilt here is the same (tiny_classifier seeds its weights)."""
+    return tiny_classifier(seed=5), served_requests[0]
 
 
 def exif_rotated_jpeg():
@@ -248,11 +247,10 @@ EXIF_JPEG = exif_rotated_jpeg()
 
 
 @pytest.fixture(scope="module")
-def served(exported, tmp_path_factory):
-    """serve_bytes answering, in one fresh process (tests/memory.py says why), after a warm-up
-    request: the 200 KB GIF of one-byte sub-blocks (36 s a request before) and the EXIF JPEG."""
-    return serve_in_fresh_process(run_python, exported[1], *write_requests(
-        tmp_path_factory.mktemp("served"), [gif_with_comment(100_000), EXIF_JPEG]))
+def served(served_requests):
+    """serve_bytes' answers (tests/data/conftest.py): requests[0] the 200 KB GIF of one-byte
+    sub-blocks, requests[1] the EXIF JPEG."""
+    return served_requests[1]
 
 
 def write_requests(folder, requests):

@@ -51,17 +51,6 @@ def jpeg_declaring(width, height):
     return bytes(data)
 
 
-@pytest.fixture(scope="module")
-def bombs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("bombs")
-    paths = {"png": str(folder / "bomb.png"), "jpeg": str(folder / "bomb.jpg")}
-    with open(paths["png"], "wb") as f:
-        f.write(png_of_zeros(BOMB, BOMB))
-    with open(paths["jpeg"], "wb") as f:
-        f.write(jpeg_declaring(BOMB, BOMB))
-    return paths
-
-
 def read(path):
     with open(path, "rb") as f:
         return f.read()
@@ -238,13 +227,13 @@ def serve_in_fresh_process(python, saved_model, good, paths):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_serve_bytes_refuses_bombs_fast_with_bounded_memory(model, bombs, tmp_path, python):
-    good = str(tmp_path / "good.png")
-    Image.fromarray(np.full((64, 48, 3), 90, np.uint8)).save(good)
-    guarded = export_saved_model(model, str(tmp_path / "guarded"))
-    results = serve_in_fresh_process(python, guarded, good, [bombs["png"], bombs["jpeg"]])
-    print("\nguarded:", json.dumps(results))
-    for request in results["requests"]:
+def test_serve_bytes_refuses_bombs_fast_with_bounded_memory(served_requests):
+    """A SavedModel exported with the default budget, in a fresh process; the PNG and the
+    JPEG bomb are requests 2 and 3 of `served_requests` (tests/data/conftest.py)."""
+    requests = served_requests[1]["requests"][2:]
+    print("\nguarded:", json.dumps(requests))
+    assert [os.path.basename(r["path"]) for r in requests] == ["bomb.png", "bomb.jpg"]
+    for request in requests:
         assert request["outcome"].startswith("refused"), request
         assert f"{BOMB} x {BOMB} pixels, over the pixel budget of 40000000" in request["outcome"]
         assert request["seconds"] < 1.0, request
@@ -336,18 +325,28 @@ def test_concurrent_serving_answers_good_requests_and_refuses_bad(model, bombs, 
     assert {o[1] for o in bad_ones} >= {"png bomb", "jpeg bomb"}
 
 
+def too_large(command, path):
+    """The start of the command's one-line refusal of a bomb at the default budget."""
+    return (f"keras-vit {command}: error: {path} is too large to decode: the image is {BOMB} x "
+            f"{BOMB} pixels, over the pixel budget of 40000000 pixels")
+
+
 def test_predict_and_analyze_refuse_bombs_in_one_line(model, bombs, tmp_path, capsys):
     model.save(tmp_path / "tiny.keras")
-    for kind, path in bombs.items():
-        # predict makes a failed row of it (exit 1, the count after it); analyze refuses it.
-        for argv in (["predict", path], ["analyze", path, "--output-dir", str(tmp_path / "a")]):
-            expected = 1 if argv[0] == "predict" else 2
-            assert cli.main([*argv, "--model", str(tmp_path / "tiny.keras")]) == expected, (kind, argv)
-            error = capsys.readouterr().err.strip()
-            assert len(error.splitlines()) == {1: 2, 2: 1}[expected], error
-            assert error.startswith(f"keras-vit {argv[0]}: error: {path} is too large to decode: "
-                                    f"the image is {BOMB} x {BOMB} pixels, over the pixel "
-                                    "budget of 40000000 pixels"), error
+    # predict makes a failed row of each (exit 1, a line each, the count after them); one run
+    # reads both bombs, as it would a folder holding them.
+    assert cli.main(["predict", bombs["png"], bombs["jpeg"],
+                     "--model", str(tmp_path / "tiny.keras")]) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 3, error
+    assert error[0].startswith(too_large("predict", bombs["png"])), error
+    assert error[1].startswith(too_large("predict", bombs["jpeg"])), error
+    assert error[2] == "keras-vit predict: 2 of 2 images could not be read.", error
+    for kind, path in bombs.items():  # analyze refuses it: exit 2, one line
+        argv = ["analyze", path, "--output-dir", str(tmp_path / "a")]
+        assert cli.main([*argv, "--model", str(tmp_path / "tiny.keras")]) == 2, kind
+        error = capsys.readouterr().err.strip()
+        assert len(error.splitlines()) == 1 and error.startswith(too_large("analyze", path)), error
     # A smaller budget on the command line applies too.
     small = str(tmp_path / "small.png")
     Image.fromarray(np.zeros((30, 40, 3), np.uint8)).save(small)

@@ -63,7 +63,6 @@ from keras_vit.checkpoints.layout import (
     UNIT_NORM,
     UNIT_PARTS,
 )
-from keras_vit.layers.resnet import GROUP_NORM_GROUPS
 from keras_vit.variants import VARIANTS, Variant
 
 __all__ = ["FORMAT", "TRUNK_NUMERICS", "read_hybrid_config", "hybrid_variant",
@@ -205,6 +204,10 @@ def _check_backbone(path, bit):
                                             "ViTHybrid's (true).")
     if bit["hidden_act"] != "relu":
         refuse("hidden_act", "keras_vit's trunk computes ReLU.")
+    # Imported here, not at the top: the format table (and with it the weights cache) loads
+    # without Keras, so a process that only fetches a file starts no TensorFlow.
+    from keras_vit.layers.resnet import GROUP_NORM_GROUPS
+
     if bit["num_groups"] != GROUP_NORM_GROUPS:
         refuse("num_groups", f"keras_vit's trunk normalises in {GROUP_NORM_GROUPS} groups.")
     width, rest = divmod(bit["embedding_size"], 64)
