@@ -66,7 +66,8 @@ def shell_commands(code):
 
 
 def tiny_variant(variant, image_size):
-    """The same kind of ViT (pooling, hybrid stride) with two narrow blocks.
+    """The same kind of ViT (pooling, hybrid stride) with one narrow block (a block's code
+    is the same at any depth, and each block costs every fit, predict and export its tracing).
 
     Plain variants also get twice the patch size where `image_size` allows it:
     a quarter of the tokens keeps the docs' 384 x 512 examples fast (the
@@ -77,7 +78,7 @@ def tiny_variant(variant, image_size):
         stages = tuple(1 for _ in stages)  # one unit per stage keeps the ResNet's stride
     elif all(size % (2 * patch) == 0 for size in image_size):
         patch = 2 * patch
-    return dataclasses.replace(variant, width=32, depth=2, mlp_dim=64, heads=2,
+    return dataclasses.replace(variant, width=32, depth=1, mlp_dim=64, heads=2,
                                patch_size=patch, resnet_stages=stages)
 
 

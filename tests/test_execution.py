@@ -5,6 +5,7 @@ The suite runs with KERAS_VIT_EXECUTION=graph (conftest.py), so that its numbers
 on which mode this CPU prefers; these tests set the mode they test.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -17,15 +18,21 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import execution
 from keras_vit.errors import ArgumentError
+from keras_vit.variants import DEMO_VARIANT
 
 SHAPE = (4, 32, 32, 3)
 
 
+# The demo ViT with one block instead of four: which mode runs, and that both compute the
+# same, hold at any depth, and tracing (and XLA's compiling) grows with the blocks.
+VARIANT = dataclasses.replace(DEMO_VARIANT, depth=1)
+
+
 def tiny_classifier(classes=5):
-    """The demo ViT with a random head (keras_vit's head starts at zero, whose logits would
-    agree between any two modes)."""
+    """The one-block demo ViT with a random head (keras_vit's head starts at zero, whose logits
+    would agree between any two modes)."""
     keras.utils.set_random_seed(0)
-    model = keras_vit.ViT("demo", image_size=32, classes=classes)
+    model = keras_vit.ViT(VARIANT, image_size=32, classes=classes)
     head = model.get_layer("head")
     head.kernel.assign(np.random.default_rng(0).normal(0, 0.5, head.kernel.shape))
     return model
@@ -179,7 +186,7 @@ def test_evaluate_passes_its_mode_on(monkeypatch):
     chosen = []
     monkeypatch.setattr(execution, "choose_jit_compile",
                         lambda model, shape, mode, **kw: chosen.append((shape, mode)) or True)
-    model = keras_vit.ViT("demo", image_size=32, classes=10)
+    model = keras_vit.ViT(VARIANT, image_size=32, classes=10)
     report = keras_vit.evaluate(model, "digits", batch_size=128, execution="xla")
     assert chosen == [((128, 32, 32, 3), "xla")] and report["image_count"] == 360
 

@@ -1,5 +1,7 @@
 """Quantised exports of a trained digits model, measured against the float model."""
 
+import contextlib
+import io
 import json
 import os
 
@@ -122,26 +124,33 @@ def test_agreement_counts_top1_and_the_largest_logit_gap():
         "images": 3, "top1_agreement": 2 / 3, "max_logit_difference": 1.5}
 
 
-def test_cli_keras_int8_export_prints_and_records_its_agreement(digits_model, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def keras_int8_export(digits_model, tmp_path_factory):
+    """(path, stdout) of one `export --format keras --quantize int8` of the digits model,
+    which the two tests below read: the file is the same with or without --calibration-data
+    (it only adds the measurement), so one export serves both."""
     path, _ = digits_model
-    output = str(tmp_path / "int8.keras")
-    assert main(["export", "--model", path, "--format", "keras", "--quantize", "int8",
-                 "--calibration-data", "digits", "--calibration-images", "8",
-                 "--output", output]) == 0
-    printed = capsys.readouterr().out
+    output = str(tmp_path_factory.mktemp("keras_int8") / "int8.keras")
+    with contextlib.redirect_stdout(io.StringIO()) as stdout:
+        assert main(["export", "--model", path, "--format", "keras", "--quantize", "int8",
+                     "--calibration-data", "digits", "--calibration-images", "8",
+                     "--output", output]) == 0
+    return output, stdout.getvalue()
+
+
+def test_cli_keras_int8_export_prints_and_records_its_agreement(keras_int8_export):
+    output, printed = keras_int8_export
     with open(output + ".agreement.json") as f:
         record = json.load(f)
     assert record["images"] == 360 and record["quantize"] == "int8"
     assert f"{record['top1_agreement']:.4f}" in printed
 
 
-def test_a_keras_int8_export_reloads_with_its_int8_layers(digits_model, tmp_path):
+def test_a_keras_int8_export_reloads_with_its_int8_layers(digits_model, keras_int8_export):
     """The .keras file of `--format keras --quantize int8` loads back (safe mode) with every
     layer Keras quantised still int8 and the outputs of the model that wrote it."""
     path, _ = digits_model
-    output = str(tmp_path / "int8.keras")
-    assert main(["export", "--model", path, "--format", "keras", "--quantize", "int8",
-                 "--output", output]) == 0
+    output, _ = keras_int8_export
     written = quantized.quantize_keras(keras.saving.load_model(path, compile=False))
     reloaded = keras.saving.load_model(output, compile=False)
     modes = {layer.path: layer.quantization_mode for layer in reloaded._flatten_layers()

@@ -2,8 +2,8 @@
 
 The blocks of one page run in order in one namespace, in a fresh folder, as a
 user following the page would. Smoke form: `keras_vit.ViT` (and with it every
-named constructor and the CLI) builds the same kind of model shrunk to two
-narrow blocks, with random weights but the checkpoint's class count and
+named constructor and the CLI) builds the same kind of model shrunk to one
+narrow block, with random weights but the checkpoint's class count and
 resolution, and `keras_vit.ResNetV2` a trunk with one unit per stage, so
 nothing is downloaded; the digits demo trains four steps; the connection to any other machine is
 refused. Loading real weights is covered by tests/checkpoints/test_loader.py and the
@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -42,7 +43,8 @@ RUNNABLE = {"python", "bash"}
 SKIPPED = {
     ("README.md", "pip install -e . && keras-vit train"):
         "installs the package; .ci/run runs it as written, and its keras-vit train command "
-        "is the first block of docs/fine-tuning.md, which runs here",
+        "is the first block of docs/fine-tuning.md, the suite's shared digits run "
+        "(tests/conftest.py)",
     ("README.md", 'pip install -e ".[dev,oracle]"'):
         "installs packages and runs this test suite; .ci/run runs it as written",
     ("docs/fine-tuning.md", "--dataset tf_flowers --model B/16 --weights imagenet21k --output"):
@@ -162,6 +164,11 @@ def _run_bash(block):
                         "tests/docs/test_snippets.py or mark the block no-test with a reason")
 
 
+# Pages whose blocks read the run of a `keras-vit train --dataset digits` block that is no-test
+# because it is the suite's shared digits run's command (tests/conftest.py, digits_run): the
+# page gets a copy of that run where its blocks look for it, instead of a training of its own.
+SHARED_DIGITS_RUN = {"docs/fine-tuning.md": "runs/digits"}
+
 # The Serving page's blocks export and serve three SavedModels (half a minute of CPU); what
 # they run, tests/test_export.py and tests/data/test_pixel_budget.py run by default. The
 # Looking inside page's (a quarter of a minute) are what tests/analysis runs by default.
@@ -170,7 +177,9 @@ SLOW_PAGES = {"docs/serving.md", "docs/looking-inside.md"}
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PAGES else p
                                   for p in _pages_with_code()])
-def test_page_code_blocks_run(page, smoke):
+def test_page_code_blocks_run(page, smoke, request):
+    if page in SHARED_DIGITS_RUN:
+        shutil.copytree(request.getfixturevalue("digits_run")[0], smoke / SHARED_DIGITS_RUN[page])
     namespace = {"__name__": "__main__", "np": np, "os": os, "keras_vit": keras_vit,
                  "write_photo": write_photo}
     exec(SETUP.get(page, ""), namespace)

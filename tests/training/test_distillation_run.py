@@ -1,8 +1,10 @@
 """`train(teacher=...)`: a run distils from an earlier run, records its teacher in run.json and
 report.json, saves the student alone, and `compare` shows student, teacher and the student
 trained without the teacher side by side; a bad teacher is refused before anything is written.
-Each run is one optimizer step of a tiny ViT (test_distillation.py checks the losses)."""
+Each run is one optimizer step of a one-block tiny ViT (test_distillation.py checks the
+losses)."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -20,6 +22,10 @@ from keras_vit.training import train
 from tests.analysis.test_compare import table_rows
 from tests.training.test_distillation import TINY, TINY_DEIT, planted_head
 
+# test_distillation.py's tiny ViT with one block: what a run records and saves of its teacher
+# holds at any depth, and each run traces its steps at a cost that grows with the blocks.
+ONE_BLOCK = dataclasses.replace(TINY, depth=1)
+
 ONE_STEP = {"dataset": "digits", "steps": 1, "batch_size": 16, "verbose": 0, "execution": "graph"}
 
 
@@ -34,11 +40,11 @@ def student_run(tmp_path_factory):
     student's 16 px images reach it resized), soft at the defaults but alpha 1."""
     base = tmp_path_factory.mktemp("distilled")
     teacher = str(base / "teacher.keras")
-    model = keras_vit.ViT(TINY, image_size=8, classes=10)
+    model = keras_vit.ViT(ONE_BLOCK, image_size=8, classes=10)
     planted_head(model, "head", 0)
     model.save(teacher)
     output = str(base / "student")
-    train(model=TINY, output=output, teacher=teacher, distillation_alpha=1.0, **ONE_STEP)
+    train(model=ONE_BLOCK, output=output, teacher=teacher, distillation_alpha=1.0, **ONE_STEP)
     return output, teacher
 
 
@@ -48,10 +54,10 @@ def runs(tmp_path_factory):
     without it."""
     base = tmp_path_factory.mktemp("distillation")
     folders = {name: str(base / name) for name in ("teacher", "student", "alone")}
-    train(model=TINY, image_size=8, output=folders["teacher"], **ONE_STEP)
-    train(model=TINY, output=folders["student"], teacher=folders["teacher"],
+    train(model=ONE_BLOCK, image_size=8, output=folders["teacher"], **ONE_STEP)
+    train(model=ONE_BLOCK, output=folders["student"], teacher=folders["teacher"],
           distillation_alpha=1.0, **ONE_STEP)
-    train(model=TINY, output=folders["alone"], **ONE_STEP)
+    train(model=ONE_BLOCK, output=folders["alone"], **ONE_STEP)
     return folders
 
 
@@ -62,12 +68,12 @@ def test_a_run_with_a_teacher_records_it_and_saves_the_student_alone(student_run
                 "distillation": "soft", "temperature": 3.0, "alpha": 1.0}
     assert record["config"]["teacher"] == expected
     assert report["teacher"] == record["teacher"] == {
-        **expected, "architecture": keras_vit.ViT(TINY, image_size=8, classes=10).name,
+        **expected, "architecture": keras_vit.ViT(ONE_BLOCK, image_size=8, classes=10).name,
         "classes": 10, "image_size": 8}
     # model.keras is the student: a plain ViT of the student's size, no teacher weights in it.
     model = keras.saving.load_model(os.path.join(output, "model.keras"))
     assert model.input_shape[1] == 16 and model.count_params() == report["parameters"]
-    assert model.count_params() == keras_vit.ViT(TINY, image_size=16, classes=10).count_params()
+    assert model.count_params() == keras_vit.ViT(ONE_BLOCK, image_size=16, classes=10).count_params()
     with open(os.path.join(output, "log.csv")) as f:
         assert "distillation_loss" in f.readline()  # Distiller's own loss trackers reach the log
 
@@ -103,10 +109,10 @@ def test_the_same_call_again_resumes_nothing_and_another_teacher_is_another_run(
     """The teacher is part of the configuration: the finished run is returned as it is,
     and the same folder with other distillation options is refused."""
     output, teacher = student_run
-    again = train(model=TINY, output=output, teacher=teacher, distillation_alpha=1.0, **ONE_STEP)
+    again = train(model=ONE_BLOCK, output=output, teacher=teacher, distillation_alpha=1.0, **ONE_STEP)
     assert again == read(output, "report.json")
     with pytest.raises(RunConflictError):
-        train(model=TINY, output=output, teacher=teacher, distillation_alpha=0.5, **ONE_STEP)
+        train(model=ONE_BLOCK, output=output, teacher=teacher, distillation_alpha=0.5, **ONE_STEP)
 
 
 # A run of its own; test_distillation.py's test_a_distilled_deits_distillation_head_learns_...
@@ -130,18 +136,18 @@ def test_a_distilled_deit_student_learns_from_the_teacher_and_saves_the_heads_av
 
 def test_a_bad_teacher_is_refused_in_one_line_before_anything_is_written(tmp_path, cli):
     three = str(tmp_path / "three.keras")
-    keras_vit.ViT(TINY, image_size=16, classes=3).save(three)
+    keras_vit.ViT(ONE_BLOCK, image_size=16, classes=3).save(three)
     torn = tmp_path / "torn.keras"
     torn.write_bytes(b"PK\x03\x04 torn")
     for teacher, family, named in [(three, ArgumentError, "3 classes"),
                                    (str(torn), CheckpointError, "torn.keras")]:
         output = tmp_path / "never"
         with pytest.raises(family) as error:
-            train(model=TINY, output=str(output), teacher=teacher, **ONE_STEP)
+            train(model=ONE_BLOCK, output=str(output), teacher=teacher, **ONE_STEP)
         assert "\n" not in str(error.value) and named in str(error.value)
         assert not output.exists()
     with pytest.raises(ArgumentError, match="need a teacher"):
-        train(model=TINY, output=str(tmp_path / "never"), distillation="hard", **ONE_STEP)
+        train(model=ONE_BLOCK, output=str(tmp_path / "never"), distillation="hard", **ONE_STEP)
     result = cli(["train", "--model", "demo", "--teacher", three, "--steps", "1",
                   "--output", str(tmp_path / "never")])
     assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -1,6 +1,7 @@
 """`train(lora_rank=...)`: the run trains LoRA factors and the head, records what trained, and
 saves merged models that load without LoRA."""
 
+import dataclasses
 import json
 import os
 
@@ -10,13 +11,18 @@ import numpy as np
 from keras_vit import data
 from keras_vit.memory import physical_memory
 from keras_vit.training import train
-from keras_vit.variants import get_variant
+from keras_vit.variants import DEMO_VARIANT
 from tests.models.test_lora import _vit_parameters
+
+# The demo ViT with one block instead of four: what the run records and saves holds at any
+# depth, and the run traces its training, validation and prediction, and each file's load,
+# at a cost that grows with the blocks.
+ONE_BLOCK = dataclasses.replace(DEMO_VARIANT, depth=1)
 
 
 def test_a_lora_run_records_its_parameters_and_saves_merged_models(tmp_path):
     output = str(tmp_path / "run")
-    report = train("digits", model="demo", steps=2, batch_size=16, output=output, verbose=0,
+    report = train("digits", model=ONE_BLOCK, steps=2, batch_size=16, output=output, verbose=0,
                    execution="graph", lora_rank=2, lora_targets=("query", "value"))
     with open(os.path.join(output, "report.json")) as f:
         saved = json.load(f)
@@ -24,8 +30,9 @@ def test_a_lora_run_records_its_parameters_and_saves_merged_models(tmp_path):
         assert json.load(f)["config"]["lora"] == {"rank": 2, "targets": ["query", "value"]}
     counts = saved["parameter_counts"]
     assert saved["lora"] == {"rank": 2, "targets": ["query", "value"]}
-    demo = get_variant("demo")  # counted from its shapes by hand, 10 classes, 16 px
-    expected = _vit_parameters(demo, 2, ("query", "value"), 10, (16 // demo.patch_size) ** 2 + 1)
+    # counted from its shapes by hand, 10 classes, 16 px
+    expected = _vit_parameters(ONE_BLOCK, 2, ("query", "value"), 10,
+                               (16 // ONE_BLOCK.patch_size) ** 2 + 1)
     assert (counts["trainable"], counts["total"]) == expected
     assert counts["total"] == saved["parameters"]
     # The run's cost: its 2 training batches, the first (tracing) aside, and the peak resident
