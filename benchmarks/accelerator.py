@@ -220,7 +220,7 @@ def measure_model(calls, batch, repeats, torch_device):
     row["agreement_with_float32"] = {
         library: {name: agreement(outputs[f"{library} float32"], outputs[f"{library} {name}"])
                   for name in ("tf32", "bfloat16")} for library in calls}
-    for library, by_setting in calls.items():  # the untimed warm-up
+    for by_setting in calls.values():  # the untimed warm-up
         for name, call in by_setting.items():
             with setting(name):
                 _timed(call, torch_device)
@@ -364,7 +364,7 @@ def to_markdown(report):
              "| model | setting | keras_vit images/s | timm images/s | keras_vit / timm "
              "| first call keras_vit / timm (s) |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
-    for name, row in report["models"].items():
+    for row in report["models"].values():
         if "parity_failed" in row:
             lines.append(f"| {row['title']} | parity failed | | | | |")
             continue
@@ -381,7 +381,7 @@ def to_markdown(report):
               "output difference), and keras_vit against timm in float32 (relative):", "",
               "| model | keras_vit tf32 | keras_vit bfloat16 | timm tf32 | timm bfloat16 "
               "| float32 parity |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for name, row in report["models"].items():
+    for row in report["models"].values():
         parity = row["parity_relative_difference"]
         parity = "shapes differ" if parity is None else f"{parity:.1e}"
         if "parity_failed" in row:
