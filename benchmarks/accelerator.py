@@ -250,6 +250,7 @@ def machine(jax_device, torch_device):
 
     versions = {"python": platform.python_version(), "jax": jax.__version__,
                 "jaxlib": __import__("jaxlib").__version__, "keras": keras.__version__,
+                "keras_from": os.path.dirname(keras.__file__),
                 "torch": torch.__version__, "timm": import_timm().__version__,
                 "numpy": np.__version__, "torch_cuda": torch.version.cuda,
                 "torch_cudnn": torch.backends.cudnn.version() if torch_device == "cuda" else None}
