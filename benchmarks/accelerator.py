@@ -89,14 +89,18 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def check_devices(allow_cpu):
-    """(JAX's device, torch's device name) to run on: the first GPU both see; the CPU only
-    with `allow_cpu`. Raises SystemExit with one line when there is none."""
+def check_backend():
+    """Raises SystemExit with one line unless Keras runs on JAX."""
     import keras
 
     if keras.backend.backend() != "jax":
         raise SystemExit(f"benchmarks.accelerator runs on the JAX backend; KERAS_BACKEND is "
                          f"{keras.backend.backend()!r} (set KERAS_BACKEND=jax).")
+
+
+def check_devices(allow_cpu):
+    """(JAX's device, torch's device name) to run on: the first GPU both see; the CPU only
+    with `allow_cpu`. Raises SystemExit with one line when there is none."""
     import jax
     import torch
 
@@ -197,15 +201,26 @@ def relative_difference(a, b):
 
 
 def measure_model(calls, batch, repeats, torch_device):
-    """First-call seconds, outputs and per-round images/s of every (library, setting)."""
-    first, outputs = {}, {}
+    """First-call seconds, outputs and per-round images/s of every (library, setting).
+
+    A call that raises is recorded under "errors" and its setting is not timed for either
+    library (one run on a lent machine must not lose every number to one failing kernel);
+    without both float32 outputs there is no parity check and nothing is timed."""
+    first, outputs, errors = {}, {}, {}
     for library, by_setting in calls.items():
         for name, call in by_setting.items():
-            with setting(name):
-                first[f"{library} {name}"], outputs[f"{library} {name}"] = \
-                    _timed(call, torch_device)
-    row = {"first_call_seconds": first}
-    a, b = outputs["keras_vit float32"], outputs["timm float32"]
+            key = f"{library} {name}"
+            try:
+                with setting(name):
+                    first[key], outputs[key] = _timed(call, torch_device)
+            except Exception as error:  # noqa: BLE001 - recorded, and the run goes on
+                errors[key] = one_line(error)
+    row = {"first_call_seconds": first, **({"errors": errors} if errors else {})}
+    a, b = outputs.get("keras_vit float32"), outputs.get("timm float32")
+    if a is None or b is None:
+        row["parity_relative_difference"] = None
+        row["parity_failed"] = "a float32 call failed (see errors); not timed"
+        return row
     row["outputs_per_image"] = int(np.prod(b.shape[1:]))
     row["parity_relative_difference"] = relative_difference(a, b) if a.shape == b.shape else None
     if a.shape != b.shape or not row["parity_relative_difference"] <= RELATIVE_TOLERANCE:
@@ -215,18 +230,19 @@ def measure_model(calls, batch, repeats, torch_device):
         return row
     from keras_vit.export_quantized import agreement
 
-    # Against each library's own full-float32 outputs; nonzero tf32 differences also show
-    # that the setting reached the library.
+    timed = [name for name in SETTINGS if all(f"{lib} {name}" in outputs for lib in calls)]
+    # Against each library's own full-float32 outputs; nonzero tf32 differences on a GPU
+    # also show that the setting reached the library.
     row["agreement_with_float32"] = {
         library: {name: agreement(outputs[f"{library} float32"], outputs[f"{library} {name}"])
-                  for name in ("tf32", "bfloat16")} for library in calls}
-    for by_setting in calls.values():  # the untimed warm-up
-        for name, call in by_setting.items():
+                  for name in timed if name != "float32"} for library in calls}
+    for library in calls:  # the untimed warm-up
+        for name in timed:
             with setting(name):
-                _timed(call, torch_device)
-    rates = {name: {library: [] for library in calls} for name in SETTINGS}
+                _timed(calls[library][name], torch_device)
+    rates = {name: {library: [] for library in calls} for name in timed}
     for _ in range(repeats):
-        for name in SETTINGS:
+        for name in timed:
             with setting(name):
                 for library in calls:
                     seconds, _ = _timed(calls[library][name], torch_device)
@@ -239,6 +255,12 @@ def measure_model(calls, batch, repeats, torch_device):
     row["ratio"] = {name: statistics.median(k / t for k, t in zip(r["keras_vit"], r["timm"]))
                     for name, r in rates.items()}
     return row
+
+
+def one_line(error):
+    """`error` as one line of at most 300 characters, its type first."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:300]}"
 
 
 def machine(jax_device, torch_device):
@@ -280,6 +302,7 @@ def main(argv=None):
     unknown = [n for n in names if n not in title]
     if unknown:
         raise SystemExit(f"unknown models {unknown}; choose from {', '.join(MODELS.values())}")
+    check_backend()
     jax_device, torch_device = check_devices(args.allow_cpu)
 
     from keras_vit.layers.transformer import use_fused_attention
@@ -310,10 +333,15 @@ def main(argv=None):
                                        f"model took {last:.0f} s (--budget-s {args.budget_s:.0f})")
                 continue
             begin = time.perf_counter()
-            calls = build_pair(name, image_size, tiny, folder, images, jax_device, torch_device)
-            built = time.perf_counter() - begin
-            row = measure_model(calls, batch, repeats, torch_device)
-            del calls
+            try:
+                calls = build_pair(name, image_size, tiny, folder, images, jax_device,
+                                   torch_device)
+            except Exception as error:  # noqa: BLE001 - recorded; the next model still runs
+                row, built = {"error": f"building failed: {one_line(error)}"}, None
+            else:
+                built = time.perf_counter() - begin
+                row = measure_model(calls, batch, repeats, torch_device)
+                del calls
             _release()
             last = time.perf_counter() - begin
             report["models"][name] = {"title": title[name], "build_seconds": built,
@@ -337,13 +365,15 @@ def _release():
 
 
 def _progress(name, row):
+    errors = "".join(f"; {key} FAILED: {text}" for key, text in row.get("errors", {}).items())
+    if "error" in row:
+        return f"{name}: {row['error']}"
     if "parity_failed" in row:
-        return f"{name}: PARITY FAILED: {row['parity_failed']}"
-    rates = ", ".join(f"{s} {row['images_per_s'][s]['keras_vit']['median']:.0f}/"
-                      f"{row['images_per_s'][s]['timm']['median']:.0f} ({row['ratio'][s]:.2f}x)"
-                      for s in SETTINGS)
+        return f"{name}: PARITY FAILED: {row['parity_failed']}{errors}"
+    rates = ", ".join(f"{s} {r['keras_vit']['median']:.0f}/{r['timm']['median']:.0f} "
+                      f"({row['ratio'][s]:.2f}x)" for s, r in row["images_per_s"].items())
     return (f"{name}: parity {row['parity_relative_difference']:.1e}; images/s keras_vit/timm "
-            f"{rates}; {row['seconds']:.0f} s")
+            f"{rates}; {row['seconds']:.0f} s{errors}")
 
 
 def _write(folder, report, final):
@@ -366,10 +396,11 @@ def to_markdown(report):
              "| first call keras_vit / timm (s) |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     for row in report["models"].values():
-        if "parity_failed" in row:
-            lines.append(f"| {row['title']} | parity failed | | | | |")
+        if "error" in row or "parity_failed" in row:
+            lines.append(f"| {row['title']} | {'failed' if 'error' in row else 'parity failed'} "
+                         f"| | | | |")
             continue
-        for s in SETTINGS:
+        for s in row["images_per_s"]:
             cells = []
             for library in ("keras_vit", "timm"):
                 r = row["images_per_s"][s][library]
@@ -383,16 +414,23 @@ def to_markdown(report):
               "| model | keras_vit tf32 | keras_vit bfloat16 | timm tf32 | timm bfloat16 "
               "| float32 parity |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for row in report["models"].values():
+        if "error" in row:
+            continue
         parity = row["parity_relative_difference"]
-        parity = "shapes differ" if parity is None else f"{parity:.1e}"
+        parity = "none" if parity is None else f"{parity:.1e}"
         if "parity_failed" in row:
             lines.append(f"| {row['title']} | | | | | {parity} (failed) |")
             continue
         a = row["agreement_with_float32"]
         cells = [f"{a[lib][s]['top1_agreement']:.3f}, {a[lib][s]['max_logit_difference']:.2g}"
+                 if s in a[lib] else "failed"
                  for lib in ("keras_vit", "timm") for s in ("tf32", "bfloat16")]
         lines.append(f"| {row['title']} | {' | '.join(cells)} | {parity} |")
     lines += ["", *(f"Setting {k}: {t}." for k, t in report["settings"].items())]
+    lines += [f"Failed: {row['title']}: {row['error']}" for row in report["models"].values()
+              if "error" in row]
+    lines += [f"Failed: {row['title']} {key}: {text}" for row in report["models"].values()
+              for key, text in row.get("errors", {}).items()]
     lines += [f"Note: {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
 
