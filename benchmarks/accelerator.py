@@ -33,6 +33,7 @@ change in clocks or load hits both alike; tables give medians and keras_vit / ti
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import gc
 import io
@@ -61,6 +62,7 @@ MODELS = {
     "DeiT-B/16 distilled": "deit_base_distilled_patch16_224",
 }
 SETTINGS = ("float32", "tf32", "bfloat16")
+TRAIN_SETTINGS = ("tf32", "bfloat16")  # training in full float32 is no one's choice on a GPU
 # The parity tests' bound (tests/checkpoints/test_timm_families.py), relative to the largest
 # output: float32 rounding is ~1e-7 relative per operation, a wrong mapping 1e-3 or more.
 from benchmarks.families import RELATIVE_TOLERANCE  # noqa: E402
@@ -83,6 +85,10 @@ def parse_args(argv=None):
                         help="width 64, 2 heads, depth 1, 112 px, batch 2, one round: checks it works")
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run without a GPU (for --tiny: the numbers mean nothing)")
+    parser.add_argument("--train-model", choices=("vit_base_patch16_224", "none"),
+                        default="vit_base_patch16_224",
+                        help="also time a training step of this model, after inference "
+                             "(default vit_base_patch16_224; none skips it)")
     parser.add_argument("--budget-s", type=float, default=420.0,
                         help="start no further model once this many seconds have passed, or when "
                              "the last model's time would overrun them (default 420)")
@@ -131,15 +137,13 @@ def setting(name):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
 
 
-def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch_device):
-    """{"keras_vit": {setting: call}, "timm": {setting: call}}; each call returns float32
-    NumPy outputs; and the number of outputs per image."""
-    import jax
+def build_models(architecture, image_size, tiny, folder, torch_device):
+    """(keras_vit model, timm model on `torch_device`) computing the same function: timm's
+    random weights, written as safetensors and loaded by keras_vit's timm rows."""
     import torch
     from safetensors.torch import save_file
 
     import keras_vit
-    from keras_vit.precision import bfloat16_model
     from tests.checkpoints.test_formats import _randomise
     from tests.oracle import import_timm
 
@@ -157,9 +161,19 @@ def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch
     ours = keras_vit.ViT(variant, weights=path, image_size=image_size,
                          include_top=theirs.num_classes > 0)
     os.remove(path)
-    ours_bf16 = bfloat16_model(ours)
-    theirs = theirs.to(torch_device)
+    return ours, theirs.to(torch_device)
 
+
+def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch_device):
+    """{"keras_vit": {setting: call}, "timm": {setting: call}}: forward passes on `images`,
+    each returning float32 NumPy outputs."""
+    import jax
+    import torch
+
+    from keras_vit.precision import bfloat16_model
+
+    ours, theirs = build_models(architecture, image_size, tiny, folder, torch_device)
+    ours_bf16 = bfloat16_model(ours)
     x_jax = jax.device_put(images, jax_device)
     x_torch = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))).to(torch_device)
 
@@ -177,6 +191,47 @@ def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch
                           "bfloat16": keras_call(ours_bf16)},
             "timm": {"float32": timm_call(False), "tf32": timm_call(False),
                      "bfloat16": timm_call(True)}}
+
+
+def build_training(architecture, image_size, tiny, folder, images, jax_device, torch_device):
+    """{"keras_vit": {setting: step}, "timm": {setting: step}}: one SGD step (softmax cross-
+    entropy on the logits, learning rate 1e-3) on `images`, each returning the loss. keras_vit:
+    `train_on_batch` of the model compiled by Keras (its bfloat16 one under mixed_bfloat16,
+    head float32); timm: forward under `torch.autocast` for bfloat16, backward, step."""
+    import jax
+    import keras
+    import torch
+
+    from keras_vit.precision import bfloat16_model
+
+    ours, theirs = build_models(architecture, image_size, tiny, folder, torch_device)
+    labels = np.arange(len(images)) % theirs.num_classes
+    x_jax, y_jax = jax.device_put(images, jax_device), jax.device_put(labels, jax_device)
+    x_torch = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))).to(torch_device)
+    y_torch = torch.from_numpy(labels).to(torch_device)
+
+    def keras_step(model):
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=1e-3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return lambda: np.float32(model.train_on_batch(x_jax, y_jax))
+
+    def timm_step(model, bfloat16):
+        model.train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+        def step():
+            with torch.autocast(torch_device, torch.bfloat16, enabled=bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x_torch), y_torch)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return np.float32(loss.item())
+        return step
+
+    # Each setting trains its own copy from the same weights, so the four first losses compare.
+    return {"keras_vit": {"tf32": keras_step(ours), "bfloat16": keras_step(bfloat16_model(ours))},
+            "timm": {"tf32": timm_step(theirs, False),
+                     "bfloat16": timm_step(copy.deepcopy(theirs), True)}}
 
 
 def _synchronize(torch_device):
@@ -200,12 +255,10 @@ def relative_difference(a, b):
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-def measure_model(calls, batch, repeats, torch_device):
-    """First-call seconds, outputs and per-round images/s of every (library, setting).
-
-    A call that raises is recorded under "errors" and its setting is not timed for either
-    library (one run on a lent machine must not lose every number to one failing kernel);
-    without both float32 outputs there is no parity check and nothing is timed."""
+def first_calls(calls, torch_device):
+    """({key: seconds}, {key: outputs}, {key: error}) of each call's first run, keyed
+    "library setting". A call that raises is recorded, not fatal: one run on a lent machine
+    must not lose every number to one failing kernel."""
     first, outputs, errors = {}, {}, {}
     for library, by_setting in calls.items():
         for name, call in by_setting.items():
@@ -215,6 +268,43 @@ def measure_model(calls, batch, repeats, torch_device):
                     first[key], outputs[key] = _timed(call, torch_device)
             except Exception as error:  # noqa: BLE001 - recorded, and the run goes on
                 errors[key] = one_line(error)
+    return first, outputs, errors
+
+
+def time_rounds(calls, names, batch, repeats, torch_device):
+    """{"images_per_s": {setting: {library: summary}}, "ratio": {setting: keras_vit / timm}}
+    after an untimed warm-up of each call; each round runs every setting of `names` once,
+    keras_vit then timm."""
+    from benchmarks.run import summarize
+
+    for library in calls:
+        for name in names:
+            with setting(name):
+                _timed(calls[library][name], torch_device)
+    rates = {name: {library: [] for library in calls} for name in names}
+    for _ in range(repeats):
+        for name in names:
+            with setting(name):
+                for library in calls:
+                    seconds, _ = _timed(calls[library][name], torch_device)
+                    rates[name][library].append(batch / seconds)
+    # Per round, then the median: both sides of one round saw the same clocks and load.
+    return {"images_per_s": {name: {library: summarize(r) for library, r in by_library.items()}
+                             for name, by_library in rates.items()},
+            "ratio": {name: statistics.median(k / t for k, t in zip(r["keras_vit"], r["timm"]))
+                      for name, r in rates.items()}}
+
+
+def _both(calls, outputs, names):
+    """The settings of `names` whose first call ran in every library."""
+    return [name for name in names if all(f"{lib} {name}" in outputs for lib in calls)]
+
+
+def measure_model(calls, batch, repeats, torch_device):
+    """First-call seconds, parity, agreements and per-round images/s of every (library,
+    setting) of `calls`. A setting that failed in either library is not timed; without both
+    float32 outputs there is no parity check and nothing is timed."""
+    first, outputs, errors = first_calls(calls, torch_device)
     row = {"first_call_seconds": first, **({"errors": errors} if errors else {})}
     a, b = outputs.get("keras_vit float32"), outputs.get("timm float32")
     if a is None or b is None:
@@ -230,31 +320,23 @@ def measure_model(calls, batch, repeats, torch_device):
         return row
     from keras_vit.export_quantized import agreement
 
-    timed = [name for name in SETTINGS if all(f"{lib} {name}" in outputs for lib in calls)]
+    timed = _both(calls, outputs, SETTINGS)
     # Against each library's own full-float32 outputs; nonzero tf32 differences on a GPU
     # also show that the setting reached the library.
     row["agreement_with_float32"] = {
         library: {name: agreement(outputs[f"{library} float32"], outputs[f"{library} {name}"])
                   for name in timed if name != "float32"} for library in calls}
-    for library in calls:  # the untimed warm-up
-        for name in timed:
-            with setting(name):
-                _timed(calls[library][name], torch_device)
-    rates = {name: {library: [] for library in calls} for name in timed}
-    for _ in range(repeats):
-        for name in timed:
-            with setting(name):
-                for library in calls:
-                    seconds, _ = _timed(calls[library][name], torch_device)
-                    rates[name][library].append(batch / seconds)
-    from benchmarks.run import summarize
+    return {**row, **time_rounds(calls, timed, batch, repeats, torch_device)}
 
-    row["images_per_s"] = {name: {library: summarize(r) for library, r in by_library.items()}
-                           for name, by_library in rates.items()}
-    # Per round, then the median: both sides of one round saw the same clocks and load.
-    row["ratio"] = {name: statistics.median(k / t for k, t in zip(r["keras_vit"], r["timm"]))
-                    for name, r in rates.items()}
-    return row
+
+def measure_training(steps, batch, repeats, torch_device):
+    """First-step seconds and losses (the same weights and labels: the two first losses
+    should agree to the setting's rounding), and per-round images/s of each training step."""
+    first, losses, errors = first_calls(steps, torch_device)
+    row = {"first_call_seconds": first, "first_loss": {k: float(v) for k, v in losses.items()},
+           **({"errors": errors} if errors else {})}
+    return {**row, **time_rounds(steps, _both(steps, losses, TRAIN_SETTINGS), batch, repeats,
+                                 torch_device)}
 
 
 def one_line(error):
@@ -324,29 +406,37 @@ def main(argv=None):
               "parity_bound_relative": RELATIVE_TOLERANCE, "models": {}, "notes": []}
     images = np.random.default_rng(0).uniform(-1, 1, (batch, image_size, image_size, 3)) \
         .astype(np.float32)
+    jobs = [("models", name, build_pair, measure_model) for name in names]
+    if args.train_model != "none":
+        report["training"] = {}
+        report["training_step"] = ("SGD, learning rate 1e-3, softmax cross-entropy on the "
+                                   "logits; keras_vit train_on_batch (Keras' jax.jit-compiled "
+                                   "train step), timm forward, backward, optimizer.step, "
+                                   "zero_grad, loss.item()")
+        jobs.append(("training", args.train_model, build_training, measure_training))
     last = 0.0
     with tempfile.TemporaryDirectory() as folder:
-        for name in names:
+        for section, name, build, measure in jobs:
             elapsed = time.perf_counter() - started
             if elapsed + last > args.budget_s:
-                report["notes"].append(f"{name} not run: {elapsed:.0f} s had passed and the last "
-                                       f"model took {last:.0f} s (--budget-s {args.budget_s:.0f})")
+                report["notes"].append(f"{section} of {name} not run: {elapsed:.0f} s had passed "
+                                       f"and the last model took {last:.0f} s (--budget-s "
+                                       f"{args.budget_s:.0f})")
                 continue
             begin = time.perf_counter()
             try:
-                calls = build_pair(name, image_size, tiny, folder, images, jax_device,
-                                   torch_device)
+                calls = build(name, image_size, tiny, folder, images, jax_device, torch_device)
             except Exception as error:  # noqa: BLE001 - recorded; the next model still runs
                 row, built = {"error": f"building failed: {one_line(error)}"}, None
             else:
                 built = time.perf_counter() - begin
-                row = measure_model(calls, batch, repeats, torch_device)
+                row = measure(calls, batch, repeats, torch_device)
                 del calls
             _release()
             last = time.perf_counter() - begin
-            report["models"][name] = {"title": title[name], "build_seconds": built,
-                                      "seconds": last, **row}
-            print(_progress(name, report["models"][name]), flush=True)
+            report[section][name] = {"title": title[name], "build_seconds": built,
+                                     "seconds": last, **row}
+            print(f"{section}: " + _progress(name, report[section][name]), flush=True)
             _write(args.output, report, final=False)
     report["seconds"] = time.perf_counter() - started
     _write(args.output, report, final=True)
@@ -372,8 +462,10 @@ def _progress(name, row):
         return f"{name}: PARITY FAILED: {row['parity_failed']}{errors}"
     rates = ", ".join(f"{s} {r['keras_vit']['median']:.0f}/{r['timm']['median']:.0f} "
                       f"({row['ratio'][s]:.2f}x)" for s, r in row["images_per_s"].items())
-    return (f"{name}: parity {row['parity_relative_difference']:.1e}; images/s keras_vit/timm "
-            f"{rates}; {row['seconds']:.0f} s{errors}")
+    parity = f"parity {row['parity_relative_difference']:.1e}; " \
+        if "parity_relative_difference" in row else ""
+    return (f"{name}: {parity}images/s keras_vit/timm {rates}; {row['seconds']:.0f} s"
+            f"{errors}")
 
 
 def _write(folder, report, final):
@@ -426,10 +518,26 @@ def to_markdown(report):
                  if s in a[lib] else "failed"
                  for lib in ("keras_vit", "timm") for s in ("tf32", "bfloat16")]
         lines.append(f"| {row['title']} | {' | '.join(cells)} | {parity} |")
+    training = report.get("training", {})
+    if training:
+        lines += ["", f"Training step ({report['training_step']}), batch {report['batch']}:", "",
+                  "| model | setting | keras_vit images/s | timm images/s | keras_vit / timm "
+                  "| first step keras_vit / timm (s) | first loss keras_vit / timm |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for row in training.values():
+            for s in row.get("images_per_s", {}):
+                r, first, loss = row["images_per_s"][s], row["first_call_seconds"], row["first_loss"]
+                lines.append(
+                    f"| {row['title']} | {s} | {r['keras_vit']['median']:.0f} "
+                    f"({r['keras_vit']['min']:.0f}-{r['keras_vit']['max']:.0f}) | "
+                    f"{r['timm']['median']:.0f} ({r['timm']['min']:.0f}-{r['timm']['max']:.0f}) | "
+                    f"{row['ratio'][s]:.2f}x | {first[f'keras_vit {s}']:.1f} / "
+                    f"{first[f'timm {s}']:.1f} | {loss[f'keras_vit {s}']:.4f} / "
+                    f"{loss[f'timm {s}']:.4f} |")
     lines += ["", *(f"Setting {k}: {t}." for k, t in report["settings"].items())]
-    lines += [f"Failed: {row['title']}: {row['error']}" for row in report["models"].values()
-              if "error" in row]
-    lines += [f"Failed: {row['title']} {key}: {text}" for row in report["models"].values()
+    rows = [*report["models"].values(), *training.values()]
+    lines += [f"Failed: {row['title']}: {row['error']}" for row in rows if "error" in row]
+    lines += [f"Failed: {row['title']} {key}: {text}" for row in rows
               for key, text in row.get("errors", {}).items()]
     lines += [f"Note: {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
