@@ -361,7 +361,8 @@ def machine(jax_device, torch_device):
     info = {"jax_device": str(jax_device), "device_kind": jax_device.device_kind,
             "torch_device": torch.cuda.get_device_name() if torch_device == "cuda" else "cpu",
             "cpu_cores": os.cpu_count(), "versions": versions,
-            "defaults": {"jax_default_matmul_precision": jax.config.jax_default_matmul_precision,
+            "defaults": {"jax_default_matmul_precision": getattr(
+                jax.config, "jax_default_matmul_precision", "unknown"),
                          "torch_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
                          "torch_cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}}
     if torch_device == "cuda":

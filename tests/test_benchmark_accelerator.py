@@ -141,33 +141,55 @@ def _report(models):
                 "jax": "0", "keras": "3", "torch": "2", "torch_cuda": None, "timm": "1"}}}
 
 
-# Imports JAX, torch and timm in a fresh process and builds, loads and compiles two
-# width-64 one-block models (about 20 CPU-s, a minute or more on 2 loaded cores). The
-# default tests above cover the order of calls, the parity gate and the settings; this one
-# proves that the whole run needs no TensorFlow and that its tables hold what it measured.
+def test_training_steps_record_first_losses_and_time_both_settings():
+    order = []
+    losses = {f"{lib} {s}": np.float32(i + 1) for i, (lib, s) in enumerate(
+        (lib, s) for lib in LIBRARIES for s in accelerator.TRAIN_SETTINGS)}
+    steps = {lib: {s: _recording_calls(losses, order)[lib][s] for s in accelerator.TRAIN_SETTINGS}
+             for lib in LIBRARIES}
+    row = accelerator.measure_training(steps, batch=2, repeats=2, torch_device="cpu")
+    assert row["first_loss"] == {key: float(value) for key, value in losses.items()}
+    assert list(row["images_per_s"]) == list(accelerator.TRAIN_SETTINGS)
+    every = [f"{lib} {s}" for lib in LIBRARIES for s in accelerator.TRAIN_SETTINGS]
+    rounds = [f"{lib} {s}" for s in accelerator.TRAIN_SETTINGS for lib in LIBRARIES] * 2
+    assert order == every + every + rounds
+
+
+# Imports JAX, torch and timm in a fresh process, builds, loads and compiles a width-64
+# one-block DINOv2 and ViT-B/16 and a training step of the latter (about 40 CPU-s, minutes on
+# 2 loaded cores). The default tests above cover the order of calls, the parity gate, the
+# failures and the settings; this one proves that the whole run needs no TensorFlow and that
+# its tables hold what it measured.
 @pytest.mark.slow
 def test_tiny_run_without_tensorflow_checks_parity_and_writes_its_tables(tmp_path):
-    models = ["vit_base_patch16_224", "vit_base_patch14_dinov2"]
     block_tensorflow = ("import sys, runpy; sys.modules['tensorflow'] = None; "
                         "runpy.run_module('benchmarks.accelerator', run_name='__main__', "
                         "alter_sys=True)")
     env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax"}
     out = subprocess.run([sys.executable, "-c", block_tensorflow, "--tiny", "--allow-cpu",
-                          "--models", ",".join(models), "--output", str(tmp_path)],
+                          "--models", "vit_base_patch14_dinov2", "--output", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "accelerator.json").read_text())
-    assert list(report["models"]) == models and report["batch"] == 2
-    assert report["machine"]["versions"]["keras"]
-    for row in report["models"].values():
-        assert row["parity_relative_difference"] <= accelerator.RELATIVE_TOLERANCE
-        for s in accelerator.SETTINGS:
-            assert all(row["images_per_s"][s][lib]["median"] > 0 for lib in LIBRARIES)
-        # On a CPU TF32 does not exist: the setting changes nothing, bit for bit.
-        for lib in LIBRARIES:
-            assert row["agreement_with_float32"][lib]["tf32"]["max_logit_difference"] == 0
+    assert list(report["models"]) == ["vit_base_patch14_dinov2"] and report["batch"] == 2
+    assert list(report["training"]) == ["vit_base_patch16_224"]
+    row = report["models"]["vit_base_patch14_dinov2"]
+    assert "errors" not in row and row["parity_relative_difference"] <= accelerator.RELATIVE_TOLERANCE
+    for s in accelerator.SETTINGS:
+        assert all(row["images_per_s"][s][lib]["median"] > 0 for lib in LIBRARIES)
+    # On a CPU TF32 does not exist: the setting changes nothing, bit for bit.
+    for lib in LIBRARIES:
+        assert row["agreement_with_float32"][lib]["tf32"]["max_logit_difference"] == 0
     table = [ln for ln in (tmp_path / "accelerator.md").read_text().splitlines()
-             if ln.startswith("| ViT-B/16 |")]
-    assert [ln.split("|")[2].strip() for ln in table] == list(accelerator.SETTINGS)
-    ratio = report["models"][models[0]]["ratio"]["bfloat16"]
-    assert table[2].split("|")[5].strip() == f"{ratio:.2f}x"
+             if ln.startswith("| DINOv2-B/14 |")]
+    assert [ln.split("|")[2].strip() for ln in table[:3]] == list(accelerator.SETTINGS)
+    assert table[2].split("|")[5].strip() == f"{row['ratio']['bfloat16']:.2f}x"
+    # Training: the same weights and labels, so the first steps' losses (float32 on a CPU)
+    # agree to the parity tests' relative bound.
+    train = report["training"]["vit_base_patch16_224"]
+    assert "errors" not in train
+    loss = train["first_loss"]
+    assert loss["keras_vit tf32"] == pytest.approx(loss["timm tf32"],
+                                                   rel=accelerator.RELATIVE_TOLERANCE)
+    assert all(train["images_per_s"][s][lib]["median"] > 0
+               for s in accelerator.TRAIN_SETTINGS for lib in LIBRARIES)
