@@ -1,6 +1,6 @@
-"""keras_vit on JAX beside timm on one NVIDIA GPU: inference throughput per precision.
+"""keras_vit on JAX beside timm on one NVIDIA GPU: inference and training throughput per precision.
 
-    python -m benchmarks.accelerator --output DIR          # five ViT-B models, batch 64
+    python -m benchmarks.accelerator --output DIR          # five ViT-B models, batch 64, then training
     python -m benchmarks.accelerator --tiny --allow-cpu    # width 64, depth 1, batch 2: checks it runs
 
 Runs on the JAX backend and needs no TensorFlow. Per model, timm builds its architecture
@@ -29,6 +29,10 @@ the GPU is synchronised before each timed call. The first call of each is timed 
 (keras_vit: tracing and XLA compilation), a second is an untimed warm-up, then rounds call
 each (setting, library) once in turn (keras_vit, timm, keras_vit, timm, ...), so that a
 change in clocks or load hits both alike; tables give medians and keras_vit / timm.
+
+Then one training step of ViT-B/16 (`build_training`), timed the same way in the tf32 and
+bfloat16 settings. Results are rewritten after each model, so that a run stopped early keeps
+what it measured; `--budget-s` starts no model that the time left would not fit.
 """
 
 import argparse
@@ -51,7 +55,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import numpy as np
 
-# name in the tables: (timm architecture, which keras_vit also accepts).
+# title in the tables: timm's architecture name, which keras_vit also accepts.
 MODELS = {
     "ViT-B/16": "vit_base_patch16_224",
     "DINOv2-B/14": "vit_base_patch14_dinov2",
