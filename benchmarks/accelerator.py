@@ -435,7 +435,10 @@ def main(argv=None):
                 row, built = {"error": f"building failed: {one_line(error)}"}, None
             else:
                 built = time.perf_counter() - begin
-                row = measure(calls, batch, repeats, torch_device)
+                try:
+                    row = measure(calls, batch, repeats, torch_device)
+                except Exception as error:  # noqa: BLE001 - e.g. out of memory while timing
+                    row = {"error": f"measuring failed: {one_line(error)}"}
                 del calls
             _release()
             last = time.perf_counter() - begin
