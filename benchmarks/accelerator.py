@@ -49,9 +49,10 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("KERAS_BACKEND", "jax")
-# JAX takes 75% of the GPU's memory at start by default; torch shares this process.
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+if __name__ == "__main__":  # run as the benchmark; importing it (its tests) changes nothing
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    # JAX takes 75% of the GPU's memory at start by default; torch shares this process.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import numpy as np
 
@@ -93,6 +94,10 @@ def parse_args(argv=None):
                         default="vit_base_patch16_224",
                         help="also time a training step of this model, after inference "
                              "(default vit_base_patch16_224; none skips it)")
+    parser.add_argument("--attention", choices=("auto", "fused", "explicit"), default="auto",
+                        help="keras_vit's attention path: auto (keras_vit's own choice: fused "
+                             "on GPUs), or forced to keras.ops.dot_product_attention (fused) "
+                             "or matmul-softmax-matmul (explicit)")
     parser.add_argument("--budget-s", type=float, default=420.0,
                         help="start no further model once this many seconds have passed, or when "
                              "the last model's time would overrun them (default 420)")
@@ -168,6 +173,23 @@ def build_models(architecture, image_size, tiny, folder, torch_device):
     return ours, theirs.to(torch_device)
 
 
+# --attention: None leaves each attention layer keras_vit's choice (`use_fused_attention`).
+FORCED_ATTENTION = {"auto": None, "fused": True, "explicit": False}
+attention_setting = None
+
+
+def force_attention(*models):
+    """Sets every attention layer of `models` to the --attention path (before the first call
+    compiles it); "auto" changes nothing."""
+    from keras_vit.layers import MultiHeadSelfAttention
+
+    for model in models:
+        for layer in model._flatten_layers():
+            if isinstance(layer, MultiHeadSelfAttention):
+                layer.fused_attention = attention_setting
+    return models
+
+
 def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch_device):
     """{"keras_vit": {setting: call}, "timm": {setting: call}}: forward passes on `images`,
     each returning float32 NumPy outputs."""
@@ -177,7 +199,7 @@ def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch
     from keras_vit.precision import bfloat16_model
 
     ours, theirs = build_models(architecture, image_size, tiny, folder, torch_device)
-    ours_bf16 = bfloat16_model(ours)
+    ours, ours_bf16 = force_attention(ours, bfloat16_model(ours))
     x_jax = jax.device_put(images, jax_device)
     x_torch = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))).to(torch_device)
 
@@ -233,7 +255,8 @@ def build_training(architecture, image_size, tiny, folder, images, jax_device, t
         return step
 
     # Each setting trains its own copy from the same weights, so the four first losses compare.
-    return {"keras_vit": {"tf32": keras_step(ours), "bfloat16": keras_step(bfloat16_model(ours))},
+    ours, ours_bf16 = force_attention(ours, bfloat16_model(ours))
+    return {"keras_vit": {"tf32": keras_step(ours), "bfloat16": keras_step(ours_bf16)},
             "timm": {"tf32": timm_step(theirs, False),
                      "bfloat16": timm_step(copy.deepcopy(theirs), True)}}
 
@@ -391,6 +414,8 @@ def main(argv=None):
         raise SystemExit(f"unknown models {unknown}; choose from {', '.join(MODELS.values())}")
     check_backend()
     jax_device, torch_device = check_devices(args.allow_cpu)
+    global attention_setting
+    attention_setting = FORCED_ATTENTION[args.attention]
 
     from keras_vit.layers.transformer import use_fused_attention
 
@@ -407,7 +432,8 @@ def main(argv=None):
                                 "inputs on the device, logits returned to the host",
               "timm_call": "eval(), torch.inference_mode(), inputs on the device, "
                            "output .float().cpu()",
-              "keras_vit_fused_attention": use_fused_attention(),
+              "keras_vit_fused_attention": use_fused_attention(attention_setting),
+              "attention": args.attention,
               "parity_bound_relative": RELATIVE_TOLERANCE, "models": {}, "notes": []}
     images = np.random.default_rng(0).uniform(-1, 1, (batch, image_size, image_size, 3)) \
         .astype(np.float32)
@@ -484,6 +510,13 @@ def _write(folder, report, final):
         write_results(folder, "accelerator", report, to_markdown(report))
 
 
+def _attention_note(report):
+    if "keras_vit_fused_attention" not in report:
+        return ""
+    path = "fused" if report["keras_vit_fused_attention"] else "explicit"
+    return f" keras_vit's attention: {report.get('attention', 'auto')} ({path})."
+
+
 def to_markdown(report):
     m = report["machine"]
     v = m["versions"]
@@ -491,7 +524,7 @@ def to_markdown(report):
              f"{v['keras']}, torch {v['torch']} (CUDA {v['torch_cuda']}), timm {v['timm']}. "
              f"Batch {report['batch']} at {report['image_size']} px, random weights, "
              f"{report['repeats']} interleaved rounds, median images/s (min-max); inputs on the "
-             f"device, logits back on the host.", "",
+             f"device, logits back on the host.{_attention_note(report)}", "",
              "| model | setting | keras_vit images/s | timm images/s | keras_vit / timm "
              "| first call keras_vit / timm (s) |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]

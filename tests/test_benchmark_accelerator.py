@@ -193,3 +193,33 @@ def test_tiny_run_without_tensorflow_checks_parity_and_writes_its_tables(tmp_pat
                                                    rel=accelerator.RELATIVE_TOLERANCE)
     assert all(train["images_per_s"][s][lib]["median"] > 0
                for s in accelerator.TRAIN_SETTINGS for lib in LIBRARIES)
+
+
+@pytest.mark.parametrize("flag,expected", [("auto", None), ("fused", True), ("explicit", False)])
+def test_the_attention_flag_sets_every_attention_layer_of_both_models(monkeypatch, flag, expected):
+    """--attention forces keras_vit's path in the float32 and the bfloat16 model alike; "auto"
+    leaves each layer to keras_vit's own choice (None)."""
+    import keras_vit
+    from keras_vit.layers import MultiHeadSelfAttention
+    from keras_vit.precision import bfloat16_model
+
+    variant = keras_vit.Variant("ViT-tiny_8", width=32, depth=2, mlp_dim=64, heads=2, patch_size=8)
+    model = keras_vit.ViT(variant, image_size=16, classes=3)
+    monkeypatch.setattr(accelerator, "attention_setting", accelerator.FORCED_ATTENTION[flag])
+    models = accelerator.force_attention(model, bfloat16_model(model))
+    settings = [layer.fused_attention for m in models for layer in m._flatten_layers()
+                if isinstance(layer, MultiHeadSelfAttention)]
+    assert settings == [expected] * 4  # two blocks in each of the two models
+
+
+def test_importing_the_benchmark_leaves_the_environment_alone(monkeypatch):
+    """Its JAX settings are the benchmark run's: set on import here (the suite runs on
+    TensorFlow), they reached every later subprocess of this worker (a MirroredStrategy
+    script once started on JAX because of it)."""
+    import importlib
+
+    for name in ("KERAS_BACKEND", "XLA_PYTHON_CLIENT_PREALLOCATE"):
+        monkeypatch.delenv(name, raising=False)
+    before = dict(os.environ)
+    importlib.reload(accelerator)  # the module's code again, as a first import runs it
+    assert dict(os.environ) == before
