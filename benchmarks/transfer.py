@@ -16,11 +16,24 @@ class (drawn with the seed by `keras_vit.analysis.few_shot_indices`, the probe's
     loraR     `lora_rank=R` (query and value), R in 1, 4, 16: the factors and the head train
 
 every trained method without and with AugReg's `light1` (RandAugment 1,10 and no MixUp; the
-probe has no training to augment), `--steps` weight updates each (a fixed count rather than
-epochs: one label per class is five images). Each run is `keras_vit.train` in this process,
+probe has no training to augment). Each run is `keras_vit.train` in this process,
 so what is measured is what a user runs; its report.json gives the accuracy on the digits'
 fixed held-out split (the 5-9 of `keras_vit.load_digits`'s test split, 180 images), the
 trainable parameters, the peak resident memory and the median step time.
+
+The length of a run (`transfer_steps`): every trained method, at every label count, makes the
+same number of passes over its labelled images, `--epochs` (32), with a floor of
+`--min-steps` (50) weight updates: ceil(32 x images / batch) updates, at least 50. Training
+every method for the same epochs is how parameter-efficient comparisons are run (VTAB-1k's
+methods are compared at one epoch count), and the paper's own schedules grow with the dataset
+(500 updates of 512 for Pets' few thousand images, 10,000 for CIFAR's 50,000); a fixed count
+for every label count would give all labels (716 images) the passes of 10 (50 images) divided
+by 14, and leave its runs short of converged. The floor keeps the smallest sets (1 and 5
+labels per class: 5 and 25 images, one batch each) from training 32 updates only. 32 epochs
+is what the 10-label runs' 50 updates of 32 are, so those runs are the same under either
+rule: 50 updates at 1, 5 and 10 labels per class, 716 at all labels. `--steps N` instead
+trains every run N updates (the earlier rule, and the tests' tiny mode); each row records its
+`updates` and `length_rule`.
 
 Two things `train` does not take from a caller, the benchmark supplies around it: the
 datasets (a folder would be re-split at every label count, so the held-out images would
@@ -34,8 +47,11 @@ which is what the run itself added to a process that already holds TensorFlow an
 previous runs' freed-but-kept allocations. Where the reset is not possible the peak is the
 process's, and the column says so.
 
-Writes results.json (every run) and prints a markdown table; with `--output-dir` also
-transfer.json, transfer.md and transfer.png there.
+Prints a markdown table; with `--output-dir` writes transfer.json (every run), transfer.md and
+transfer.png there. With `--update` the rows already in that transfer.json whose method,
+label count and augmentation this invocation does not run are kept, each marked with the
+invocation (command and length rule) that made it, which the table's "run" column and its
+legend name: one table can then hold runs of two rules without hiding which is which.
 """
 
 import argparse
@@ -56,10 +72,11 @@ AUGMENTS = ("none", "light1")
 SOURCE_DIGITS, TARGET_DIGITS = tuple(range(5)), tuple(range(5, 10))
 IMAGE_SIZE = 16  # the digits preset's: 8x8 digits upsampled, 16 tokens of 4x4 pixels
 BATCH_SIZE = 32
-# Chosen so the whole default benchmark (5 seeds: 5 pre-trainings and 240 transfer runs)
-# takes about 40 minutes on 2 shared CPU cores; see docs/fine-tuning.md for the measured time.
 PRETRAIN_STEPS = 300
-TRANSFER_STEPS = 50
+# The length rule (the docstring's "length of a run"): equal passes over the labelled images,
+# at least MIN_TRANSFER_STEPS updates. 32 passes are the 10-label runs' 50 updates of 32 images.
+TRANSFER_EPOCHS = 32
+MIN_TRANSFER_STEPS = 50
 TRANSFER_LR = 0.03  # SGD's peak rate for every fine-tuned method (the paper's grid: 0.001-0.03)
 
 
@@ -170,8 +187,23 @@ def transfer_recipe(method, steps, batch_size, augment):
                                warmup_steps=max(1, steps // 10))
 
 
-def run_method(method, shots, augment, seed, source, folder, steps):
-    """One row: the method's accuracy on 5-9's held-out split, its parameters, memory, time."""
+def transfer_steps(images, batch, epochs=TRANSFER_EPOCHS, min_steps=MIN_TRANSFER_STEPS):
+    """Weight updates of a run on `images` labelled images in batches of `batch`: `epochs`
+    passes over them, at least `min_steps`."""
+    return max(min_steps, -(-epochs * images // batch))
+
+
+def length_rule(args):
+    """How the invocation `args` sets each run's updates, as the rows and the table say it."""
+    if args.steps is not None:
+        return f"fixed {args.steps} updates"
+    return f"{args.epochs} epochs, at least {args.min_steps} updates"
+
+
+def run_method(method, shots, augment, seed, source, folder, steps=None,
+               epochs=TRANSFER_EPOCHS, min_steps=MIN_TRANSFER_STEPS):
+    """One row: the method's accuracy on 5-9's held-out split, its parameters, memory, time.
+    `steps`: the updates of a trained method; None: `transfer_steps` of `epochs`, `min_steps`."""
     from keras_vit.analysis.few_shot import few_shot_indices
     from keras_vit.evaluation import evaluate
     from keras_vit.training import train
@@ -195,6 +227,8 @@ def run_method(method, shots, augment, seed, source, folder, steps):
                    peak_bytes=peak_resident_bytes(), step_seconds=None)
     else:
         batch = min(BATCH_SIZE, len(chosen))
+        steps = steps or transfer_steps(len(chosen), batch, epochs, min_steps)
+        row["updates"] = steps
         splits = digits_splits(TARGET_DIGITS, chosen, examples=steps * batch)
         kwargs = {"lora_rank": int(method[4:])} if method.startswith("lora") else {}
         output = os.path.join(folder, f"{method}-{shots}-{augment}-{seed}")
@@ -220,7 +254,7 @@ def summarize(rows):
     for row in rows:
         groups.setdefault((row["method"], row["shots"], row["augment"]), []).append(row)
     summary = []
-    for (method, shots, augment), group in groups.items():
+    for (method, shots, augment), group in sorted(groups.items(), key=_order):
         def stats(key, group=group):
             values = [r[key] for r in group if r.get(key) is not None]
             if not values:
@@ -230,6 +264,8 @@ def summarize(rows):
         accuracy, sd = stats("accuracy")
         summary.append({"method": method, "shots": shots, "augment": augment,
                         "seeds": len(group), "accuracy": accuracy, "accuracy_sd": sd,
+                        "updates": group[0].get("updates"),
+                        "invocation": group[0].get("invocation", 0),
                         "trainable": group[0].get("trainable"),
                         "peak_above_start_mib": _mib(stats("peak_above_start_bytes")[0]),
                         "peak_mib": _mib(stats("peak_bytes")[0]),
@@ -238,22 +274,35 @@ def summarize(rows):
     return summary
 
 
+def _order(item):
+    """Label counts in SHOTS' order, then methods in METHODS', then augmentations."""
+    (method, shots, augment), _ = item
+    return SHOTS.index(shots), METHODS.index(method), AUGMENTS.index(augment)
+
+
 def _mib(value):
     return None if value is None else value / 2**20
 
 
-def markdown(summary):
-    """The table docs/fine-tuning.md shows."""
-    lines = ["| method | augment | labels/class | accuracy (mean ± sd) | trainable params | "
-             "peak MiB above start | ms/step |", "|---|---|---|---|---|---|---|"]
+def markdown(summary, invocations):
+    """The table docs/fine-tuning.md shows, and a legend of the invocations its "run" column
+    numbers (from 1): each one's command and length rule."""
+    lines = ["| method | augment | labels/class | updates | accuracy (mean ± sd) | "
+             "trainable params | peak MiB above start | ms/step | run |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         def fmt(value, pattern):
             return "–" if value is None else pattern.format(value)
         lines.append(f"| {s['method']} | {s['augment'] if s['method'] != 'probe' else '–'} | "
-                     f"{s['shots']} | {100 * s['accuracy']:.1f} ± {100 * s['accuracy_sd']:.1f} | "
+                     f"{s['shots']} | {fmt(s['updates'], '{}')} | "
+                     f"{100 * s['accuracy']:.1f} ± {100 * s['accuracy_sd']:.1f} | "
                      f"{fmt(s['trainable'], '{:,}')} | {fmt(s['peak_above_start_mib'], '{:.0f}')} | "
-                     f"{fmt(s['step_ms'], '{:.1f}')} |")
-    return "\n".join(lines)
+                     f"{fmt(s['step_ms'], '{:.1f}')} | {s['invocation'] + 1} |")
+    lines.append("")
+    for number, invocation in enumerate(invocations, 1):
+        lines.append(f"Run {number}: `{invocation['command']}`; length: "
+                     f"{invocation['length_rule']}.  ")
+    return "\n".join(lines).rstrip()
 
 
 def plot(summary, path):
@@ -289,13 +338,64 @@ def plot(summary, path):
     plt.close(figure)
 
 
-def write_outputs(args, rows, pretrained, started, output_dir):
-    """The result of `rows`; with `output_dir`, written there as transfer.json, .md and .png."""
+def command_line(argv):
+    """The invocation as a shell command, for the table's legend."""
+    import shlex
+
+    return " ".join(["python -m benchmarks.transfer", *map(shlex.quote, argv)])
+
+
+def earlier_runs(path):
+    """(invocations, rows) of the transfer.json at `path`, each row marked with the index of
+    its invocation; a file written before invocations were recorded is one invocation, its
+    rows trained `arguments["steps"]` updates each. ([], []) where there is no file."""
+    if not os.path.exists(path):
+        return [], []
+    with open(path) as f:
+        earlier = json.load(f)
+    if "invocations" in earlier:
+        return earlier["invocations"], earlier["runs"]
+    arguments = earlier["arguments"]
+    invocation = {"command": command_line(_flags(arguments)), "arguments": arguments,
+                  "length_rule": f"fixed {arguments['steps']} updates",
+                  "machine": earlier["machine"], "seconds": earlier["seconds"],
+                  "pretrained": earlier["pretrained"]}
+    rows = [{**row, "invocation": 0, **({} if row["method"] == "probe"
+                                         else {"updates": arguments["steps"]})}
+            for row in earlier["runs"]]
+    return [invocation], rows
+
+
+def _flags(arguments):
+    """The command-line flags that give `arguments` (an earlier file's record of them)."""
+    flags = []
+    for name in ("seeds", "shots", "methods", "pretrain_steps", "steps", "output_dir"):
+        value = arguments.get(name)
+        if value is not None:
+            flags += [f"--{name.replace('_', '-')}", *map(str, value if isinstance(value, list)
+                                                          else [value])]
+    return flags + (["--no-augment"] if arguments.get("no_augment") else [])
+
+
+def write_outputs(args, rows, pretrained, started, output_dir, argv=(), earlier=([], [])):
+    """The result of `rows` (with the rows of `earlier`, (invocations, rows), whose method,
+    label count and augmentation `rows` do not have); with `output_dir`, written there as
+    transfer.json, .md and .png."""
+    invocations, kept = earlier
+    done = {(r["method"], r["shots"], r["augment"]) for r in rows}
+    kept = [r for r in kept if (r["method"], r["shots"], r["augment"]) not in done]
+    invocations = [i for n, i in enumerate(invocations) if any(r["invocation"] == n for r in kept)]
+    renumber = {old: new for new, old in enumerate(sorted({r["invocation"] for r in kept}))}
+    kept = [{**r, "invocation": renumber[r["invocation"]]} for r in kept]
+    rows = [{**row, "invocation": len(invocations)} for row in rows]
+    invocations.append({"command": command_line(argv), "arguments": vars(args),
+                        "length_rule": length_rule(args),
+                        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+                        "seconds": time.perf_counter() - started, "pretrained": pretrained})
+    rows = kept + rows
     summary = summarize(rows)
-    result = {"command": "python -m benchmarks.transfer", "arguments": vars(args),
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-              "seconds": time.perf_counter() - started, "pretrained": pretrained,
-              "summary": summary, "runs": rows}
+    result = {"invocations": invocations, "summary": summary, "runs": rows,
+              "markdown": markdown(summary, invocations)}
     if output_dir:
         from keras_vit.atomic import atomic_open
 
@@ -303,22 +403,34 @@ def write_outputs(args, rows, pretrained, started, output_dir):
         with atomic_open(os.path.join(output_dir, "transfer.json")) as f:
             json.dump(result, f, indent=1)
         with atomic_open(os.path.join(output_dir, "transfer.md")) as f:
-            f.write(markdown(summary) + "\n")
+            f.write(result["markdown"] + "\n")
         plot(summary, os.path.join(output_dir, "transfer.png"))
     return result
 
 
 def main(argv=None):
+    argv = list(argv) if argv is not None else __import__("sys").argv[1:]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--shots", nargs="+", choices=SHOTS, default=list(SHOTS))
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--no-augment", action="store_true", help="skip the light1 runs")
     parser.add_argument("--pretrain-steps", type=int, default=PRETRAIN_STEPS)
-    parser.add_argument("--steps", type=int, default=TRANSFER_STEPS,
-                        help="weight updates of each trained transfer run")
+    parser.add_argument("--epochs", type=int, default=TRANSFER_EPOCHS,
+                        help="passes over the labelled images of each trained transfer run")
+    parser.add_argument("--min-steps", type=int, default=MIN_TRANSFER_STEPS,
+                        help="the fewest weight updates of a trained transfer run")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="a fixed count of weight updates for every trained transfer run "
+                             "instead of --epochs and --min-steps")
     parser.add_argument("--output-dir", help="write transfer.json, transfer.md, transfer.png here")
+    parser.add_argument("--update", action="store_true",
+                        help="keep the rows of --output-dir's transfer.json this run does not repeat")
     args = parser.parse_args(argv)
+    if args.update and not args.output_dir:
+        parser.error("--update needs --output-dir")
+    earlier = earlier_runs(os.path.join(args.output_dir, "transfer.json")) if args.update \
+        else ([], [])
     augments = ("none",) if args.no_augment else AUGMENTS
     rows, pretrained, started = [], [], time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
@@ -331,15 +443,16 @@ def main(argv=None):
                 for method in args.methods:
                     for augment in ("none",) if method == "probe" else augments:
                         row = run_method(method, shots, augment, seed, source, folder,
-                                         args.steps)
+                                         args.steps, args.epochs, args.min_steps)
+                        row["length_rule"] = length_rule(args)
                         rows.append(row)
                         print(f"  {method:7} {augment:6} {shots:>3}/class: accuracy "
                               f"{row['accuracy']:.3f} ({row['seconds']:.1f} s)", flush=True)
                 if args.output_dir:  # so far: an interrupted run keeps what it finished
-                    write_outputs(args, rows, pretrained, started, args.output_dir)
-    result = write_outputs(args, rows, pretrained, started, args.output_dir)
-    print(markdown(result["summary"]))
-    print(f"{result['seconds']:.0f} s in all")
+                    write_outputs(args, rows, pretrained, started, args.output_dir, argv, earlier)
+    result = write_outputs(args, rows, pretrained, started, args.output_dir, argv, earlier)
+    print(result["markdown"])
+    print(f"{result['invocations'][-1]['seconds']:.0f} s in all")
     return result
 
 
