@@ -11,6 +11,8 @@ import pytest
 from benchmarks import transfer
 from keras_vit.data import load_digits
 
+ARGS = argparse.Namespace(seeds=[0, 1], steps=None, epochs=32, min_steps=50)
+
 
 def test_every_label_count_is_scored_on_the_same_held_out_images_of_digits_5_to_9():
     every = transfer.digits_splits(transfer.TARGET_DIGITS)
@@ -29,10 +31,10 @@ def test_the_outputs_hold_each_method_once_with_the_mean_and_sd_of_its_seeds(tmp
     rows = [{"method": method, "shots": "1", "augment": "none", "seed": seed,
              "accuracy": accuracy, "trainable": 325, "peak_bytes": 2**30,
              "peak_above_start_bytes": 2**20 * seed, "step_seconds": None if method == "probe"
-             else 0.01} for method, seed, accuracy in (("probe", 0, 0.5), ("probe", 1, 0.7),
-                                                        ("lora1", 0, 0.2), ("lora1", 1, 0.2))]
-    result = transfer.write_outputs(argparse.Namespace(seeds=[0, 1]), rows, [], 0.0,
-                                    str(tmp_path))
+             else 0.01, **({} if method == "probe" else {"updates": 50})}
+            for method, seed, accuracy in (("lora1", 0, 0.2), ("lora1", 1, 0.2),
+                                           ("probe", 0, 0.5), ("probe", 1, 0.7))]
+    result = transfer.write_outputs(ARGS, rows, [], 0.0, str(tmp_path), ["--seeds", "0", "1"])
     assert sorted(os.listdir(tmp_path)) == ["transfer.json", "transfer.md", "transfer.png"]
     probe = next(s for s in result["summary"] if s["method"] == "probe")
     # By hand: mean 0.6, sample sd sqrt(((0.1)^2 * 2) / 1); peaks 0 and 1 MiB above start.
@@ -41,8 +43,53 @@ def test_the_outputs_hold_each_method_once_with_the_mean_and_sd_of_its_seeds(tmp
     assert probe["step_ms"] is None and probe["seeds"] == 2
     with open(tmp_path / "transfer.md") as f:
         table = f.read().splitlines()
-    assert table[2] == "| probe | – | 1 | 60.0 ± 14.1 | 325 | 0 | – |"
-    assert table[3] == "| lora1 | none | 1 | 20.0 ± 0.0 | 325 | 0 | 10.0 |"
+    # In METHODS' order, whatever the rows' order.
+    assert table[2] == "| probe | – | 1 | – | 60.0 ± 14.1 | 325 | 0 | – | 1 |"
+    assert table[3] == "| lora1 | none | 1 | 50 | 20.0 ± 0.0 | 325 | 0 | 10.0 | 1 |"
+    assert table[5] == ("Run 1: `python -m benchmarks.transfer --seeds 0 1`; length: 32 epochs, "
+                        "at least 50 updates.")
+
+
+def test_every_label_count_trains_32_passes_over_its_images_and_at_least_50_updates():
+    # 1 and 5 labels per class: 5 and 25 images, one batch, 32 passes of one update: the floor.
+    assert transfer.transfer_steps(5, 5) == transfer.transfer_steps(25, 25) == 50
+    # 10 labels per class: 50 images in batches of 32, 32 passes = 1,600 images = 50 batches,
+    # the 50 updates of the fixed rule that ran before.
+    assert transfer.transfer_steps(50, 32) == 50
+    # All labels: 716 images of 5-9 in batches of 32, 32 passes = 716 batches.
+    assert len(transfer.target_labels()) == 716 and transfer.transfer_steps(716, 32) == 716
+    assert transfer.transfer_steps(716, 32, epochs=1, min_steps=1) == 23  # ceil(716 / 32)
+
+
+def test_update_keeps_the_earlier_rows_it_does_not_repeat_marked_with_their_run(tmp_path):
+    def row(method, shots, accuracy, **extra):
+        return {"method": method, "shots": shots, "augment": "none", "seed": 0,
+                "accuracy": accuracy, "trainable": 1, "peak_bytes": None,
+                "peak_above_start_bytes": None, "step_seconds": 0.01, **extra}
+
+    # A file as written before invocations were recorded: its rows trained 50 updates each.
+    earlier = {"command": "python -m benchmarks.transfer",
+               "arguments": {"seeds": [0], "shots": ["10", "all"], "steps": 50,
+                             "no_augment": True},
+               "machine": {}, "seconds": 1.0, "pretrained": [],
+               "runs": [row("full", "10", 0.7), row("full", "all", 0.6), row("head", "all", 0.5)]}
+    with open(tmp_path / "transfer.json", "w") as f:
+        json.dump(earlier, f)
+    kept = transfer.earlier_runs(str(tmp_path / "transfer.json"))
+    result = transfer.write_outputs(ARGS, [row("full", "all", 0.9, updates=716)], [], 0.0,
+                                    str(tmp_path), ["--shots", "all", "--update"], kept)
+    table = {(s["method"], s["shots"]): s for s in result["summary"]}
+    assert sorted(table) == [("full", "10"), ("full", "all"), ("head", "all")]
+    assert table["full", "all"]["accuracy"] == 0.9 and table["full", "all"]["updates"] == 716
+    assert table["full", "all"]["invocation"] == 1 and table["head", "all"]["invocation"] == 0
+    assert table["full", "10"]["updates"] == 50
+    rules = [i["length_rule"] for i in result["invocations"]]
+    assert rules == ["fixed 50 updates", "32 epochs, at least 50 updates"]
+    assert result["invocations"][0]["command"] == (
+        "python -m benchmarks.transfer --seeds 0 --shots 10 all --steps 50 --no-augment")
+    lines = result["markdown"].splitlines()
+    assert lines[-2].startswith("Run 1: `python -m benchmarks.transfer --seeds 0") \
+        and lines[-1].startswith("Run 2: `python -m benchmarks.transfer --shots all --update`")
 
 
 # ~30 CPU-seconds (a pre-training and a LoRA run, each compiled): slow. The default test
@@ -66,4 +113,4 @@ def test_a_tiny_run_writes_its_table_json_and_plot(tmp_path):
     assert runs["lora1"]["step_seconds"] > 0
     with open(os.path.join(out, "transfer.md")) as f:
         table = f.read().splitlines()
-    assert len(table) == 2 + 2  # header, rule, one line per method
+    assert len(table) == 2 + 2 + 2  # header, rule, one line per method, a blank, the legend
