@@ -305,8 +305,13 @@ def markdown(summary, invocations):
     return "\n".join(lines).rstrip()
 
 
-def plot(summary, path):
-    """Accuracy against labels per class, one line per method (solid: no augmentation)."""
+RUN_MARKERS = "osD^v"
+MARKER_NAMES = {"o": "circles", "s": "squares", "D": "diamonds", "^": "triangles", "v": "wedges"}
+
+
+def plot(summary, path, invocations=()):
+    """Accuracy against labels per class, one line per method (solid: no augmentation); each
+    point's marker names the run (`invocations`) it came from, and with it its length rule."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -326,13 +331,21 @@ def plot(summary, path):
             y = [100 * rows[shots[i]]["accuracy"] for i in x]
             sd = [100 * rows[shots[i]]["accuracy_sd"] for i in x]
             label = method if method == "probe" else f"{method} ({augment})"
-            axes.errorbar(x, y, yerr=sd, linestyle=style, marker="o", capsize=3, label=label)
+            line = axes.errorbar(x, y, yerr=sd, linestyle=style, capsize=3, label=label)
+            for i in x:
+                marker = RUN_MARKERS[rows[shots[i]].get("invocation", 0) % len(RUN_MARKERS)]
+                axes.plot(i, 100 * rows[shots[i]]["accuracy"], marker=marker,
+                          color=line.lines[0].get_color())
     axes.set_xticks(range(len(shots)), shots)
     axes.set_xlabel("labels per class (digits 5-9)")
     axes.set_ylabel("held-out accuracy (%)")
     axes.set_title("Transfer from digits 0-4 to 5-9, demo ViT (mean ± sd over seeds)")
     axes.legend(fontsize=7, ncol=2)
-    figure.tight_layout()
+    if len(invocations) > 1:  # runs of different lengths in one figure: say which is which
+        figure.text(0.01, 0.01, "   ".join(
+            f"{MARKER_NAMES[RUN_MARKERS[n % len(RUN_MARKERS)]]}: run {n + 1}, {i['length_rule']}"
+            for n, i in enumerate(invocations)), fontsize=7)
+    figure.tight_layout(rect=(0, 0.03, 1, 1))
     with atomic_path(path) as temporary:
         figure.savefig(temporary, format="png", dpi=100)
     plt.close(figure)
@@ -404,7 +417,7 @@ def write_outputs(args, rows, pretrained, started, output_dir, argv=(), earlier=
             json.dump(result, f, indent=1)
         with atomic_open(os.path.join(output_dir, "transfer.md")) as f:
             f.write(result["markdown"] + "\n")
-        plot(summary, os.path.join(output_dir, "transfer.png"))
+        plot(summary, os.path.join(output_dir, "transfer.png"), invocations)
     return result
 
 
