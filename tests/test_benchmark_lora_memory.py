@@ -35,6 +35,9 @@ def test_each_arm_trains_its_parameters_for_the_steps_asked(rows):
 def test_the_expected_saving_is_8_bytes_a_frozen_weight_less_12_a_factor(rows):
     comparison = lora_memory.compare(rows)
     frozen = TOTAL - HEAD  # every weight but the head's: a gradient and a momentum slot each
+    # Between updates only the slot is held; a factor holds its value and its slot.
+    assert comparison["expected_state_bytes"] == 4 * frozen - 8 * FACTORS
+    # While training each frozen weight's gradient is saved too, and each factor has one.
     assert comparison["expected_saving_bytes"] == 8 * frozen - 12 * FACTORS
     table = lora_memory.markdown(rows, comparison)
     assert table.splitlines()[2].startswith(f"| full | {TOTAL:,} | {TOTAL:,} |")
