@@ -50,8 +50,10 @@ def test_the_expected_saving_is_8_bytes_a_frozen_weight_less_12_a_factor(rows):
 def test_main_runs_each_arm_in_a_fresh_process_and_writes_its_files(tmp_path, monkeypatch):
     import json
     import os
+    import pathlib
 
-    monkeypatch.setenv("PYTHONPATH", os.getcwd())
+    # The fresh processes import benchmarks from this checkout, wherever pytest runs from.
+    monkeypatch.setenv("PYTHONPATH", str(pathlib.Path(__file__).resolve().parents[1]))
     result = lora_memory.main(["--tiny", "--steps", "2", "--output-dir", str(tmp_path)])
     assert sorted(os.listdir(tmp_path)) == ["lora_memory.json", "lora_memory.md"]
     with open(tmp_path / "lora_memory.json") as f:
