@@ -90,6 +90,9 @@ def test_update_keeps_the_earlier_rows_it_does_not_repeat_marked_with_their_run(
     lines = result["markdown"].splitlines()
     assert lines[-2].startswith("Run 1: `python -m benchmarks.transfer --seeds 0") \
         and lines[-1].startswith("Run 2: `python -m benchmarks.transfer --shots all --update`")
+    # The file written is read back as it was written, for a third run to update.
+    assert transfer.earlier_runs(str(tmp_path / "transfer.json")) == (result["invocations"],
+                                                                     result["runs"])
 
 
 # ~30 CPU-seconds (a pre-training and a LoRA run, each compiled): slow. The default test
