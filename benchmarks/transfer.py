@@ -3,6 +3,8 @@
     python -m benchmarks.transfer                       # the table on docs/fine-tuning.md
     python -m benchmarks.transfer --seeds 0 --shots 10 --methods scratch lora4 \\
         --pretrain-steps 20 --steps 5 --no-augment        # a tiny run (the tests' one)
+    python -m benchmarks.transfer --seeds 0 1 2 --shots all --methods full lora4 --no-augment \\
+        --lr-grid full 0.01 0.03 0.1 --lr-grid lora4 0.03 0.1 0.3   # each its rate, on validation
 
 For each seed: the demo ViT (the README's first command's model) is trained from scratch on
 the digits 0-4 (`--pretrain-steps` updates, the digits preset's recipe), once; its run folder
@@ -34,6 +36,18 @@ is what the 10-label runs' 50 updates of 32 are, so those runs are the same unde
 rule: 50 updates at 1, 5 and 10 labels per class, 716 at all labels. `--steps N` instead
 trains every run N updates (the earlier rule, and the tests' tiny mode); each row records its
 `updates` and `length_rule`.
+
+The learning rate: every fine-tuned method trains at SGD's peak rate TRANSFER_LR (0.03), the
+scratch runs at the digits preset's, unless `--lr-grid METHOD RATE...` has the method choose
+its own, by the rule: on the first seed of `--seeds` (its pre-trained model and its labelled
+images), a stratified 20% of the labelled images (`SELECTION_FRACTION`) is held back, each
+RATE trains on the other 80% under the same length rule, and the rate whose model scores best
+on the held-back images is chosen (a tie goes to the smaller rate); every seed then trains at
+that rate on all its labelled images and is scored on the held-out split as any run is. The
+held-out images are not read by the selection, so the test accuracies stay unseen by the
+choice. This is VTAB-1k's protocol (800 of 1,000 images train, 200 choose; the choice then
+trains on all 1,000). The grid, each candidate's validation accuracy and the choice go into
+the invocation's `lr_selection` in transfer.json and under the table.
 
 Two things `train` does not take from a caller, the benchmark supplies around it: the
 datasets (a folder would be re-split at every label count, so the held-out images would
@@ -78,14 +92,20 @@ PRETRAIN_STEPS = 300
 TRANSFER_EPOCHS = 32
 MIN_TRANSFER_STEPS = 50
 TRANSFER_LR = 0.03  # SGD's peak rate for every fine-tuned method (the paper's grid: 0.001-0.03)
+# The learning-rate selection (`--lr-grid`): VTAB-1k's protocol, 800 of its 1,000 training
+# images train each candidate and 200 score it; then the chosen rate trains on all 1,000.
+SELECTION_FRACTION = 0.2
 
 
-def digits_splits(digits, train_indices=None, examples=None):
+def digits_splits(digits, train_indices=None, examples=None, validation_indices=None):
     """A `DatasetSplits` of the sklearn digits `digits` (labels renumbered 0..), its test split
     the digits' fixed held-out images of those digits; `train_indices` (into the training
     images of `digits`) keeps only those for training. The validation split, which only chooses
     best.keras (the report scores model.keras), is the training images themselves: with one
-    label per class there is nothing to hold back."""
+    label per class there is nothing to hold back. With `validation_indices` (into the training
+    images too) those images are the validation and the test split both, so a run's report
+    scores them and the held-out images are not read at all: the learning-rate selection's
+    runs."""
     import tensorflow as tf
     from sklearn.datasets import load_digits
 
@@ -97,8 +117,12 @@ def digits_splits(digits, train_indices=None, examples=None):
     train, test = held_out_split(data.target)  # keras_vit.load_digits's split
     keep = np.isin(data.target, digits)
     train, test = train[keep[train]], test[keep[test]]
+    validation = None
+    if validation_indices is not None:
+        validation = test = train[np.asarray(validation_indices)]
     if train_indices is not None:
         train = train[np.asarray(train_indices)]
+    validation = train if validation is None else validation
     labels = np.searchsorted(np.asarray(digits), data.target).astype(np.int32)
 
     def split(indices):
@@ -109,10 +133,11 @@ def digits_splits(digits, train_indices=None, examples=None):
     return DatasetSplits(split(train).repeat(repeats), split(test), [str(d) for d in digits],
                          len(train) * repeats,
                          len(test), name=name, train_bytes=images[train].nbytes * repeats,
-                         test_bytes=images[test].nbytes, validation=split(train),
-                         num_validation=len(train), validation_bytes=images[train].nbytes,
+                         test_bytes=images[test].nbytes, validation=split(validation),
+                         num_validation=len(validation),
+                         validation_bytes=images[validation].nbytes,
                          split=split_record(HELD_OUT, 0.0, 0, {"train": train, "test": test,
-                                                               "validation": train}))
+                                                               "validation": validation}))
 
 
 def target_labels():
@@ -172,16 +197,20 @@ def pretrain(seed, folder, steps):
     return output, report["accuracy"]
 
 
-def transfer_recipe(method, steps, batch_size, augment):
+def transfer_recipe(method, steps, batch_size, augment, learning_rate=None):
     """The recipe of a trained method: the digits preset's for scratch, else the paper's
-    fine-tuning recipe at the demo's size, without gradient accumulation."""
+    fine-tuning recipe at the demo's size, without gradient accumulation, at `learning_rate`
+    (None: TRANSFER_LR)."""
     from keras_vit.data import get_preset
     from keras_vit.training.recipes import get_recipe
 
     if method == "scratch":
         recipe = get_recipe("scratch", **get_preset("digits").overrides("scratch"))
+        if learning_rate is not None:
+            recipe = dataclasses.replace(recipe, learning_rate=learning_rate)
     else:
-        recipe = get_recipe("finetune", learning_rate=TRANSFER_LR, image_size=IMAGE_SIZE,
+        recipe = get_recipe("finetune", learning_rate=learning_rate or TRANSFER_LR,
+                            image_size=IMAGE_SIZE,
                             global_batch_size=None, crop_area=(0.8, 1.0), flip=False)
     return dataclasses.replace(recipe, steps=steps, epochs=None, batch_size=batch_size,
                                warmup_steps=max(1, steps // 10))
@@ -200,10 +229,49 @@ def length_rule(args):
     return f"{args.epochs} epochs, at least {args.min_steps} updates"
 
 
+def selection_split(labels, chosen, seed):
+    """(train, validation): the labelled images `chosen` (indices into the target's training
+    images, whose labels are `labels`) split for the learning-rate selection, a stratified
+    SELECTION_FRACTION of them held back to score each candidate, drawn with `seed`."""
+    from keras_vit.data.splitting import validation_split
+
+    chosen = np.asarray(chosen)
+    return validation_split(chosen, labels, SELECTION_FRACTION, seed, "the selection's images")
+
+
+def choose_rate(scores):
+    """The learning rate of `scores` ({rate: validation accuracy}) with the best validation
+    accuracy; of rates that tie, the smallest (the nearest to the fixed TRANSFER_LR the grids
+    start from, and the gentlest update)."""
+    best = max(scores.values())
+    return min(rate for rate, score in scores.items() if score == best)
+
+
+def select_rate(method, shots, augment, seed, source, folder, grid, steps=None,
+                epochs=TRANSFER_EPOCHS, min_steps=MIN_TRANSFER_STEPS):
+    """The selection record of `method` at `shots` labels per class: each rate of `grid`
+    trains on the selection's training part of seed `seed`'s labelled images and is scored
+    on its validation part (never on the held-out test images); the best is chosen."""
+    candidates = []
+    for rate in grid:
+        row = run_method(method, shots, augment, seed, source, folder, steps, epochs, min_steps,
+                         learning_rate=rate, validate=True)
+        candidates.append({"learning_rate": rate, "validation_accuracy": row["accuracy"],
+                           "train_images": row["train_images"],
+                           "validation_images": row["validation_images"],
+                           "updates": row["updates"], "seconds": row["seconds"]})
+    chosen = choose_rate({c["learning_rate"]: c["validation_accuracy"] for c in candidates})
+    return {"method": method, "shots": shots, "augment": augment, "seed": seed,
+            "candidates": candidates, "chosen": chosen}
+
+
 def run_method(method, shots, augment, seed, source, folder, steps=None,
-               epochs=TRANSFER_EPOCHS, min_steps=MIN_TRANSFER_STEPS):
+               epochs=TRANSFER_EPOCHS, min_steps=MIN_TRANSFER_STEPS, learning_rate=None,
+               validate=False):
     """One row: the method's accuracy on 5-9's held-out split, its parameters, memory, time.
-    `steps`: the updates of a trained method; None: `transfer_steps` of `epochs`, `min_steps`."""
+    `steps`: the updates of a trained method; None: `transfer_steps` of `epochs`, `min_steps`.
+    `learning_rate`: None, TRANSFER_LR (scratch: its preset's). `validate`: the selection's
+    run: train on `selection_split`'s training part and score its validation part instead."""
     from keras_vit.analysis.few_shot import few_shot_indices
     from keras_vit.evaluation import evaluate
     from keras_vit.training import train
@@ -211,8 +279,13 @@ def run_method(method, shots, augment, seed, source, folder, steps=None,
     labels = target_labels()
     count = int(np.bincount(labels).min()) if shots == "all" else int(shots)
     chosen = np.arange(len(labels)) if shots == "all" else few_shot_indices(labels, count, seed)
+    held_back = None
+    if validate:
+        chosen, held_back = selection_split(labels, chosen, seed)
     row = {"method": method, "shots": shots, "augment": augment, "seed": seed,
            "train_images": int(len(chosen))}
+    if validate:
+        row["validation_images"] = int(len(held_back))
     start_resident = reset_peak()
     started = time.perf_counter()
     if method == "probe":  # the frozen pre-trained model's features, `shots` per class
@@ -229,13 +302,17 @@ def run_method(method, shots, augment, seed, source, folder, steps=None,
         batch = min(BATCH_SIZE, len(chosen))
         steps = steps or transfer_steps(len(chosen), batch, epochs, min_steps)
         row["updates"] = steps
-        splits = digits_splits(TARGET_DIGITS, chosen, examples=steps * batch)
+        splits = digits_splits(TARGET_DIGITS, chosen, examples=steps * batch,
+                               validation_indices=held_back)
         kwargs = {"lora_rank": int(method[4:])} if method.startswith("lora") else {}
-        output = os.path.join(folder, f"{method}-{shots}-{augment}-{seed}")
+        recipe = transfer_recipe(method, steps, batch, augment, learning_rate)
+        row["learning_rate"] = recipe.learning_rate
+        output = os.path.join(folder, f"{method}-{shots}-{augment}-{seed}"
+                              + (f"-lr{learning_rate}" if validate else ""))
         with supplied(splits, head_only=method == "head"):
             report = train(splits.name, model="demo",
                            weights=None if method == "scratch" else source,
-                           recipe=transfer_recipe(method, steps, batch, augment),
+                           recipe=recipe,
                            augment=augment, output=output, seed=seed, verbose=0,
                            execution="graph", **kwargs)
         row.update(accuracy=report["accuracy"], trainable=report["parameter_counts"]["trainable"],
@@ -265,6 +342,7 @@ def summarize(rows):
         summary.append({"method": method, "shots": shots, "augment": augment,
                         "seeds": len(group), "accuracy": accuracy, "accuracy_sd": sd,
                         "updates": group[0].get("updates"),
+                        "learning_rate": group[0].get("learning_rate"),
                         "invocation": group[0].get("invocation", 0),
                         "trainable": group[0].get("trainable"),
                         "peak_above_start_mib": _mib(stats("peak_above_start_bytes")[0]),
@@ -287,14 +365,15 @@ def _mib(value):
 def markdown(summary, invocations):
     """The table docs/fine-tuning.md shows, and a legend of the invocations its "run" column
     numbers (from 1): each one's command and length rule."""
-    lines = ["| method | augment | labels/class | updates | accuracy (mean ± sd) | "
+    lines = ["| method | augment | labels/class | updates | learning rate | accuracy (mean ± sd) | "
              "trainable params | peak MiB above start | ms/step | run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         def fmt(value, pattern):
             return "–" if value is None else pattern.format(value)
         lines.append(f"| {s['method']} | {s['augment'] if s['method'] != 'probe' else '–'} | "
                      f"{s['shots']} | {fmt(s['updates'], '{}')} | "
+                     f"{fmt(s.get('learning_rate'), '{:g}')} | "
                      f"{100 * s['accuracy']:.1f} ± {100 * s['accuracy_sd']:.1f} | "
                      f"{fmt(s['trainable'], '{:,}')} | {fmt(s['peak_above_start_mib'], '{:.0f}')} | "
                      f"{fmt(s['step_ms'], '{:.1f}')} | {s['invocation'] + 1} |")
@@ -302,7 +381,22 @@ def markdown(summary, invocations):
     for number, invocation in enumerate(invocations, 1):
         lines.append(f"Run {number}: `{invocation['command']}`; length: "
                      f"{invocation['length_rule']}.  ")
+    for number, invocation in enumerate(invocations, 1):
+        for selection in invocation.get("lr_selection", ()):
+            lines.append(selection_line(selection, number) + "  ")
     return "\n".join(lines).rstrip()
+
+
+def selection_line(selection, run):
+    """A learning-rate selection as the table's legend states it."""
+    candidates = selection["candidates"]
+    scores = ", ".join(f"{c['learning_rate']:g}: {100 * c['validation_accuracy']:.1f}%"
+                       for c in candidates)
+    return (f"Run {run}, {selection['method']} ({selection['augment']}, {selection['shots']} "
+            f"labels/class): learning rate {selection['chosen']:g}, the best validation "
+            f"accuracy of seed {selection['seed']}'s runs on {candidates[0]['train_images']} "
+            f"images scored on {candidates[0]['validation_images']} held back from them "
+            f"({scores}).")
 
 
 RUN_MARKERS = "osD^v"
@@ -367,7 +461,7 @@ def earlier_runs(path):
     with open(path) as f:
         earlier = json.load(f)
     if "invocations" in earlier:
-        return earlier["invocations"], earlier["runs"]
+        return earlier["invocations"], _with_rates(earlier["runs"])
     arguments = earlier["arguments"]
     invocation = {"command": command_line(_flags(arguments)), "arguments": arguments,
                   "length_rule": f"fixed {arguments['steps']} updates",
@@ -376,7 +470,17 @@ def earlier_runs(path):
     rows = [{**row, "invocation": 0, **({} if row["method"] == "probe"
                                          else {"updates": arguments["steps"]})}
             for row in earlier["runs"]]
-    return [invocation], rows
+    return [invocation], _with_rates(rows)
+
+
+def _with_rates(rows):
+    """`rows` of a file written before rows recorded their learning rate, with the rate they
+    trained at then: TRANSFER_LR for fine-tuning, the digits preset's for scratch."""
+    rates = {method: transfer_recipe(method, 1, 1, "none").learning_rate
+             for method in {"scratch", "full"}}
+    return [row if "learning_rate" in row or row["method"] == "probe" else
+            {**row, "learning_rate": rates["scratch" if row["method"] == "scratch" else "full"]}
+            for row in rows]
 
 
 def _flags(arguments):
@@ -390,10 +494,11 @@ def _flags(arguments):
     return flags + (["--no-augment"] if arguments.get("no_augment") else [])
 
 
-def write_outputs(args, rows, pretrained, started, output_dir, argv=(), earlier=([], [])):
+def write_outputs(args, rows, pretrained, started, output_dir, argv=(), earlier=([], []),
+                  selections=()):
     """The result of `rows` (with the rows of `earlier`, (invocations, rows), whose method,
-    label count and augmentation `rows` do not have); with `output_dir`, written there as
-    transfer.json, .md and .png."""
+    label count and augmentation `rows` do not have) and of the learning-rate `selections`
+    that chose their rates; with `output_dir`, written there as transfer.json, .md and .png."""
     invocations, kept = earlier
     done = {(r["method"], r["shots"], r["augment"]) for r in rows}
     kept = [r for r in kept if (r["method"], r["shots"], r["augment"]) not in done]
@@ -404,7 +509,8 @@ def write_outputs(args, rows, pretrained, started, output_dir, argv=(), earlier=
     invocations.append({"command": command_line(argv), "arguments": vars(args),
                         "length_rule": length_rule(args),
                         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-                        "seconds": time.perf_counter() - started, "pretrained": pretrained})
+                        "seconds": time.perf_counter() - started, "pretrained": pretrained,
+                        "lr_selection": list(selections)})
     rows = kept + rows
     summary = summarize(rows)
     result = {"invocations": invocations, "summary": summary, "runs": rows,
@@ -419,6 +525,22 @@ def write_outputs(args, rows, pretrained, started, output_dir, argv=(), earlier=
             f.write(result["markdown"] + "\n")
         plot(summary, os.path.join(output_dir, "transfer.png"), invocations)
     return result
+
+
+def parse_grids(values, error):
+    """{method: rates} of the `--lr-grid METHOD RATE...` flags; `error` says what is wrong."""
+    grids = {}
+    for method, *rates in values:
+        if method not in METHODS or method == "probe":
+            error(f"--lr-grid: {method!r} is not a trained method ({', '.join(METHODS[:1] + METHODS[2:])})")
+        try:
+            rates = [float(rate) for rate in rates]
+        except ValueError:
+            error(f"--lr-grid {method}: the rates must be numbers, got {' '.join(rates)}")
+        if not rates or any(not rate > 0 for rate in rates):
+            error(f"--lr-grid {method}: give one or more positive learning rates")
+        grids[method] = sorted(set(rates))
+    return grids
 
 
 def main(argv=None):
@@ -439,13 +561,19 @@ def main(argv=None):
     parser.add_argument("--output-dir", help="write transfer.json, transfer.md, transfer.png here")
     parser.add_argument("--update", action="store_true",
                         help="keep the rows of --output-dir's transfer.json this run does not repeat")
+    parser.add_argument("--lr-grid", nargs="+", action="append", default=[],
+                        metavar=("METHOD RATE", "RATE"),
+                        help="choose METHOD's learning rate from these RATEs by validation "
+                             "accuracy on the first seed's images (repeat for more methods)")
     args = parser.parse_args(argv)
     if args.update and not args.output_dir:
         parser.error("--update needs --output-dir")
+    grids = parse_grids(args.lr_grid, parser.error)
     earlier = earlier_runs(os.path.join(args.output_dir, "transfer.json")) if args.update \
         else ([], [])
     augments = ("none",) if args.no_augment else AUGMENTS
     rows, pretrained, started = [], [], time.perf_counter()
+    selections, rates = [], {}
     with tempfile.TemporaryDirectory() as folder:
         for seed in args.seeds:
             source, accuracy = pretrain(seed, folder, args.pretrain_steps)
@@ -455,15 +583,30 @@ def main(argv=None):
             for shots in args.shots:
                 for method in args.methods:
                     for augment in ("none",) if method == "probe" else augments:
+                        key = (method, shots, augment)
+                        if method in grids and key not in rates:  # the first seed chooses
+                            selection = select_rate(method, shots, augment, seed, source,
+                                                    folder, grids[method], args.steps,
+                                                    args.epochs, args.min_steps)
+                            selections.append(selection)
+                            rates[key] = selection["chosen"]
+                            print(f"  {method:7} {augment:6} {shots:>3}/class: learning rate "
+                                  f"{selection['chosen']:g} by validation accuracy "
+                                  + ", ".join(f"{c['learning_rate']:g}: "
+                                              f"{c['validation_accuracy']:.3f}"
+                                              for c in selection["candidates"]), flush=True)
                         row = run_method(method, shots, augment, seed, source, folder,
-                                         args.steps, args.epochs, args.min_steps)
+                                         args.steps, args.epochs, args.min_steps,
+                                         learning_rate=rates.get(key))
                         row["length_rule"] = length_rule(args)
                         rows.append(row)
                         print(f"  {method:7} {augment:6} {shots:>3}/class: accuracy "
                               f"{row['accuracy']:.3f} ({row['seconds']:.1f} s)", flush=True)
                 if args.output_dir:  # so far: an interrupted run keeps what it finished
-                    write_outputs(args, rows, pretrained, started, args.output_dir, argv, earlier)
-    result = write_outputs(args, rows, pretrained, started, args.output_dir, argv, earlier)
+                    write_outputs(args, rows, pretrained, started, args.output_dir, argv, earlier,
+                                  selections)
+    result = write_outputs(args, rows, pretrained, started, args.output_dir, argv, earlier,
+                           selections)
     print(result["markdown"])
     print(f"{result['invocations'][-1]['seconds']:.0f} s in all")
     return result
