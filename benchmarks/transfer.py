@@ -4,7 +4,7 @@
     python -m benchmarks.transfer --seeds 0 --shots 10 --methods scratch lora4 \\
         --pretrain-steps 20 --steps 5 --no-augment        # a tiny run (the tests' one)
     python -m benchmarks.transfer --seeds 0 1 2 --shots all --methods full lora4 --no-augment \\
-        --lr-grid full 0.01 0.03 0.1 --lr-grid lora4 0.03 0.1 0.3   # each its rate, on validation
+        --lr-grid full 0.01 0.03 0.1 0.3 --lr-grid lora4 0.03 0.1 0.3 1   # rates on validation
 
 For each seed: the demo ViT (the README's first command's model) is trained from scratch on
 the digits 0-4 (`--pretrain-steps` updates, the digits preset's recipe), once; its run folder
@@ -569,6 +569,9 @@ def main(argv=None):
     if args.update and not args.output_dir:
         parser.error("--update needs --output-dir")
     grids = parse_grids(args.lr_grid, parser.error)
+    if grids and "1" in args.shots:  # the selection holds back images of each class
+        parser.error("--lr-grid needs at least 5 labels per class to hold some back; "
+                     "drop 1 from --shots")
     earlier = earlier_runs(os.path.join(args.output_dir, "transfer.json")) if args.update \
         else ([], [])
     augments = ("none",) if args.no_augment else AUGMENTS

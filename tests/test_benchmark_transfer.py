@@ -182,7 +182,8 @@ def test_lr_grid_chooses_on_the_first_seed_and_every_seed_trains_at_the_choice(t
     (["probe", "0.1"], "'probe' is not a trained method"),
     (["lora4", "fast"], "the rates must be numbers"),
     (["lora4", "0.1", "-1"], "give one or more positive learning rates"),
-    (["lora4"], "give one or more positive learning rates")])
+    (["lora4"], "give one or more positive learning rates"),
+    (["lora4", "0.1", "--shots", "1"], "needs at least 5 labels per class")])
 def test_a_bad_lr_grid_is_refused_with_one_line_naming_it(flags, message, capsys):
     with pytest.raises(SystemExit):
         transfer.main(["--lr-grid", *flags])
