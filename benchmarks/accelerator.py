@@ -38,7 +38,6 @@ what it measured; `--budget-s` starts no model that the time left would not fit.
 import argparse
 import contextlib
 import copy
-import dataclasses
 import gc
 import io
 import os
@@ -147,29 +146,15 @@ def setting(name):
 
 
 def build_models(architecture, image_size, tiny, folder, torch_device):
-    """(keras_vit model, timm model on `torch_device`) computing the same function: timm's
-    random weights, written as safetensors and loaded by keras_vit's timm rows."""
-    import torch
-    from safetensors.torch import save_file
+    """(keras_vit model, timm model on `torch_device`) computing the same function
+    (benchmarks/families.py `random_timm_pair`)."""
+    from benchmarks.families import random_timm_pair
 
-    import keras_vit
-    from tests.checkpoints.test_formats import _randomise
-    from tests.oracle import import_timm
-
-    timm = import_timm()
-    kwargs = {"depth": TINY["depth"], "embed_dim": TINY["width"], "num_heads": TINY["heads"]} \
+    timm_kwargs = {"depth": TINY["depth"], "embed_dim": TINY["width"], "num_heads": TINY["heads"]} \
         if tiny else {}
-    theirs = _randomise(timm.create_model(architecture, pretrained=False, img_size=image_size,
-                                          **kwargs), torch)
-    path = os.path.join(folder, f"{architecture}.safetensors")
-    save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, path)
-    variant = keras_vit.get_variant(architecture)
-    if tiny:
-        variant = dataclasses.replace(variant, depth=TINY["depth"], width=TINY["width"],
-                                      heads=TINY["heads"], mlp_dim=4 * TINY["width"])
-    ours = keras_vit.ViT(variant, weights=path, image_size=image_size,
-                         include_top=theirs.num_classes > 0)
-    os.remove(path)
+    changes = {"depth": TINY["depth"], "width": TINY["width"], "heads": TINY["heads"],
+               "mlp_dim": 4 * TINY["width"]} if tiny else {}
+    ours, theirs = random_timm_pair(architecture, image_size, folder, timm_kwargs, changes)
     return ours, theirs.to(torch_device)
 
 

@@ -58,30 +58,41 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def build_pair(architecture, image_size, depth, folder, execution, images):
-    """(keras_vit call, timm call, chosen mode, relative difference) for one family."""
-    import tensorflow as tf
+def random_timm_pair(architecture, image_size, folder, timm_kwargs=None, variant_changes=None):
+    """(keras_vit model, timm model) computing the same function: timm's model with random
+    weights, written as safetensors in `folder` and loaded by keras_vit's timm rows.
+    `timm_kwargs` go to `timm.create_model`; `variant_changes` to the keras_vit variant
+    (a smaller copy must match what those kwargs built)."""
+    import dataclasses
+
     import torch
     from safetensors.torch import save_file
 
     import keras_vit
-    from keras_vit.execution import choose_jit_compile
     from tests.checkpoints.test_formats import _randomise
     from tests.oracle import import_timm
 
     timm = import_timm()
-    kwargs = {"depth": depth} if depth else {}
     theirs = _randomise(timm.create_model(architecture, pretrained=False, img_size=image_size,
-                                          **kwargs), torch)
+                                          **(timm_kwargs or {})), torch)
     path = os.path.join(folder, f"{architecture}.safetensors")
     save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, path)
-    variant = keras_vit.get_variant(architecture)
-    if depth:
-        import dataclasses
-        variant = dataclasses.replace(variant, depth=depth)
+    variant = dataclasses.replace(keras_vit.get_variant(architecture), **(variant_changes or {}))
     ours = keras_vit.ViT(variant, weights=path, image_size=image_size,
                          include_top=theirs.num_classes > 0)
     os.remove(path)
+    return ours, theirs
+
+
+def build_pair(architecture, image_size, depth, folder, execution, images):
+    """(keras_vit call, timm call, chosen mode, relative difference) for one family."""
+    import tensorflow as tf
+    import torch
+
+    from keras_vit.execution import choose_jit_compile
+
+    changes = {"depth": depth} if depth else {}
+    ours, theirs = random_timm_pair(architecture, image_size, folder, changes, changes)
 
     jit = bool(choose_jit_compile(ours, images.shape, execution))
     forward = tf.function(lambda x: ours(x, training=False), jit_compile=jit, autograph=False)
