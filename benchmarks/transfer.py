@@ -16,6 +16,8 @@ class (drawn with the seed by `keras_vit.analysis.few_shot_indices`, the probe's
     head      fine-tuning the new zero head only (every other weight frozen)
     full      fine-tuning every weight (the paper's recipe: SGD, warmup, cosine, clipping)
     loraR     `lora_rank=R` (query and value), R in 1, 4, 16: the factors and the head train
+    lora4-all `lora_rank=4` on every projection (query, key, value, the attention's output and
+              the MLP's two layers): the factors and the head train
 
 every trained method without and with AugReg's `light1` (RandAugment 1,10 and no MixUp; the
 probe has no training to augment). Each run is `keras_vit.train` in this process,
@@ -80,7 +82,20 @@ import time
 
 import numpy as np
 
-METHODS = ("scratch", "probe", "head", "full", "lora1", "lora4", "lora16")
+METHODS = ("scratch", "probe", "head", "full", "lora1", "lora4", "lora16", "lora4-all")
+# LoRA's projections: the paper's query and value by default; "-all" adds key, the attention's
+# output and the two MLP layers (QLoRA, Dettmers et al. 2023, found LoRA on every linear layer
+# of the block needed to match full fine-tuning, where query and value alone fell short).
+ALL_PROJECTIONS = ("query", "key", "value", "out", "mlp")
+
+
+def lora_arguments(method):
+    """`train`'s LoRA keywords of a method name: "loraR" (query, value) or "loraR-all"."""
+    if not method.startswith("lora"):
+        return {}
+    rank, _, projections = method[4:].partition("-")
+    return {"lora_rank": int(rank),
+            **({"lora_targets": ALL_PROJECTIONS} if projections == "all" else {})}
 SHOTS = ("1", "5", "10", "all")
 AUGMENTS = ("none", "light1")
 SOURCE_DIGITS, TARGET_DIGITS = tuple(range(5)), tuple(range(5, 10))
@@ -304,7 +319,7 @@ def run_method(method, shots, augment, seed, source, folder, steps=None,
         row["updates"] = steps
         splits = digits_splits(TARGET_DIGITS, chosen, examples=steps * batch,
                                validation_indices=held_back)
-        kwargs = {"lora_rank": int(method[4:])} if method.startswith("lora") else {}
+        kwargs = lora_arguments(method)
         recipe = transfer_recipe(method, steps, batch, augment, learning_rate)
         row["learning_rate"] = recipe.learning_rate
         output = os.path.join(folder, f"{method}-{shots}-{augment}-{seed}"

@@ -213,3 +213,13 @@ def test_a_tiny_run_writes_its_table_json_and_plot(tmp_path):
     with open(os.path.join(out, "transfer.md")) as f:
         table = f.read().splitlines()
     assert len(table) == 2 + 2 + 2  # header, rule, one line per method, a blank, the legend
+
+
+def test_lora_methods_name_their_rank_and_lora4_all_adapts_every_projection_keras_vit_offers():
+    from keras_vit.lora import LORA_TARGETS
+
+    assert transfer.lora_arguments("lora4") == {"lora_rank": 4}  # train's default: query, value
+    assert transfer.lora_arguments("lora16") == {"lora_rank": 16}
+    everything = transfer.lora_arguments("lora4-all")
+    assert everything["lora_rank"] == 4 and sorted(everything["lora_targets"]) == sorted(LORA_TARGETS)
+    assert transfer.lora_arguments("full") == {}
