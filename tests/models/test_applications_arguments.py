@@ -28,6 +28,8 @@ def _pixels(shape, seed=0):
 
 
 def test_vit_b16_with_input_shape():
+    # Also the default run's full-size count of ViT-B_16, the official models_test.py figure
+    # (tests/models/test_variants.py::test_parameter_count runs it under `-m slow`).
     model = keras_vit.ViT_B16(input_shape=(224, 224, 3))
     assert model.input_shape == (None, 224, 224, 3)
     assert model.output_shape == (None, 1000)
