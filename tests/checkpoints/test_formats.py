@@ -76,16 +76,20 @@ def _timm_model(variant, image_size, classes, gap=False):
     return _randomise(model, torch), torch
 
 
-@pytest.mark.parametrize("name,size,classes,gap", [
-    ("Ti/16", 224, 1000, False),
-    ("S/32", 224, 10, False),
-    pytest.param("B/16", 224, 1000, False, marks=pytest.mark.slow),
-    ("S/16-gap", 224, 7, True),
+# Ti/16 at its full depth; S/32 and S/16-gap (another width, patch, head and pooling) as
+# two-block copies: every block is read by the same key mapping, so more blocks add time only.
+@pytest.mark.parametrize("name,size,classes,gap,depth", [
+    ("Ti/16", 224, 1000, False, None),
+    ("S/32", 224, 10, False, 2),
+    pytest.param("B/16", 224, 1000, False, None, marks=pytest.mark.slow),
+    ("S/16-gap", 224, 7, True, 2),
 ])
-def test_timm_safetensors_match_timm(name, size, classes, gap, tmp_path):
+def test_timm_safetensors_match_timm(name, size, classes, gap, depth, tmp_path):
     from safetensors.torch import save_file
 
     variant = get_variant(name)
+    if depth is not None:
+        variant = dataclasses.replace(variant, depth=depth)
     model, torch = _timm_model(variant, size, classes, gap=gap)
     path = tmp_path / "model.safetensors"
     save_file(model.state_dict(), str(path))
@@ -165,25 +169,29 @@ def _run_hf(model, torch, images):
     return out
 
 
+# Ti/16 at its full depth; S/32 (another width, patch and head) as a two-block copy: every
+# block is read by the same key mapping, so more blocks add time only.
 @pytest.mark.parametrize("variant_name,kwargs", [
     pytest.param("B/16", dict(num_labels=1000), marks=pytest.mark.slow),
     ("Ti/16", dict(hidden_size=192, num_hidden_layers=12, num_attention_heads=3,
                    intermediate_size=768, image_size=160, num_labels=10)),
-    ("S/32", dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+    ("S/32", dict(hidden_size=384, num_hidden_layers=2, num_attention_heads=6,
                   intermediate_size=1536, patch_size=32, image_size=224, num_labels=37)),
 ])
 def test_transformers_directories_match_transformers(variant_name, kwargs, tmp_path):
     model, torch, directory = _hf(kwargs, tmp_path)
     size = kwargs.get("image_size", 224)
     images = _images(2, (size, size))
-    ours = keras_vit.ViT(variant_name, weights=str(directory))
+    variant = dataclasses.replace(get_variant(variant_name),
+                                  depth=kwargs.get("num_hidden_layers", 12))
+    ours = keras_vit.ViT(variant, weights=str(directory))
     assert ours.output_shape == (None, kwargs["num_labels"])
     assert ours.get_layer("encoder_norm").epsilon == 1e-12
     out = _run_hf(model, torch, images)
     np.testing.assert_allclose(np.asarray(ours(images)), out.logits.numpy(), atol=TOL)
     with torch.no_grad():
         hidden = model.vit(pixel_values=torch.from_numpy(images.transpose(0, 3, 1, 2)))
-    features = keras_vit.ViT(variant_name, weights=str(directory), include_top=False)
+    features = keras_vit.ViT(variant, weights=str(directory), include_top=False)
     np.testing.assert_allclose(np.asarray(features(images)),
                                hidden.last_hidden_state[:, 0].numpy(), atol=TOL)
 
@@ -287,11 +295,16 @@ def _randomised_keras(model, seed=0):
     return model
 
 
-@pytest.mark.parametrize("name,size,classes,pre", [("Ti/16", (224, 224), 1000, None),
-                                                    ("S/16-gap", (96, 160), 5, None),
-                                                    ("Ti/16", (384, 384), 7, 192)])
-def test_save_npz_reads_back_in_timm_and_bit_identically(name, size, classes, pre, tmp_path):
+# Ti/16 at its full depth; the gap model, the rectangular grid, the 384 px grid and pre_logits
+# on two-block copies: every block is written by the same key mapping.
+@pytest.mark.parametrize("name,size,classes,pre,depth", [("Ti/16", (224, 224), 1000, None, None),
+                                                          ("S/16-gap", (96, 160), 5, None, 2),
+                                                          ("Ti/16", (384, 384), 7, 192, 2)])
+def test_save_npz_reads_back_in_timm_and_bit_identically(name, size, classes, pre, depth,
+                                                          tmp_path):
     variant = get_variant(name)
+    if depth is not None:
+        variant = dataclasses.replace(variant, depth=depth)
     model = _randomised_keras(keras_vit.ViT(variant, image_size=size, classes=classes,
                                             representation_size=pre))
     path = keras_vit.save_npz(model, tmp_path / "out.npz")
@@ -349,10 +362,11 @@ def test_save_safetensors_loads_in_timm(tmp_path):
     from safetensors.torch import load_file
     from timm.models.vision_transformer import VisionTransformer
 
-    variant = get_variant("S/32")
+    # A two-block S/32: every block is written by the same key mapping.
+    variant = dataclasses.replace(get_variant("S/32"), depth=2)
     model = _randomised_keras(keras_vit.ViT(variant, classes=10, approximate_gelu=False))
     path = keras_vit.save_safetensors(model, tmp_path / "model.safetensors")
-    reference = VisionTransformer(img_size=224, patch_size=32, embed_dim=384, depth=12,
+    reference = VisionTransformer(img_size=224, patch_size=32, embed_dim=384, depth=2,
                                   num_heads=6, num_classes=10).eval()
     reference.load_state_dict(load_file(str(path)), strict=True)
     images = _images(2, (224, 224))
@@ -416,12 +430,13 @@ def test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked(tmp_path, m
     assert "\n" not in missing and "1" * 40 in missing
     assert "holds" not in missing  # not "holds ViT-Ti_16 weights"
 
-    # The same entry holding a file with another head: refused by the entry's check.
-    wrong = VisionTransformer(img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3,
-                              num_classes=21843)
+    # The same entry holding a file with another head (timm's 21843-class head on the same
+    # trunk): refused by the entry's check.
+    wrong = {**ti.state_dict(), "head.weight": torch.zeros(21843, 192),
+             "head.bias": torch.zeros(21843)}
     os.remove(os.path.join(cache, "models--" + repo.replace("/", "--"), "snapshots", "0" * 40,
                            "model.safetensors"))
-    _put_in_hub_cache(cache, repo, {"model.safetensors": lambda p: save_file(wrong.state_dict(), p)})
+    _put_in_hub_cache(cache, repo, {"model.safetensors": lambda p: save_file(wrong, p)})
     with pytest.raises(keras_vit.CheckpointError, match="classes 21843 where the entry says 1000"):
         keras_vit.ViT_Ti16(weights="hf://" + repo)
 

@@ -74,15 +74,20 @@ def _compare(variant, size, tmp_path, classes=1000, batch=1, tolerance=TOLERANCE
 
 # B/8 and B/16-gap are `slow`: they add width and a patch size, which the same key mapping
 # and the same layers carry; Ti/16, S/32 and S/16-gap stay default, the full-size B/16 is slow.
-@pytest.mark.parametrize("name,image_size", [
-    ("Ti/16", 224), ("S/32", 224), pytest.param("B/8", 64, marks=pytest.mark.slow),
-    pytest.param("B/16-gap", 96, marks=pytest.mark.slow), ("S/16-gap", 64)])
-def test_logits_and_features_match_timm(name, image_size, tmp_path):
-    _compare(get_variant(name), image_size, tmp_path, batch=2)
+# Ti/16 runs all 12 blocks; S/32 and S/16-gap (another width, patch and pooling) run as
+# two-block copies, the same layers and keys: more blocks repeat them.
+@pytest.mark.parametrize("name,image_size,depth", [
+    ("Ti/16", 224, None), ("S/32", 224, 2), pytest.param("B/8", 64, None, marks=pytest.mark.slow),
+    pytest.param("B/16-gap", 96, None, marks=pytest.mark.slow), ("S/16-gap", 64, 2)])
+def test_logits_and_features_match_timm(name, image_size, depth, tmp_path):
+    variant = get_variant(name)
+    if depth is not None:
+        variant = dataclasses.replace(variant, depth=depth)
+    _compare(variant, image_size, tmp_path, batch=2)
 
 
 # The headline configuration at full size, ~12 CPU-s each. The default run compares the same
-# blocks at Ti/16 and S/32 (224, 1000 classes, head size 64 as B/16's) above, and counts
+# blocks at Ti/16 (12 of them) and S/32 (224, 1000 classes, head size 64 as B/16's) above, and counts
 # full-size B/16's parameters against timm's (tests/models/test_variants.py).
 @pytest.mark.slow
 @pytest.mark.parametrize("classes", [1000, 21843])
@@ -99,10 +104,10 @@ def test_pre_logits_kept_and_computed_as_dense_tanh(tmp_path):
     assert model.get_layer("pre_logits").units == 32
     images = _images(2, (64, 64))
     features = keras_vit.ViT(variant, weights=str(path), image_size=64, include_top=False)
-    pooled = features.predict(images, verbose=0)
+    pooled = np.asarray(features(images))
     pre = np.tanh(pooled @ arrays["pre_logits/kernel"] + arrays["pre_logits/bias"])
     expected = pre @ arrays["head/kernel"] + arrays["head/bias"]
-    np.testing.assert_allclose(model.predict(images, verbose=0), expected, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(model(images)), expected, atol=1e-5)
     # A new class count drops pre_logits and starts the head at zero, as fine-tuning does.
     tuned = keras_vit.ViT(variant, weights=str(path), image_size=64, classes=3)
     assert "pre_logits" not in [layer.name for layer in tuned.layers]

@@ -28,6 +28,8 @@ def _pixels(shape, seed=0):
 
 
 def test_vit_b16_with_input_shape():
+    # Also the default run's full-size count of ViT-B_16, the official models_test.py figure
+    # (tests/models/test_variants.py::test_parameter_count runs it under `-m slow`).
     model = keras_vit.ViT_B16(input_shape=(224, 224, 3))
     assert model.input_shape == (None, 224, 224, 3)
     assert model.output_shape == (None, 1000)
@@ -42,7 +44,7 @@ def test_input_shape_is_image_size_and_channels():
     _randomise_head(model, 1)
     same.set_weights(model.get_weights())
     x = _pixels((2, 32, 48, 1)) / 127.5 - 1
-    np.testing.assert_array_equal(model.predict(x, verbose=0), same.predict(x, verbose=0))
+    np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(same(x)))
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -70,7 +72,8 @@ def test_input_tensor_builds_on_the_tensor_and_its_source():
     plain = keras_vit.ViT(TINY, image_size=32, classes=3)
     plain.set_weights(model.get_weights())
     x = _pixels((2, 64, 64, 3)) / 127.5 - 1
-    expected = plain.predict(keras.ops.convert_to_numpy(keras.layers.Resizing(32, 32)(x)), verbose=0)
+    expected = np.asarray(plain(keras.layers.Resizing(32, 32)(x)))
+    # predict: the model's inputs are the tensor's sources, a list, which a direct call warns of.
     np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-5, rtol=0)
 
 
@@ -83,10 +86,10 @@ def test_avg_and_max_pooling_reduce_the_patch_tokens(variant, pooling, reduce):
     pooled = keras_vit.ViT(variant, image_size=32, include_top=False, pooling=pooling)
     pooled.set_weights(tokens.get_weights())
     x = _pixels((2, 32, 32, 3)) / 127.5 - 1
-    sequence = tokens.predict(x, verbose=0)  # (2, prefix + 16, 32)
+    sequence = np.asarray(tokens(x))  # (2, prefix + 16, 32)
     prefix = 1 if variant.classifier == "token" else 0
     assert sequence.shape == (2, prefix + 16, 32)
-    np.testing.assert_allclose(pooled.predict(x, verbose=0), reduce(sequence[:, prefix:], axis=1),
+    np.testing.assert_allclose(np.asarray(pooled(x)), reduce(sequence[:, prefix:], axis=1),
                                atol=1e-5, rtol=0)
 
 

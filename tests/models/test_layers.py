@@ -127,7 +127,8 @@ def test_keras_file_round_trip(tmp_path):
     path = tmp_path / "tiny.keras"
     model.save(path)
     loaded = keras.saving.load_model(path)  # safe_mode stays on: no Lambda layers
-    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    np.testing.assert_array_equal(np.asarray(loaded(x, training=False)),
+                                  np.asarray(model(x, training=False)))
     assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
     # The class-token fast path is a call argument of the last block; it must survive saving.
     assert loaded.get_layer("encoderblock_1").output.shape == (None, 1, TINY.width)
@@ -203,8 +204,12 @@ def test_resnet_features_returns_every_stage_and_matches_the_hybrid_trunk():
         theirs.assign(ours.numpy())
     x = np.random.default_rng(1).uniform(-1, 1, (2, 40, 40, 3)).astype(np.float32)
     features = trunk(x)
-    assert {k: tuple(v.shape) for k, v in features.items()} == {
-        "stem": (2, 10, 10, 64), "block1": (2, 10, 10, 256), "block2": (2, 5, 5, 512)}
+    shapes = {"stem": (2, 10, 10, 64), "block1": (2, 10, 10, 256), "block2": (2, 5, 5, 512)}
+    assert {k: tuple(v.shape) for k, v in features.items()} == shapes
+    # The shapes a model is built with (ResNetTrunk.compute_output_spec's) are the computed ones.
+    sized = keras_vit.ResNetV2(TINY_HYBRID, image_size=40)
+    assert {k: tuple(v.shape) for k, v in sized.output.items()} == \
+        {k: (None, *shape[1:]) for k, shape in shapes.items()}
     np.testing.assert_allclose(features["block2"].numpy(),
                                model.get_layer("resnet")(x).numpy(), atol=1e-5)
     with pytest.raises(ValueError, match="has no ResNet"):
@@ -244,7 +249,8 @@ def test_the_0_1_name_resnet_stem_warns_and_its_keras_files_load_as_resnet_trunk
             old.writestr(item, data)
     loaded = keras.saving.load_model(tmp_path / "old.keras")  # safe_mode stays on
     assert type(loaded.get_layer("resnet")) is keras_vit.ResNetTrunk
-    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    np.testing.assert_array_equal(np.asarray(loaded(x, training=False)),
+                                  np.asarray(model(x, training=False)))
 
 
 def test_importing_keras_vit_uses_no_deprecated_name(fresh_import):
