@@ -148,6 +148,23 @@ def _once_for_all_workers(tmp_path_factory, worker_id, name, make):
     return folder, json.loads(made.read_text())
 
 
+# One SavedModel of tests/test_export.py's `tiny_classifier()` (seed 0) with its LABELS, made
+# once for all workers: an export costs about 5 CPU-seconds (tracing three signatures, writing),
+# whatever the model's depth. Read by tests/test_export.py (its signatures, served by TensorFlow
+# alone), tests/test_inference.py (a batch per call) and tests/test_evaluate.py (a folder scored
+# through it); each rebuilds the same Keras model (`tiny_classifier()`) as its reference. Read
+# only: a test that writes beside it (another version) copies it first.
+@pytest.fixture(scope="session")
+def tiny_saved_model(tmp_path_factory, worker_id):
+    """The path of the version folder (.../vit/1, the only version in .../vit)."""
+    def make(folder):
+        from keras_vit.export import export_saved_model
+        from tests.test_export import LABELS, tiny_classifier
+
+        return export_saved_model(tiny_classifier(), str(folder / "vit"), labels=LABELS)
+    return _once_for_all_workers(tmp_path_factory, worker_id, "tiny_saved_model", make)[1]
+
+
 # One fresh `import keras_vit` on TensorFlow, as a user's program does it (no
 # TF_CPP_MIN_LOG_LEVEL of ours), with every DeprecationWarning an error. Three properties
 # of the same import read it: the modules it loads (tests/test_package.py), that it uses no

@@ -48,19 +48,17 @@ def test_evaluate_digits_matches_train_and_scikit_learn(digits_run, cli, tmp_pat
     assert result.stdout.startswith(f"accuracy {report['accuracy']:.4f}, top-5 ")
 
 
-def test_evaluate_a_folder_through_a_saved_model(tmp_path):
+def test_evaluate_a_folder_through_a_saved_model(tiny_saved_model, tmp_path):
     """A folder's held-out split, scored through the SavedModel's serve_bytes signature, agrees
-    with the same model in Keras; ids are the files' paths."""
-    from keras_vit.export import export_saved_model
-
+    with the same model in Keras; ids are the files' paths. The SavedModel is the suite's one
+    export of `tiny_classifier()` (tests/conftest.py); the Keras model is that model rebuilt."""
     rng = np.random.default_rng(0)
     names = [f"c{i}" for i in range(10)]
     for i in range(50):
         folder = tmp_path / "data" / names[i % 10]
         folder.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{i}.png")
-    model = tiny_classifier(seed=1)
-    served = export_saved_model(model, str(tmp_path / "served"))
+    model, served = tiny_classifier(), tiny_saved_model
     in_keras = keras_vit.evaluate(model, str(tmp_path / "data"), batch_size=3)
     in_serving = keras_vit.evaluate(served, str(tmp_path / "data"), output=str(tmp_path / "out"),
                                     batch_size=3)

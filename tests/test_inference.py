@@ -143,11 +143,10 @@ def test_a_bad_image_is_a_row_with_its_error_and_exit_1(model_file, tmp_path, cl
                                expected.max(-1), rtol=1e-5)
 
 
-def test_saved_model_predicts_a_batch_per_call(model_file, tmp_path, monkeypatch):
-    from keras_vit.export import export_saved_model
-
-    _, model = model_file
-    export = export_saved_model(model, str(tmp_path / "served"))
+def test_saved_model_predicts_a_batch_per_call(tiny_saved_model, tmp_path, monkeypatch):
+    """The suite's one SavedModel of `tiny_classifier()` (tests/conftest.py), against that
+    model rebuilt here."""
+    model, export = tiny_classifier(), tiny_saved_model
     pixels = write_images(str(tmp_path / "photos"), [f"{i}.png" for i in range(7)])
     calls = []
     from keras_vit.models import factory
