@@ -10,7 +10,7 @@ import random
 import tensorflow as tf
 
 from keras_vit.data.datasets import to_rgb
-from keras_vit.data.files import load_files, record_failures
+from keras_vit.data.files import graph_function, load_files, record_failures
 from keras_vit.errors import ArgumentError
 from keras_vit.normalization import normalize_pixels
 from keras_vit.preprocessing import (
@@ -151,7 +151,7 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
 
     if files:  # every failure skipped and named, none stopping the run; the order kept
         dataset = record_failures(load_files(dataset, load), failed)
-    dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.map(graph_function(preprocess), num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size, drop_remainder=training)
     if num_classes is not None:
         dataset = dataset.map(lambda images, labels: (images, tf.one_hot(labels, num_classes)))
