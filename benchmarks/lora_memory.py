@@ -10,6 +10,8 @@ random 224 px images, batch 8, `--steps` weight updates:
 
     full    every weight trains
     lora4   `keras_vit.enable_lora(model, 4)`: rank-4 factors of query and value, and the head
+    lora4-all  rank-4 factors of every projection (query, key, value, the attention's output,
+            the MLP's two layers: the transfer benchmark's lora4-all), and the head
 
 with what `keras_vit.train` compiles: the model `train` builds (`training.run.build_model`),
 the `finetune` recipe's optimizer from `make_optimizer` (SGD momentum 0.9, global-norm
@@ -44,8 +46,11 @@ import subprocess
 import sys
 import time
 
-ARMS = ("full", "lora4")
+ARMS = ("full", "lora4", "lora4-all")
 LORA_RANK = 4
+# The projections each LoRA arm adapts.
+LORA_TARGETS = {"lora4": ("query", "value"),
+                "lora4-all": ("query", "key", "value", "out", "mlp")}
 CLASSES = 10
 # float32 bytes a frozen weight does not need: its gradient and its SGD momentum slot.
 SAVED_BYTES_PER_FROZEN_WEIGHT = 4 + 4
@@ -92,8 +97,8 @@ def measure(arm, size, steps, seed=0):
     recipe = get_recipe("finetune", image_size=size.image_size, batch_size=size.batch_size,
                         global_batch_size=None, steps=steps)
     model = build_model(variant_of(size), None, size.image_size, CLASSES)
-    if arm == "lora4":
-        enable_lora(model, LORA_RANK)
+    if arm in LORA_TARGETS:
+        enable_lora(model, LORA_RANK, LORA_TARGETS[arm])
     model.compile(optimizer=make_optimizer(recipe, steps + 1),
                   loss=keras.losses.CategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
@@ -140,13 +145,13 @@ def expected_saving_bytes(full, lora):
             "training": frozen * SAVED_BYTES_PER_FROZEN_WEIGHT - factors * ADDED_BYTES_PER_FACTOR}
 
 
-def compare(rows):
-    """The saving of the rows of both arms: expected ("expected_state_bytes",
-    "expected_saving_bytes") and measured (after the build: "measured_saving_after_build_bytes";
-    the peak above the imports: "measured_saving_bytes"; the process's peak:
-    "measured_saving_of_peak_bytes")."""
+def compare(rows, arm="lora4"):
+    """The saving of LoRA arm `arm` over full fine-tuning, from the rows of the arms: expected
+    ("expected_state_bytes", "expected_saving_bytes") and measured (after the build:
+    "measured_saving_after_build_bytes"; the peak above the imports: "measured_saving_bytes";
+    the process's peak: "measured_saving_of_peak_bytes")."""
     by_arm = {row["arm"]: row for row in rows}
-    full, lora = by_arm["full"], by_arm["lora4"]
+    full, lora = by_arm["full"], by_arm[arm]
     above = None if None in (full["peak_above_imports_bytes"], lora["peak_above_imports_bytes"]) \
         else full["peak_above_imports_bytes"] - lora["peak_above_imports_bytes"]
     expected = expected_saving_bytes(full, lora)
@@ -162,8 +167,9 @@ def _mib(value):
     return "–" if value is None else f"{value / 2**20:,.0f}"
 
 
-def markdown(rows, comparison):
-    """The table docs/fine-tuning.md shows, and the saving, expected and measured."""
+def markdown(rows, savings):
+    """The table docs/fine-tuning.md shows, and each LoRA arm's saving (`savings`: {arm:
+    `compare(rows, arm)`}), expected and measured."""
     lines = ["| arm | trainable params | total params | after build MiB | peak MiB | "
              "peak above imports MiB | s/step |", "|---|---|---|---|---|---|---|"]
     for row in rows:
@@ -171,14 +177,15 @@ def markdown(rows, comparison):
         lines.append(f"| {row['arm']} | {row['trainable']:,} | {row['total']:,} | "
                      f"{_mib(row['after_build_bytes'])} | {_mib(row['peak_bytes'])} | "
                      f"{_mib(row['peak_above_imports_bytes'])} | {step} |")
-    lines += ["", f"LoRA's saving after the build (the momentum slots of the frozen weights): "
-                  f"expected {_mib(comparison['expected_state_bytes'])} MiB, measured "
-                  f"{_mib(comparison['measured_saving_after_build_bytes'])} MiB. Of the "
-                  f"training peak (slots and gradients, 8 bytes a frozen weight): expected at "
-                  f"least {_mib(comparison['expected_saving_bytes'])} MiB, measured "
-                  f"{_mib(comparison['measured_saving_bytes'])} MiB of the peak above imports, "
-                  f"{_mib(comparison['measured_saving_of_peak_bytes'])} MiB of the process's "
-                  "peak."]
+    for arm, comparison in savings.items():
+        lines += ["", f"{arm}'s saving after the build (the momentum slots of the frozen "
+                      f"weights): expected {_mib(comparison['expected_state_bytes'])} MiB, "
+                      f"measured {_mib(comparison['measured_saving_after_build_bytes'])} MiB. Of "
+                      f"the training peak (slots and gradients, 8 bytes a frozen weight): "
+                      f"expected at least {_mib(comparison['expected_saving_bytes'])} MiB, "
+                      f"measured {_mib(comparison['measured_saving_bytes'])} MiB of the peak "
+                      f"above imports, {_mib(comparison['measured_saving_of_peak_bytes'])} MiB "
+                      "of the process's peak."]
     return "\n".join(lines)
 
 
@@ -218,12 +225,12 @@ def main(argv=None):
         return None
     started = time.perf_counter()
     rows = [run_arm(arm, args.tiny, args.steps) for arm in ARMS]
-    comparison = compare(rows)
+    savings = {arm: compare(rows, arm) for arm in LORA_TARGETS}
     result = {"command": "python -m benchmarks.lora_memory " + " ".join(argv or sys.argv[1:]),
               "size": dataclasses.asdict(size),
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-              "seconds": time.perf_counter() - started, "arms": rows, **comparison,
-              "markdown": markdown(rows, comparison)}
+              "seconds": time.perf_counter() - started, "arms": rows, "savings": savings,
+              "markdown": markdown(rows, savings)}
     if args.output_dir:
         write_outputs(result, args.output_dir)
     print(result["markdown"])
