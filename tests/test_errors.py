@@ -61,7 +61,7 @@ NOT_THE_USERS = {
         "the attribute protocol (OpenedCheckpoint's fields are its record's): Python expects it",
     ("keras_vit/checkpoints/cache.py", "hub_snapshot", "ImportError"):
         "a missing optional dependency: Python's own signal, the message gives the pip line",
-    ("keras_vit/checkpoints/formats/keras_hub.py", "import_keras_hub", "ImportError"):
+    ("keras_vit/checkpoints/formats/keras_hub_presets.py", "import_keras_hub", "ImportError"):
         "a missing optional dependency: Python's own signal, the message gives the pip line",
     ("keras_vit/checkpoints/formats/safetensors.py", "_header", "ValueError"):
         "caught in the same function and raised again as CheckpointError naming the file",

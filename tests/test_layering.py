@@ -1,7 +1,7 @@
 """Layers point down: analysis/, inference.py and evaluation.py stand below training (they read
 report.json through keras_vit.reports and load models through keras_vit.models.factory), and
-execution.py below the checkpoints package (its cache folder comes from _support/paths.py).
-Checked on the source, so an import inside a function counts too."""
+execution.py below the checkpoints package (its cache folder comes from _support/paths.py); no
+two modules import each other. Checked on the source, so an import inside a function counts too."""
 
 import ast
 import pathlib
@@ -54,3 +54,65 @@ def test_the_import_scan_sees_an_import_inside_a_function():
 def test_execution_imports_nothing_from_the_checkpoints_package():
     assert _from("keras_vit.checkpoints", (PACKAGE / "execution.py").read_text("utf-8")) == []
     assert _from("keras_vit.checkpoints", "from keras_vit.checkpoints.cache import x") != []
+
+
+def _module_files():
+    """{module name: file} of every keras_vit module (a package by its __init__.py)."""
+    files = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+def _import_graph(files):
+    """{module: the keras_vit modules it imports, at any depth}; `from a import b` is an
+    arrow to a.b where that is a module, else to a."""
+    return {name: {m for m in imported_modules(path.read_text("utf-8")) if m in files}
+            - {name} for name, path in files.items()}
+
+
+def _cycles(graph, skip=lambda module: False):
+    """The strongly connected groups of more than one module (Tarjan), less `skip`'s."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if skip(nxt):
+                continue
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index and not skip(node):
+            visit(node)
+    return groups
+
+
+def test_no_two_modules_import_each_other():
+    """No circle of imports among the package's modules, imports inside functions included (a
+    circle of two formats was once tied by one such import). A package's __init__, which
+    gathers its modules for users, is not a module here."""
+    files = _module_files()
+    packages = {name for name, path in files.items() if path.name == "__init__.py"}
+    assert _cycles(_import_graph(files), skip=packages.__contains__) == []
+
+
+def test_the_circle_scan_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -15,14 +15,11 @@ import re
 
 import numpy as np
 
-from keras_vit._support.json_files import read_json
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import (
     ArraysReader,
     CheckpointFormat,
     CheckpointInfo,
-    channel_values,
-    normalization_from,
 )
 from keras_vit.checkpoints.formats.config_values import (
     MAX_CLASSES,
@@ -38,6 +35,12 @@ from keras_vit.checkpoints.formats.config_values import (
     epsilon,
     flag,
     optional,
+)
+from keras_vit.checkpoints.formats.keras_hub_families import PRESET_FAMILIES
+from keras_vit.checkpoints.formats.keras_hub_presets import (
+    import_keras_hub,
+    preset_normalization,
+    read_preset_json,
 )
 from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, KeyRow, from_official, to_official
 from keras_vit.checkpoints.layout import (
@@ -71,8 +74,7 @@ from keras_vit.checkpoints.layout import (
 from keras_vit.variants import Variant, table_variant
 
 __all__ = ["FORMAT", "KERAS_HUB_ROWS", "read_keras_hub", "keras_hub_config", "task_config",
-           "keras_hub_to_official", "official_to_keras_hub", "keras_hub_shapes",
-           "preset_normalization", "read_preset_json", "import_keras_hub"]
+           "keras_hub_to_official", "official_to_keras_hub", "keras_hub_shapes"]
 
 
 def _recognises(source):
@@ -106,27 +108,6 @@ def _open(source):
     return ArraysReader(arrays, path=directory, source=source, format=FORMAT, info=info)
 
 
-def preset_normalization(directory):
-    """The preprocessor's image converter as mean/std on pixels in [0, 1] (it computes
-    x * scale + offset on x in [0, 255]), or None where no preprocessor was saved."""
-    path = os.path.join(directory, "preprocessor.json")
-    if not os.path.exists(path):
-        return None
-    preprocessor = check_object(path, read_preset_json(path))
-    converter = (preprocessor.get("config") or {}).get("image_converter") or {}
-    converter = converter.get("config", {}) if isinstance(converter, dict) else {}
-    scale, offset = converter.get("scale"), converter.get("offset")
-    if scale is None:
-        return None
-    scale = channel_values(path, "scale", scale)
-    offset = channel_values(path, "offset", 0.0 if offset is None else offset)
-    if min(scale) <= 0:
-        raise CheckpointError(f"{path}: the image converter's scale {scale} is not positive.")
-    std = tuple(1.0 / (255.0 * s) for s in scale)
-    mean = tuple(-o * s for o, s in zip(offset, std))
-    return normalization_from(path, mean, std)
-
-
 def _patch_size(value):
     """A check: keras-hub's patch_size, one side or [rows, columns]."""
     return counts(MAX_PIXELS, 2, least=2)(value) if isinstance(value, list) else \
@@ -153,8 +134,6 @@ def keras_hub_config(directory):
     # Both names: a class of the same name registered by another package is not keras-hub's.
     if (config.get("class_name") != "ViTBackbone"
             or config.get("registered_name", "keras_hub>ViTBackbone") != "keras_hub>ViTBackbone"):
-        from keras_vit.checkpoints.formats.keras_hub_families import PRESET_FAMILIES
-
         known = ", ".join(["ViTBackbone", *PRESET_FAMILIES])
         raise CheckpointError(f"{directory} is a keras-hub {_short(config.get('class_name'))} "
                               f"preset (registered as {_short(config.get('registered_name'))}); "
@@ -193,27 +172,10 @@ def task_config(directory):
     return check_fields(path, config, TASK_FIELDS, required=("num_classes",))
 
 
-def read_preset_json(path):
-    try:
-        return read_json(path, "a JSON file", CheckpointError)
-    except OSError as error:
-        raise CheckpointError(f"{path} is not a readable JSON file ({error}).") from error
-
-
 def _short(value, limit=80):
     """A config value for a message: never a dump of whatever a lying file holds."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def import_keras_hub(directory):
-    """keras_hub, which reads its own presets; an ImportError saying how to install it."""
-    try:
-        import keras_hub
-    except ImportError as error:
-        raise ImportError(f"Reading the keras-hub preset {directory} needs keras-hub: "
-                          "pip install keras-hub.") from error
-    return keras_hub
 
 
 def read_keras_hub(directory, has_task):

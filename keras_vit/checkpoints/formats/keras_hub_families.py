@@ -37,7 +37,7 @@ from keras_vit.checkpoints.formats.config_values import (
     optional,
     string,
 )
-from keras_vit.checkpoints.formats.keras_hub import (
+from keras_vit.checkpoints.formats.keras_hub_presets import (
     import_keras_hub,
     preset_normalization,
     read_preset_json,
