@@ -48,9 +48,8 @@ import time
 
 ARMS = ("full", "lora4", "lora4-all")
 LORA_RANK = 4
-# The projections each LoRA arm adapts.
-LORA_TARGETS = {"lora4": ("query", "value"),
-                "lora4-all": ("query", "key", "value", "out", "mlp")}
+# The LoRA arms: enable_lora's default projections (query, value), and every projection.
+LORA_ARMS = ("lora4", "lora4-all")
 CLASSES = 10
 # float32 bytes a frozen weight does not need: its gradient and its SGD momentum slot.
 SAVED_BYTES_PER_FROZEN_WEIGHT = 4 + 4
@@ -86,7 +85,7 @@ def measure(arm, size, steps, seed=0):
     import numpy as np
     import tensorflow as tf
 
-    from keras_vit.lora import enable_lora, parameter_counts
+    from keras_vit.lora import LORA_TARGETS, enable_lora, parameter_counts
     from keras_vit.memory import peak_resident_bytes, reset_peak_resident, resident_bytes
     from keras_vit.training.prebuild import build_training_state
     from keras_vit.training.recipes import get_recipe, make_optimizer
@@ -97,8 +96,10 @@ def measure(arm, size, steps, seed=0):
     recipe = get_recipe("finetune", image_size=size.image_size, batch_size=size.batch_size,
                         global_batch_size=None, steps=steps)
     model = build_model(variant_of(size), None, size.image_size, CLASSES)
-    if arm in LORA_TARGETS:
-        enable_lora(model, LORA_RANK, LORA_TARGETS[arm])
+    if arm == "lora4":
+        enable_lora(model, LORA_RANK)
+    elif arm == "lora4-all":
+        enable_lora(model, LORA_RANK, LORA_TARGETS)
     model.compile(optimizer=make_optimizer(recipe, steps + 1),
                   loss=keras.losses.CategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
@@ -225,7 +226,7 @@ def main(argv=None):
         return None
     started = time.perf_counter()
     rows = [run_arm(arm, args.tiny, args.steps) for arm in ARMS]
-    savings = {arm: compare(rows, arm) for arm in LORA_TARGETS}
+    savings = {arm: compare(rows, arm) for arm in LORA_ARMS}
     result = {"command": "python -m benchmarks.lora_memory " + " ".join(argv or sys.argv[1:]),
               "size": dataclasses.asdict(size),
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},

@@ -83,19 +83,6 @@ import time
 import numpy as np
 
 METHODS = ("scratch", "probe", "head", "full", "lora1", "lora4", "lora16", "lora4-all")
-# LoRA's projections: the paper's query and value by default; "-all" adds key, the attention's
-# output and the two MLP layers (QLoRA, Dettmers et al. 2023, found LoRA on every linear layer
-# of the block needed to match full fine-tuning, where query and value alone fell short).
-ALL_PROJECTIONS = ("query", "key", "value", "out", "mlp")
-
-
-def lora_arguments(method):
-    """`train`'s LoRA keywords of a method name: "loraR" (query, value) or "loraR-all"."""
-    if not method.startswith("lora"):
-        return {}
-    rank, _, projections = method[4:].partition("-")
-    return {"lora_rank": int(rank),
-            **({"lora_targets": ALL_PROJECTIONS} if projections == "all" else {})}
 SHOTS = ("1", "5", "10", "all")
 AUGMENTS = ("none", "light1")
 SOURCE_DIGITS, TARGET_DIGITS = tuple(range(5)), tuple(range(5, 10))
@@ -110,6 +97,21 @@ TRANSFER_LR = 0.03  # SGD's peak rate for every fine-tuned method (the paper's g
 # The learning-rate selection (`--lr-grid`): VTAB-1k's protocol, 800 of its 1,000 training
 # images train each candidate and 200 score it; then the chosen rate trains on all 1,000.
 SELECTION_FRACTION = 0.2
+
+
+def lora_arguments(method):
+    """`train`'s LoRA keywords of a method name: "loraR" (train's default projections, query
+    and value) or "loraR-all" (every projection keras_vit adapts: QLoRA, Dettmers et al. 2023,
+    found LoRA on every linear layer of the block needed to match full fine-tuning, where
+    query and value alone fell short)."""
+    if not method.startswith("lora"):
+        return {}
+    rank, _, projections = method[4:].partition("-")
+    if projections != "all":
+        return {"lora_rank": int(rank)}
+    from keras_vit.lora import LORA_TARGETS
+
+    return {"lora_rank": int(rank), "lora_targets": LORA_TARGETS}
 
 
 def digits_splits(digits, train_indices=None, examples=None, validation_indices=None):
