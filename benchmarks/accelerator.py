@@ -1,13 +1,16 @@
 """keras_vit on JAX beside timm on one NVIDIA GPU: inference and training throughput per precision.
 
     python -m benchmarks.accelerator --output DIR          # five ViT-B models, batch 64, then training
+    python -m benchmarks.accelerator --models vit_base_patch16_224,vit_large_patch16_384 \
+        --libraries keras_vit,keras_vit-jit,timm,timm-compiled --memory   # the GPU targets
     python -m benchmarks.accelerator --tiny --allow-cpu    # width 64, depth 1, batch 2: checks it runs
 
 Runs on the JAX backend and needs no TensorFlow. Per model, timm builds its architecture
 with random weights (every parameter drawn), writes the state dict as safetensors, and
 keras_vit loads that file through its timm rows, so both compute the same function; their
 float32 outputs must agree within the parity tests' bound or the model is recorded as
-failing parity and not timed.
+failing parity and not timed. Each model runs at its own resolution (224 px; 384 for
+`vit_large_patch16_384`) unless --image-size says otherwise.
 
 Three settings, each for both libraries:
 
@@ -30,9 +33,17 @@ the GPU is synchronised before each timed call. The first call of each is timed 
 each (setting, library) once in turn (keras_vit, timm, keras_vit, timm, ...), so that a
 change in clocks or load hits both alike; tables give medians and keras_vit / timm.
 
-Then one training step of ViT-B/16 (`build_training`), timed the same way in the tf32 and
-bfloat16 settings. Results are rewritten after each model, so that a run stopped early keeps
-what it measured; `--budget-s` starts no model that the time left would not fit.
+--libraries adds two more columns to the same rounds: `keras_vit-jit`, the same model as a
+bare `jax.jit` of `model.stateless_call` (no Keras predict step around it: what Keras adds
+per call), and `timm-compiled`, timm's model under `torch.compile` (`--compile-backend`,
+inductor by default) in the tf32 and bfloat16 settings, where GPUs run. --memory records
+each call's peak device memory (benchmarks/device_memory.py: torch's allocator peak; for
+keras_vit the XLA program's buffer assignment, read from keras_vit-jit's program and
+Keras' train step).
+
+Then one training step per --train-models (`build_training`), timed the same way in the tf32
+and bfloat16 settings. Results are rewritten after each model, so that a run stopped early
+keeps what it measured; `--budget-s` starts no model that the time left would not fit.
 """
 
 import argparse
@@ -64,9 +75,19 @@ MODELS = {
     # other CLIP releases, which keras_vit's CLIP-B/16 row does not build.
     "CLIP-B/16": "vit_base_patch16_clip_quickgelu_224",
     "DeiT-B/16 distilled": "deit_base_distilled_patch16_224",
+    "ViT-L/16 384": "vit_large_patch16_384",
 }
+DEFAULT_MODELS = tuple(MODELS.values())[:5]  # the ViT-B models; L/16 at 384 on request
+IMAGE_SIZES = {"vit_large_patch16_384": 384}  # each model's own resolution; 224 otherwise
 SETTINGS = ("float32", "tf32", "bfloat16")
 TRAIN_SETTINGS = ("tf32", "bfloat16")  # training in full float32 is no one's choice on a GPU
+# keras_vit and timm are always run (the ratio is theirs); --libraries adds the others.
+LIBRARIES = ("keras_vit", "keras_vit-jit", "timm", "timm-compiled")
+# Whose float32 outputs a library's agreement is measured against (its own where it has them).
+FLOAT32_OF = {"keras_vit-jit": "keras_vit", "timm-compiled": "timm"}
+# torch.compile compiles anew per precision (its guards include allow_tf32 and autocast):
+# it runs where GPUs are used, not in full float32.
+COMPILED_SETTINGS = ("tf32", "bfloat16")
 # The parity tests' bound (tests/checkpoints/test_timm_families.py), relative to the largest
 # output: float32 rounding is ~1e-7 relative per operation, a wrong mapping 1e-3 or more.
 from benchmarks.families import RELATIVE_TOLERANCE  # noqa: E402
@@ -80,19 +101,28 @@ def parse_args(argv=None):
     parser.add_argument("--output", default="benchmarks/results",
                         help="folder for accelerator.json and accelerator.md")
     parser.add_argument("--models", default=None,
-                        help=f"comma-separated timm names (default: all five: {', '.join(MODELS.values())})")
+                        help=f"comma-separated timm names, of {', '.join(MODELS.values())} "
+                             f"(default: the five ViT-B models)")
     parser.add_argument("--batch", type=int, default=None, help="images per call (default 64, tiny 2)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed rounds per model (default 20, tiny 1)")
-    parser.add_argument("--image-size", type=int, default=None, help="default 224 (tiny 112)")
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="default: each model's own (224; 384 for vit_large_patch16_384); "
+                             "tiny 112")
     parser.add_argument("--tiny", action="store_true",
                         help="width 64, 2 heads, depth 1, 112 px, batch 2, one round: checks it works")
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run without a GPU (for --tiny: the numbers mean nothing)")
-    parser.add_argument("--train-model", choices=("vit_base_patch16_224", "none"),
-                        default="vit_base_patch16_224",
-                        help="also time a training step of this model, after inference "
-                             "(default vit_base_patch16_224; none skips it)")
+    parser.add_argument("--train-models", default="vit_base_patch16_224",
+                        help="comma-separated timm names whose training step is timed after "
+                             "inference (default vit_base_patch16_224; none skips training)")
+    parser.add_argument("--libraries", default="keras_vit,timm",
+                        help=f"comma-separated, of {', '.join(LIBRARIES)} (default keras_vit,"
+                             f"timm; both are always run)")
+    parser.add_argument("--compile-backend", default="inductor",
+                        help="torch.compile's backend for timm-compiled (default inductor)")
+    parser.add_argument("--memory", action="store_true",
+                        help="record each call's peak device memory (benchmarks/device_memory.py)")
     parser.add_argument("--attention", choices=("auto", "fused", "explicit"), default="auto",
                         help="keras_vit's attention path: auto (keras_vit's own choice: fused "
                              "on GPUs), or forced to keras.ops.dot_product_attention (fused) "
@@ -175,44 +205,92 @@ def force_attention(*models):
     return models
 
 
-def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch_device):
-    """{"keras_vit": {setting: call}, "timm": {setting: call}}: forward passes on `images`,
-    each returning float32 NumPy outputs."""
+def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch_device,
+               options):
+    """(calls, memory): calls is {library: {setting: call}}, forward passes on `images` each
+    returning float32 NumPy outputs, for keras_vit, timm and the `options["libraries"]`;
+    memory is {library: {setting: reading}}, each returning a benchmarks.device_memory
+    record (empty unless `options["memory"]`)."""
     import jax
     import torch
 
+    from benchmarks.device_memory import torch_peak, xla_peak
     from keras_vit.precision import bfloat16_model
 
     ours, theirs = build_models(architecture, image_size, tiny, folder, torch_device)
     ours, ours_bf16 = force_attention(ours, bfloat16_model(ours))
     x_jax = jax.device_put(images, jax_device)
     x_torch = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))).to(torch_device)
+    keras_models = {"float32": ours, "tf32": ours, "bfloat16": ours_bf16}
 
     def keras_call(model):
         return lambda: np.asarray(model.predict_on_batch(x_jax), np.float32)
 
-    def timm_call(bfloat16):
+    def jit_forward(model):
+        """The model as a bare jax.jit of its stateless call, and a function giving its
+        arguments: the variables' arrays read at each call, as Keras' predict_on_batch reads
+        them (Keras may replace them between calls)."""
+        forward = jax.jit(lambda t, n, x: model.stateless_call(t, n, x, training=False)[0])
+        return forward, lambda: ([v.value for v in model.trainable_variables],
+                                 [v.value for v in model.non_trainable_variables], x_jax)
+
+    def jit_call(model):
+        forward, arguments = jit_forward(model)
+        return lambda: np.asarray(forward(*arguments()), np.float32)
+
+    def jit_memory(model):
+        forward, arguments = jit_forward(model)
+        return lambda: xla_peak(forward.lower(*arguments()).compile())
+
+    def timm_call(module, bfloat16):
         def call():
             with torch.inference_mode(), torch.autocast(torch_device, torch.bfloat16,
                                                         enabled=bfloat16):
-                return theirs(x_torch).float().cpu().numpy()
+                return module(x_torch).float().cpu().numpy()
         return call
 
-    return {"keras_vit": {"float32": keras_call(ours), "tf32": keras_call(ours),
-                          "bfloat16": keras_call(ours_bf16)},
-            "timm": {"float32": timm_call(False), "tf32": timm_call(False),
-                     "bfloat16": timm_call(True)}}
+    compiled = torch.compile(theirs, backend=options["compile_backend"]) \
+        if "timm-compiled" in options["libraries"] else None
+    makers = {
+        "keras_vit": lambda s: keras_call(keras_models[s]),
+        "keras_vit-jit": lambda s: jit_call(keras_models[s]),
+        "timm": lambda s: timm_call(theirs, s == "bfloat16"),
+        "timm-compiled": lambda s: timm_call(compiled, s == "bfloat16"),
+    }
+    calls = {library: {s: makers[library](s) for s in _settings_of(library, SETTINGS)}
+             for library in _libraries(options)}
+    memory = {}
+    if options["memory"]:
+        # keras_vit's is the program Keras' predict step jits: the model's stateless call.
+        memory = {library: {s: (jit_memory(keras_models[s]) if library == "keras_vit"
+                                else (lambda c=calls[library][s]: torch_peak(c, torch_device)))
+                            for s in by_setting}
+                  for library, by_setting in calls.items() if library != "keras_vit-jit"}
+    return calls, memory
 
 
-def build_training(architecture, image_size, tiny, folder, images, jax_device, torch_device):
-    """{"keras_vit": {setting: step}, "timm": {setting: step}}: one SGD step (softmax cross-
-    entropy on the logits, learning rate 1e-3) on `images`, each returning the loss. keras_vit:
-    `train_on_batch` of the model compiled by Keras (its bfloat16 one under mixed_bfloat16,
-    head float32); timm: forward under `torch.autocast` for bfloat16, backward, step."""
+def _libraries(options):
+    """keras_vit and timm, then the others asked for, in LIBRARIES' order (the rounds' order)."""
+    return [lib for lib in LIBRARIES if lib in ("keras_vit", "timm") or lib in options["libraries"]]
+
+
+def _settings_of(library, settings):
+    return [s for s in settings if library != "timm-compiled" or s in COMPILED_SETTINGS]
+
+
+def build_training(architecture, image_size, tiny, folder, images, jax_device, torch_device,
+                   options):
+    """(steps, memory) as build_pair's: one SGD step (softmax cross-entropy on the logits,
+    learning rate 1e-3) on `images`, each returning the loss. keras_vit: `train_on_batch` of
+    the model compiled by Keras (its bfloat16 one under mixed_bfloat16, head float32); timm:
+    forward under `torch.autocast` for bfloat16, backward, step; timm-compiled the same on
+    `torch.compile` of its own copy. keras_vit-jit is not a training library (Keras' train
+    step is already one jax.jit program); its memory is that program's."""
     import jax
     import keras
     import torch
 
+    from benchmarks.device_memory import torch_peak, xla_peak
     from keras_vit.precision import bfloat16_model
 
     ours, theirs = build_models(architecture, image_size, tiny, folder, torch_device)
@@ -225,6 +303,17 @@ def build_training(architecture, image_size, tiny, folder, images, jax_device, t
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=1e-3),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         return lambda: np.float32(model.train_on_batch(x_jax, y_jax))
+
+    def keras_step_memory(model):
+        """Keras' train step as Keras jits it (state donated), lowered after the first step
+        built the optimizer."""
+        def read():
+            state = tuple([v.value for v in variables] for variables in (
+                model.trainable_variables, model.non_trainable_variables,
+                model.optimizer.variables, model.metrics_variables))
+            step = jax.jit(model.train_step, donate_argnums=0)
+            return xla_peak(step.lower(state, (x_jax, y_jax)).compile())
+        return read
 
     def timm_step(model, bfloat16):
         model.train()
@@ -239,11 +328,23 @@ def build_training(architecture, image_size, tiny, folder, images, jax_device, t
             return np.float32(loss.item())
         return step
 
-    # Each setting trains its own copy from the same weights, so the four first losses compare.
+    # Each setting trains its own copy from the same weights, so the first losses compare.
     ours, ours_bf16 = force_attention(ours, bfloat16_model(ours))
-    return {"keras_vit": {"tf32": keras_step(ours), "bfloat16": keras_step(ours_bf16)},
-            "timm": {"tf32": timm_step(theirs, False),
-                     "bfloat16": timm_step(copy.deepcopy(theirs), True)}}
+    keras_models = {"tf32": ours, "bfloat16": ours_bf16}
+    steps = {"keras_vit": {s: keras_step(m) for s, m in keras_models.items()},
+             "timm": {s: timm_step(theirs if s == "tf32" else copy.deepcopy(theirs),
+                                   s == "bfloat16") for s in TRAIN_SETTINGS}}
+    if "timm-compiled" in options["libraries"]:
+        steps["timm-compiled"] = {
+            s: timm_step(torch.compile(copy.deepcopy(theirs), backend=options["compile_backend"]),
+                         s == "bfloat16") for s in _settings_of("timm-compiled", TRAIN_SETTINGS)}
+    memory = {}
+    if options["memory"]:
+        memory = {"keras_vit": {s: keras_step_memory(m) for s, m in keras_models.items()},
+                  **{library: {s: (lambda c=step: torch_peak(c, torch_device))
+                               for s, step in by_setting.items()}
+                     for library, by_setting in steps.items() if library != "keras_vit"}}
+    return steps, memory
 
 
 def _synchronize(torch_device):
@@ -283,39 +384,62 @@ def first_calls(calls, torch_device):
     return first, outputs, errors
 
 
-def time_rounds(calls, names, batch, repeats, torch_device):
-    """{"images_per_s": {setting: {library: summary}}, "ratio": {setting: keras_vit / timm}}
-    after an untimed warm-up of each call; each round runs every setting of `names` once,
-    keras_vit then timm."""
+def time_rounds(calls, names, batch, repeats, torch_device, outputs):
+    """{"images_per_s": {setting: {library: summary}}, "ratio": {setting: keras_vit / timm},
+    "ratio_to": {setting: {library: keras_vit / library}}} after an untimed warm-up of each
+    call; each round runs every setting of `names` once, and in it every library whose first
+    call of that setting gave `outputs`, in `calls`' order (keras_vit first)."""
     from benchmarks.run import summarize
 
+    ran = {name: [lib for lib in calls if f"{lib} {name}" in outputs] for name in names}
     for library in calls:
         for name in names:
-            with setting(name):
-                _timed(calls[library][name], torch_device)
-    rates = {name: {library: [] for library in calls} for name in names}
+            if library in ran[name]:
+                with setting(name):
+                    _timed(calls[library][name], torch_device)
+    rates = {name: {library: [] for library in ran[name]} for name in names}
     for _ in range(repeats):
         for name in names:
             with setting(name):
-                for library in calls:
+                for library in ran[name]:
                     seconds, _ = _timed(calls[library][name], torch_device)
                     rates[name][library].append(batch / seconds)
-    # Per round, then the median: both sides of one round saw the same clocks and load.
+
+    def ratio(name, other):  # per round, then the median: one round saw one clock and load
+        return statistics.median(k / o for k, o in zip(rates[name]["keras_vit"],
+                                                       rates[name][other]))
+
     return {"images_per_s": {name: {library: summarize(r) for library, r in by_library.items()}
                              for name, by_library in rates.items()},
-            "ratio": {name: statistics.median(k / t for k, t in zip(r["keras_vit"], r["timm"]))
-                      for name, r in rates.items()}}
+            "ratio": {name: ratio(name, "timm") for name in names},
+            "ratio_to": {name: {lib: ratio(name, lib) for lib in ran[name] if lib != "keras_vit"}
+                         for name in names}}
 
 
 def _both(calls, outputs, names):
-    """The settings of `names` whose first call ran in every library."""
-    return [name for name in names if all(f"{lib} {name}" in outputs for lib in calls)]
+    """The settings of `names` whose first call ran in keras_vit and in timm."""
+    return [name for name in names if all(f"{lib} {name}" in outputs
+                                          for lib in ("keras_vit", "timm"))]
 
 
-def measure_model(calls, batch, repeats, torch_device):
-    """First-call seconds, parity, agreements and per-round images/s of every (library,
-    setting) of `calls`. A setting that failed in either library is not timed; without both
-    float32 outputs there is no parity check and nothing is timed."""
+def read_memory(memory):
+    """{"library setting": record or {"error": ...}} of each reading in `memory`, in its setting."""
+    peaks = {}
+    for library, by_setting in memory.items():
+        for name, read in by_setting.items():
+            try:
+                with setting(name):
+                    peaks[f"{library} {name}"] = read()
+            except Exception as error:  # noqa: BLE001 - recorded, as a failing call is
+                peaks[f"{library} {name}"] = {"error": one_line(error)}
+    return peaks
+
+
+def measure_model(calls, batch, repeats, torch_device, memory=None):
+    """First-call seconds, parity, agreements, peak memory (when `memory` has readings) and
+    per-round images/s of every (library, setting) of `calls`. A setting that failed in
+    keras_vit or timm is not timed; without both float32 outputs there is no parity check and
+    nothing is timed."""
     first, outputs, errors = first_calls(calls, torch_device)
     row = {"first_call_seconds": first, **({"errors": errors} if errors else {})}
     a, b = outputs.get("keras_vit float32"), outputs.get("timm float32")
@@ -333,22 +457,29 @@ def measure_model(calls, batch, repeats, torch_device):
     from keras_vit.export_quantized import agreement
 
     timed = _both(calls, outputs, SETTINGS)
-    # Against each library's own full-float32 outputs; nonzero tf32 differences on a GPU
-    # also show that the setting reached the library.
+    # Against the library's own full-float32 outputs (keras_vit-jit's and timm-compiled's:
+    # keras_vit's and timm's); nonzero tf32 differences on a GPU also show that the setting
+    # reached the library.
     row["agreement_with_float32"] = {
-        library: {name: agreement(outputs[f"{library} float32"], outputs[f"{library} {name}"])
-                  for name in timed if name != "float32"} for library in calls}
-    return {**row, **time_rounds(calls, timed, batch, repeats, torch_device)}
+        library: {name: agreement(outputs[f"{FLOAT32_OF.get(library, library)} float32"],
+                                  outputs[f"{library} {name}"])
+                  for name in timed if name != "float32" and f"{library} {name}" in outputs}
+        for library in calls}
+    if memory:
+        row["peak_memory"] = read_memory(memory)
+    return {**row, **time_rounds(calls, timed, batch, repeats, torch_device, outputs)}
 
 
-def measure_training(steps, batch, repeats, torch_device):
-    """First-step seconds and losses (the same weights and labels: the two first losses
-    should agree to the setting's rounding), and per-round images/s of each training step."""
+def measure_training(steps, batch, repeats, torch_device, memory=None):
+    """First-step seconds and losses (the same weights and labels: the first losses should
+    agree to the setting's rounding), peak memory, and per-round images/s of each step."""
     first, losses, errors = first_calls(steps, torch_device)
     row = {"first_call_seconds": first, "first_loss": {k: float(v) for k, v in losses.items()},
            **({"errors": errors} if errors else {})}
+    if memory:
+        row["peak_memory"] = read_memory(memory)
     return {**row, **time_rounds(steps, _both(steps, losses, TRAIN_SETTINGS), batch, repeats,
-                                 torch_device)}
+                                 torch_device, losses)}
 
 
 def one_line(error):
@@ -389,22 +520,33 @@ def main(argv=None):
     args = parse_args(argv)
     started = time.perf_counter()
     tiny = args.tiny
-    image_size = args.image_size or (112 if tiny else 224)
     batch = args.batch or (2 if tiny else 64)
     repeats = args.repeats or (1 if tiny else 20)
-    names = args.models.split(",") if args.models else list(MODELS.values())
+    names = args.models.split(",") if args.models else list(DEFAULT_MODELS)
+    train_names = [] if args.train_models == "none" else args.train_models.split(",")
+    libraries = args.libraries.split(",")
     title = {a: t for t, a in MODELS.items()}
-    unknown = [n for n in names if n not in title]
+    unknown = [n for n in names + train_names if n not in title]
     if unknown:
         raise SystemExit(f"unknown models {unknown}; choose from {', '.join(MODELS.values())}")
+    if set(libraries) - set(LIBRARIES):
+        raise SystemExit(f"unknown libraries {sorted(set(libraries) - set(LIBRARIES))}; choose "
+                         f"from {', '.join(LIBRARIES)}")
     check_backend()
     jax_device, torch_device = check_devices(args.allow_cpu)
     global attention_setting
     attention_setting = FORCED_ATTENTION[args.attention]
+    options = {"libraries": libraries, "compile_backend": args.compile_backend,
+               "memory": args.memory}
 
+    from benchmarks.device_memory import jax_allocator
     from keras_vit.layers.transformer import use_fused_attention
 
-    report = {"batch": batch, "image_size": image_size, "repeats": repeats, "tiny": tiny,
+    def image_size(name):
+        return args.image_size or (112 if tiny else IMAGE_SIZES.get(name, 224))
+
+    report = {"batch": batch, "image_size": args.image_size or (112 if tiny else "each model's"),
+              "repeats": repeats, "tiny": tiny,
               "machine": machine(jax_device, torch_device),
               "settings": {
                   "float32": "jax.default_matmul_precision('float32'); torch allow_tf32 off "
@@ -417,19 +559,23 @@ def main(argv=None):
                                 "inputs on the device, logits returned to the host",
               "timm_call": "eval(), torch.inference_mode(), inputs on the device, "
                            "output .float().cpu()",
+              "libraries": _libraries(options),
+              "library_calls": {
+                  "keras_vit-jit": "jax.jit of model.stateless_call(training=False), the same "
+                                   "model's variables, logits returned to the host",
+                  "timm-compiled": f"torch.compile(backend={args.compile_backend!r}) of timm's "
+                                   f"model, in {' and '.join(COMPILED_SETTINGS)}"},
               "keras_vit_fused_attention": use_fused_attention(attention_setting),
               "attention": args.attention,
               "parity_bound_relative": RELATIVE_TOLERANCE, "models": {}, "notes": []}
-    images = np.random.default_rng(0).uniform(-1, 1, (batch, image_size, image_size, 3)) \
-        .astype(np.float32)
     jobs = [("models", name, build_pair, measure_model) for name in names]
-    if args.train_model != "none":
+    if train_names:
         report["training"] = {}
         report["training_step"] = ("SGD, learning rate 1e-3, softmax cross-entropy on the "
                                    "logits; keras_vit train_on_batch (Keras' jax.jit-compiled "
                                    "train step), timm forward, backward, optimizer.step, "
                                    "zero_grad, loss.item()")
-        jobs.append(("training", args.train_model, build_training, measure_training))
+        jobs += [("training", name, build_training, measure_training) for name in train_names]
     last = 0.0
     with tempfile.TemporaryDirectory() as folder:
         for section, name, build, measure in jobs:
@@ -440,21 +586,27 @@ def main(argv=None):
                                        f"{args.budget_s:.0f})")
                 continue
             begin = time.perf_counter()
+            size = image_size(name)
+            images = np.random.default_rng(0).uniform(-1, 1, (batch, size, size, 3)) \
+                .astype(np.float32)
             try:
-                calls = build(name, image_size, tiny, folder, images, jax_device, torch_device)
+                calls, memory = build(name, size, tiny, folder, images, jax_device,
+                                      torch_device, options)
             except Exception as error:  # noqa: BLE001 - recorded; the next model still runs
                 row, built = {"error": f"building failed: {one_line(error)}"}, None
             else:
                 built = time.perf_counter() - begin
                 try:
-                    row = measure(calls, batch, repeats, torch_device)
+                    row = measure(calls, batch, repeats, torch_device, memory)
                 except Exception as error:  # noqa: BLE001 - e.g. out of memory while timing
                     row = {"error": f"measuring failed: {one_line(error)}"}
-                del calls
+                del calls, memory
+            allocator = jax_allocator(jax_device)  # before the release: this model's high water
             _release()
             last = time.perf_counter() - begin
-            report[section][name] = {"title": title[name], "build_seconds": built,
-                                     "seconds": last, **row}
+            report[section][name] = {"title": title[name], "image_size": size,
+                                     "build_seconds": built, "seconds": last,
+                                     **({"jax_allocator": allocator} if allocator else {}), **row}
             print(f"{section}: " + _progress(name, report[section][name]), flush=True)
             _write(args.output, report, final=False)
     report["seconds"] = time.perf_counter() - started
@@ -479,12 +631,14 @@ def _progress(name, row):
         return f"{name}: {row['error']}"
     if "parity_failed" in row:
         return f"{name}: PARITY FAILED: {row['parity_failed']}{errors}"
-    rates = ", ".join(f"{s} {r['keras_vit']['median']:.0f}/{r['timm']['median']:.0f} "
-                      f"({row['ratio'][s]:.2f}x)" for s, r in row["images_per_s"].items())
+    rates = ", ".join(f"{s} " + "/".join(f"{r[lib]['median']:.0f}" for lib in r)
+                      + f" ({row['ratio'][s]:.2f}x)" for s, r in row["images_per_s"].items())
     parity = f"parity {row['parity_relative_difference']:.1e}; " \
         if "parity_relative_difference" in row else ""
-    return (f"{name}: {parity}images/s keras_vit/timm {rates}; {row['seconds']:.0f} s"
-            f"{errors}")
+    peaks = "; peak GiB " + ", ".join(f"{k} {v['peak_bytes'] / 2**30:.2f}" for k, v in
+                                      row.get("peak_memory", {}).items() if v and "peak_bytes" in v) \
+        if row.get("peak_memory") else ""
+    return f"{name}: {parity}images/s {rates}{peaks}; {row['seconds']:.0f} s{errors}"
 
 
 def _write(folder, report, final):
@@ -502,65 +656,107 @@ def _attention_note(report):
     return f" keras_vit's attention: {report.get('attention', 'auto')} ({path})."
 
 
+def _rate(summary):
+    return f"{summary['median']:.0f} ({summary['min']:.0f}-{summary['max']:.0f})"
+
+
+def _speed_table(rows, libraries, first_label):
+    """Markdown rows of images/s per library, keras_vit against each other library, and first
+    calls, one line per (model, setting); a model that failed gets one line saying so."""
+    others = [lib for lib in libraries if lib != "keras_vit"]
+    lines = ["| model | setting | " + " | ".join(f"{lib} images/s" for lib in libraries)
+             + " | " + " | ".join(f"keras_vit / {lib}" for lib in others)
+             + f" | {first_label} {' / '.join(libraries)} (s) |",
+             "| --- | --- |" + " ---: |" * (2 * len(libraries))]
+    for row in rows:
+        if "error" in row or "parity_failed" in row:
+            lines.append(f"| {row['title']} | {'failed' if 'error' in row else 'parity failed'} "
+                         f"|" + " |" * (2 * len(libraries)))
+            continue
+        for s, by_library in row["images_per_s"].items():
+            rates = [_rate(by_library[lib]) if lib in by_library else "" for lib in libraries]
+            ratios = [f"{row['ratio_to'][s][lib]:.2f}x" if lib in row["ratio_to"][s] else ""
+                      for lib in others]
+            first = " / ".join(f"{row['first_call_seconds'][f'{lib} {s}']:.1f}"
+                               if f"{lib} {s}" in row["first_call_seconds"] else "-"
+                               for lib in libraries)
+            lines.append(f"| {row['title']} | {s} | {' | '.join(rates)} | {' | '.join(ratios)} "
+                         f"| {first} |")
+    return lines
+
+
+def _memory_table(rows, libraries):
+    """Markdown rows of each call's peak device memory (GiB), the resident part in brackets."""
+    def cell(record):
+        if not record:
+            return ""
+        if "error" in record:
+            return "failed"
+        return f"{record['peak_bytes'] / 2**30:.2f} ({record['resident_bytes'] / 2**30:.2f})"
+
+    lines = []
+    for row in rows:
+        peaks = row.get("peak_memory")
+        if not peaks:
+            continue
+        present = [lib for lib in libraries if any(k.startswith(f"{lib} ") for k in peaks)]
+        if not lines:
+            lines = ["| model | setting | " + " | ".join(present) + " |",
+                     "| --- | --- |" + " ---: |" * len(present)]
+        for s in dict.fromkeys(k.split(" ", 1)[1] for k in peaks):
+            lines.append(f"| {row['title']} | {s} | "
+                         + " | ".join(cell(peaks.get(f"{lib} {s}")) for lib in present) + " |")
+    return lines
+
+
 def to_markdown(report):
     m = report["machine"]
     v = m["versions"]
+    libraries = report.get("libraries", ["keras_vit", "timm"])
+    size = report["image_size"]
+    size = f"{size} px" if isinstance(size, int) else "each model's resolution (224 px; 384 " \
+                                                      "for ViT-L/16 384)"
     lines = [f"Device: {m['torch_device']} ({m['device_kind']}); jax {v['jax']}, keras "
              f"{v['keras']}, torch {v['torch']} (CUDA {v['torch_cuda']}), timm {v['timm']}. "
-             f"Batch {report['batch']} at {report['image_size']} px, random weights, "
+             f"Batch {report['batch']} at {size}, random weights, "
              f"{report['repeats']} interleaved rounds, median images/s (min-max); inputs on the "
-             f"device, logits back on the host.{_attention_note(report)}", "",
-             "| model | setting | keras_vit images/s | timm images/s | keras_vit / timm "
-             "| first call keras_vit / timm (s) |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
-    for row in report["models"].values():
-        if "error" in row or "parity_failed" in row:
-            lines.append(f"| {row['title']} | {'failed' if 'error' in row else 'parity failed'} "
-                         f"| | | | |")
-            continue
-        for s in row["images_per_s"]:
-            cells = []
-            for library in ("keras_vit", "timm"):
-                r = row["images_per_s"][s][library]
-                cells.append(f"{r['median']:.0f} ({r['min']:.0f}-{r['max']:.0f})")
-            first = row["first_call_seconds"]
-            lines.append(f"| {row['title']} | {s} | {cells[0]} | {cells[1]} | "
-                         f"{row['ratio'][s]:.2f}x | {first[f'keras_vit {s}']:.1f} / "
-                         f"{first[f'timm {s}']:.1f} |")
+             f"device, logits back on the host.{_attention_note(report)}", ""]
+    lines += _speed_table(report["models"].values(), libraries, "first call")
     lines += ["", "Agreement with each library's own float32 outputs (top-1 agreement, largest "
               "output difference), and keras_vit against timm in float32 (relative):", "",
-              "| model | keras_vit tf32 | keras_vit bfloat16 | timm tf32 | timm bfloat16 "
-              "| float32 parity |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+              "| model | " + " | ".join(f"{lib} {s}" for lib in libraries
+                                         for s in ("tf32", "bfloat16")) + " | float32 parity |",
+              "| --- |" + " ---: |" * (2 * len(libraries) + 1)]
     for row in report["models"].values():
         if "error" in row:
             continue
         parity = row["parity_relative_difference"]
         parity = "none" if parity is None else f"{parity:.1e}"
         if "parity_failed" in row:
-            lines.append(f"| {row['title']} | | | | | {parity} (failed) |")
+            lines.append(f"| {row['title']} |" + " |" * (2 * len(libraries))
+                         + f" {parity} (failed) |")
             continue
         a = row["agreement_with_float32"]
         cells = [f"{a[lib][s]['top1_agreement']:.3f}, {a[lib][s]['max_logit_difference']:.2g}"
-                 if s in a[lib] else "failed"
-                 for lib in ("keras_vit", "timm") for s in ("tf32", "bfloat16")]
+                 if s in a.get(lib, {}) else "-" for lib in libraries for s in ("tf32", "bfloat16")]
         lines.append(f"| {row['title']} | {' | '.join(cells)} | {parity} |")
     training = report.get("training", {})
     if training:
-        lines += ["", f"Training step ({report['training_step']}), batch {report['batch']}:", "",
-                  "| model | setting | keras_vit images/s | timm images/s | keras_vit / timm "
-                  "| first step keras_vit / timm (s) | first loss keras_vit / timm |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-        for row in training.values():
-            for s in row.get("images_per_s", {}):
-                r, first, loss = row["images_per_s"][s], row["first_call_seconds"], row["first_loss"]
-                lines.append(
-                    f"| {row['title']} | {s} | {r['keras_vit']['median']:.0f} "
-                    f"({r['keras_vit']['min']:.0f}-{r['keras_vit']['max']:.0f}) | "
-                    f"{r['timm']['median']:.0f} ({r['timm']['min']:.0f}-{r['timm']['max']:.0f}) | "
-                    f"{row['ratio'][s]:.2f}x | {first[f'keras_vit {s}']:.1f} / "
-                    f"{first[f'timm {s}']:.1f} | {loss[f'keras_vit {s}']:.4f} / "
-                    f"{loss[f'timm {s}']:.4f} |")
+        train_libraries = [lib for lib in libraries if lib != "keras_vit-jit"]
+        lines += ["", f"Training step ({report['training_step']}), batch {report['batch']}:", ""]
+        lines += _speed_table(training.values(), train_libraries, "first step")
+        lines += ["", "First losses (the same weights and labels): "
+                  + "; ".join(f"{row['title']} {key} {loss:.4f}" for row in training.values()
+                              for key, loss in row.get("first_loss", {}).items())]
+    memory = _memory_table([*report["models"].values(), *training.values()], libraries)
+    if memory:
+        lines += ["", "Peak device memory per call, GiB (resident before it: parameters and "
+                  "inputs); keras_vit: the XLA program's buffer assignment (inference: the "
+                  "forward Keras' predict step jits; training: Keras' train step), timm: "
+                  "torch.cuda.max_memory_allocated:", "", *memory]
     lines += ["", *(f"Setting {k}: {t}." for k, t in report["settings"].items())]
+    lines += [f"{lib}: {text}." for lib, text in report.get("library_calls", {}).items()
+              if lib in libraries]
     rows = [*report["models"].values(), *training.values()]
     lines += [f"Failed: {row['title']}: {row['error']}" for row in rows if "error" in row]
     lines += [f"Failed: {row['title']} {key}: {text}" for row in rows

@@ -223,3 +223,77 @@ def test_importing_the_benchmark_leaves_the_environment_alone(monkeypatch):
     before = dict(os.environ)
     importlib.reload(accelerator)  # the module's code again, as a first import runs it
     assert dict(os.environ) == before
+
+
+def test_added_libraries_join_the_rounds_and_are_compared_with_their_own_float32():
+    """keras_vit-jit and timm-compiled (the latter only where GPUs run: tf32 and bfloat16) are
+    timed in the same rounds; each is measured against keras_vit's or timm's float32."""
+    order = []
+    outputs = _outputs(timm_float32_offset=1e-6)
+    outputs.update({"keras_vit-jit float32": outputs["keras_vit float32"],
+                    "keras_vit-jit tf32": outputs["keras_vit tf32"] + 1.0,
+                    "keras_vit-jit bfloat16": outputs["keras_vit bfloat16"],
+                    "timm-compiled tf32": outputs["timm tf32"],
+                    "timm-compiled bfloat16": outputs["timm bfloat16"] + 2.0})
+    libraries = ("keras_vit", "keras_vit-jit", "timm", "timm-compiled")
+
+    def call(key):
+        return lambda: order.append(key) or outputs[key]
+
+    calls = {lib: {s: call(f"{lib} {s}") for s in accelerator._settings_of(lib, accelerator.SETTINGS)}
+             for lib in libraries}
+    assert list(calls["timm-compiled"]) == list(accelerator.COMPILED_SETTINGS)
+    row = accelerator.measure_model(calls, batch=2, repeats=2, torch_device="cpu")
+    rounds = [f"{lib} {s}" for s in accelerator.SETTINGS for lib in libraries
+              if s in calls[lib]] * 2
+    assert order[-len(rounds):] == rounds
+    assert row["ratio_to"]["float32"].keys() == {"keras_vit-jit", "timm"}
+    assert row["ratio_to"]["tf32"].keys() == {"keras_vit-jit", "timm", "timm-compiled"}
+    assert row["ratio"]["tf32"] == row["ratio_to"]["tf32"]["timm"]
+    got = row["agreement_with_float32"]
+    assert got["keras_vit-jit"]["tf32"]["max_logit_difference"] == pytest.approx(
+        np.abs(outputs["keras_vit-jit tf32"] - outputs["keras_vit float32"]).max())
+    assert got["timm-compiled"]["bfloat16"]["max_logit_difference"] == pytest.approx(
+        np.abs(outputs["timm-compiled bfloat16"] - outputs["timm float32"]).max())
+    markdown = accelerator.to_markdown({**_report({"m": {"title": "ViT-B/16", **row}}),
+                                        "libraries": list(libraries)})
+    line = next(ln for ln in markdown.splitlines() if ln.startswith("| ViT-B/16 | tf32 |"))
+    cells = [c.strip() for c in line.split("|")[3:-1]]
+    # images/s of the four libraries, then keras_vit against the other three
+    assert cells[4:7] == [f"{row['ratio_to']['tf32'][lib]:.2f}x" for lib in libraries[1:]]
+
+
+def test_memory_readings_run_in_their_setting_and_a_failing_one_is_recorded():
+    import jax
+
+    seen = {}
+
+    def reading(name):
+        def read():
+            seen[name] = jax.config.jax_default_matmul_precision
+            if name == "bfloat16":
+                raise MemoryError("out of memory\nwhile reading")
+            return {"peak_bytes": 3 * 2**30, "resident_bytes": 2**30}
+        return read
+
+    peaks = accelerator.read_memory({"timm": {s: reading(s) for s in accelerator.SETTINGS}})
+    assert seen == {"float32": "float32", "tf32": "tensorfloat32", "bfloat16": "tensorfloat32"}
+    assert peaks["timm bfloat16"] == {"error": "MemoryError: out of memory while reading"}
+    markdown = accelerator.to_markdown(_report({"m": {
+        "title": "ViT-B/16", "parity_relative_difference": 0.0, "parity_failed": "x",
+        "peak_memory": peaks}}))
+    assert "| ViT-B/16 | float32 | 3.00 (1.00) |" in markdown
+    assert "| ViT-B/16 | bfloat16 | failed |" in markdown
+
+
+def test_xla_peak_counts_arguments_outputs_and_temporaries_once():
+    from types import SimpleNamespace
+
+    from benchmarks.device_memory import xla_peak
+
+    stats = SimpleNamespace(argument_size_in_bytes=1000, output_size_in_bytes=300,
+                            alias_size_in_bytes=200, temp_size_in_bytes=50)
+    compiled = SimpleNamespace(memory_analysis=lambda: stats)
+    # An output that reuses a donated argument's buffer is not a second allocation.
+    assert xla_peak(compiled)["peak_bytes"] == 1000 + 300 - 200 + 50
+    assert xla_peak(compiled)["resident_bytes"] == 1000
