@@ -167,7 +167,8 @@ def test_tiny_run_without_tensorflow_checks_parity_and_writes_its_tables(tmp_pat
                         "alter_sys=True)")
     env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax"}
     out = subprocess.run([sys.executable, "-c", block_tensorflow, "--tiny", "--allow-cpu",
-                          "--models", "vit_base_patch14_dinov2", "--output", str(tmp_path)],
+                          "--models", "vit_base_patch14_dinov2", "--output", str(tmp_path),
+                          "--libraries", "keras_vit,keras_vit-jit,timm", "--memory"],
                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "accelerator.json").read_text())
@@ -183,7 +184,14 @@ def test_tiny_run_without_tensorflow_checks_parity_and_writes_its_tables(tmp_pat
     table = [ln for ln in (tmp_path / "accelerator.md").read_text().splitlines()
              if ln.startswith("| DINOv2-B/14 |")]
     assert [ln.split("|")[2].strip() for ln in table[:3]] == list(accelerator.SETTINGS)
-    assert table[2].split("|")[5].strip() == f"{row['ratio']['bfloat16']:.2f}x"
+    # images/s of keras_vit, keras_vit-jit and timm, then keras_vit against the other two
+    assert table[2].split("|")[7].strip() == f"{row['ratio']['bfloat16']:.2f}x"
+    # The bare jax.jit computes what predict_on_batch does, bit for bit in float32 on a CPU.
+    assert row["agreement_with_float32"]["keras_vit-jit"]["tf32"]["max_logit_difference"] == 0
+    # keras_vit's peak is its XLA program's (on a CPU too); torch's allocator peak is CUDA's.
+    peaks = row["peak_memory"]
+    assert peaks["keras_vit float32"]["peak_bytes"] > peaks["keras_vit float32"]["resident_bytes"] > 0
+    assert peaks["timm float32"] is None
     # Training: the same weights and labels, so the first steps' losses (float32 on a CPU)
     # agree to the parity tests' relative bound.
     train = report["training"]["vit_base_patch16_224"]
