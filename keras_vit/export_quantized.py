@@ -30,7 +30,7 @@ QUANTIZE_MODES = ("float16", "dynamic", "int8")
 # The TFLite ops an "int8" file keeps in float: all but the weight ops (FULLY_CONNECTED,
 # CONV_2D). Measured on the digits model (docs/serving.md, python -m benchmarks.int8_ops):
 # int8 attention matmuls (BATCH_MATMUL) cost the most agreement, and keeping every op below
-# in float is what reaches 99%; the weights, nearly all of the file, stay int8 either way.
+# in float is what reaches 99%; the weights stay int8 either way (docs/serving.md, "Size").
 FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "MEAN", "SQUARED_DIFFERENCE", "RSQRT", "ADD",
              "SUB", "MUL", "DIV", "SQRT", "EXP", "TANH", "LOGISTIC", "POW", "SUM",
              "CONCATENATION", "BROADCAST_TO", "RESHAPE", "TRANSPOSE", "SPLIT", "STRIDED_SLICE",

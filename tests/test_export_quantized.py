@@ -39,18 +39,27 @@ def _int8_constants(path):
     return constants, dtypes
 
 
-def test_int8_tflite_keeps_int8_weights_and_the_attention_in_float(digits_model, tmp_path):
-    """The int8 file of the (two-epoch) digits model: every weight is int8 (no float copy
-    beside it), the ops of FLOAT_OPS run in float (the attention's softmax), and its agreement
-    with the float model on the 360 test images, which calibration never sees, is measured.
-    The 99% bound is the slow test below, on the digits model the Serving page measures; the
-    file's make-up checked here does not depend on how many images calibrate its ranges, so
-    16 do (the slow test's 200 cost the converter seconds)."""
+@pytest.fixture(scope="module")
+def int8_file(digits_model, tmp_path_factory):
+    """(path, test pixels) of the int8 file of the (two-epoch) digits model, and the digits
+    test split's 360 images, which calibration never sees. The file's make-up, which the
+    tests below check, does not depend on how many images calibrate its ranges, so 16 do (the
+    slow test's 200 cost the converter seconds)."""
     _, model = digits_model
     calibration, test = quantized.calibration_pixels("digits", (16, 16), 16)
+    path = export_tflite(model, str(tmp_path_factory.mktemp("int8") / "int8.tflite"),
+                         quantize="int8", calibration=calibration)
+    return path, test
+
+
+def test_int8_tflite_keeps_int8_weights_and_the_attention_in_float(digits_model, int8_file):
+    """The int8 file of the (two-epoch) digits model: every weight is int8 (no float copy
+    beside it), the ops of FLOAT_OPS run in float (the attention's softmax), and its agreement
+    with the float model on the 360 test images is measured. The 99% bound is the slow test
+    below, on the digits model the Serving page measures."""
+    _, model = digits_model
+    path, test = int8_file
     assert len(test) == 360
-    path = export_tflite(model, str(tmp_path / "int8.tflite"), quantize="int8",
-                         calibration=calibration)
     constants, dtypes = _int8_constants(path)
     # The weight ops' kernels are int8; the one float constant is the position embedding,
     # an operand of a float ADD (1,088 values, 0.8% of the weights).
@@ -64,6 +73,44 @@ def test_int8_tflite_keeps_int8_weights_and_the_attention_in_float(digits_model,
                                    quantized.tflite_logits(path, test))
     print(f"int8 of the two-epoch digits model: {measured}")
     assert measured["images"] == 360 and 0.0 <= measured["top1_agreement"] <= 1.0
+
+
+def test_the_byte_breakdown_of_the_int8_file_counts_what_the_model_holds(digits_model,
+                                                                         int8_file):
+    """benchmarks.tflite_bytes, whose table on the Serving page says why the digits model's
+    int8 file is 43% of float32's, against counts made without it: the weights from the Keras
+    model, the channels and names from TFLite's own interpreter."""
+    import tensorflow as tf
+
+    from benchmarks import tflite_bytes
+
+    _, model = digits_model
+    path, _ = int8_file
+    with open(path, "rb") as f:
+        content = f.read()
+    rows = tflite_bytes.sections(content)
+    assert sum(rows.values()) == len(content) and rows["rest"] > 0, rows
+    kernels = [w for w in model.weights if w.path.endswith("kernel")]
+    biases = [w for w in model.weights if w.path.endswith("bias")]
+    assert len(kernels) == len(biases) == 1 + 4 * 4 + 1  # patches, 4 blocks of 4, head
+    # Each kernel value once, one byte; the int32 biases, and the converter's shape constants.
+    assert rows["INT8 weights"] == sum(int(np.prod(k.shape)) for k in kernels)
+    assert rows["INT32 weights"] >= 4 * sum(int(np.prod(b.shape)) for b in biases)
+    details = tf.lite.Interpreter(model_path=path).get_tensor_details()
+    # A scale and a zero point per output channel of every kernel and of its bias.
+    channels = [len(d["quantization_parameters"]["scales"]) for d in details
+                if len(d["quantization_parameters"]["scales"]) > 1]
+    assert sum(channels) == 2 * sum(k.shape[-1] for k in kernels)
+    # Beyond the first channel, 4 B of float32 scale and 8 B of int64 zero point each; the
+    # zero points' vector is 8-byte aligned, so its padding may change by up to 4 B, and the
+    # next object's too: 8 B a tensor.
+    surplus = 12 * sum(n - 1 for n in channels)
+    assert abs(rows["per-channel quantisation"] - surplus) <= 8 * len(channels), rows
+    # A name is a 4 B length, its bytes and a NUL, padded to 4 B, and its table's 4 B
+    # offset: at least len + 5 B, at most len + 12 B, with up to 3 B of the table's padding.
+    lengths = [len(d["name"].encode()) for d in details]
+    assert sum(lengths) + 5 * len(lengths) <= rows["tensor names"] <= sum(lengths) + 15 * len(
+        lengths), rows
 
 
 @pytest.mark.slow  # trains 10 epochs; the default test above checks the same file's make-up
@@ -90,7 +137,9 @@ def test_an_int8_file_is_a_quarter_of_float32_where_weights_dominate(tmp_path):
     the file: a random-weight ViT of 0.8 million parameters (one block of width 256). int8
     weights are a quarter of float32's bytes; the int32 biases and the graph, whose size does
     not grow with the width, are the rest. (The 138-thousand-parameter digits model is the
-    case where it does not hold: its graph is as large as its weights; docs/serving.md.)"""
+    case where it does not hold: its weights and its ops and tensors alone are 30.2% of its
+    float32 file; docs/serving.md has the byte breakdown, which the default test
+    test_the_byte_breakdown_of_the_int8_file_counts_what_the_model_holds checks.)"""
     import dataclasses
 
     import keras_vit
