@@ -32,6 +32,7 @@ from keras_vit.checkpoints.layout import (
     PRE_LOGITS_KERNEL_KEY,
     describe_architecture,
     square_grid,
+    variant_fits_shapes,
 )
 from keras_vit.errors import ArgumentError
 
@@ -174,8 +175,16 @@ def _summary(shapes, variant):
     """What a checkpoint's official-key shapes say, in the terms of a catalogue entry."""
     head = shapes.get(HEAD_KERNEL_KEY) or shapes.get(BIT_HEAD_KERNEL_KEY)
     pre, pos = shapes.get(PRE_LOGITS_KERNEL_KEY), shapes.get(POS_EMBED_KEY)
-    grid = pos and square_grid(pos[1] - (CLS_KEY in shapes))
-    return {"architecture": describe_architecture(shapes), "classes": head[-1] if head else None,
+    family = getattr(variant, "family", "ViT") != "ViT"  # a BiTVariant has no family
+    # The tokens the position embedding covers besides the patches: a family's row says (DeiT
+    # distilled: 2; DINOv2 with registers, DeiT III and FlexiViT: none, timm's no_embed_class).
+    prefix = variant.position_prefix_tokens if family else CLS_KEY in shapes
+    grid = pos and square_grid(pos[1] - prefix)
+    # A family's row shares its shapes with a paper variant (DeiT-Ti/16's are ViT-Ti_16's), so
+    # the shapes cannot name it: its file is the row's when its shapes fit the row.
+    fits = family and variant_fits_shapes(variant, shapes)
+    return {"architecture": _architecture(variant) if fits else describe_architecture(shapes),
+            "classes": head[-1] if head else None,
             "pre_logits width": pre[-1] if pre else None,
             "resolution": grid[0] * variant.total_stride if grid else None}
 
