@@ -156,7 +156,9 @@ model = keras_vit.from_pretrained("hf://timm/vit_base_patch16_clip_224.openai") 
 A headless file loads with `include_top=False` (the family's features), or with a new head
 that starts at zero. timm's CLIP repositories are named by its GELU architecture
 (`vit_base_patch16_clip_224.openai`); the weights are QuickGELU's, as timm's
-`vit_base_patch16_clip_quickgelu_224.openai` loads them, and so is the CLIP row. timm's
+`vit_base_patch16_clip_quickgelu_224.openai` loads them, and so is the CLIP row; of a
+catalogued repository only the JSON files and `model.safetensors` are fetched (timm's CLIP
+repositories also hold OpenCLIP's two-tower `open_clip_model.safetensors`). timm's
 So400m/14 at 384 px has a 27 x 27 grid, so its row says 378 (see Families). The licence is
 each release's as timm records it: the MetaCLIP weights are `cc-by-nc-4.0` (not for
 commercial use), DFN's `apple-ascl` (Apple's sample code licence). As for the rows above,

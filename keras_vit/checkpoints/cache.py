@@ -264,20 +264,28 @@ def _offline_message(checkpoint, error):
             f"weights='/path/to/file.npz'.{stale}")
 
 
+# What a repository's snapshot fetches: the configs and the safetensors (or keras-hub .h5)
+# weights; pickled files never. A catalogued repository (a timm or transformers folder) is
+# read from model.safetensors, sharded or not, alone: timm's CLIP repositories also hold
+# OpenCLIP's whole model, both towers, as open_clip_model.safetensors, which is not fetched.
+HUB_FILES = ["*.json", "*.safetensors", "*.h5"]
+CATALOGUED_HUB_FILES = ["*.json", "model.safetensors", "model-*.safetensors"]
+
+
 def hub_snapshot_of(checkpoint):
     at = f"@{checkpoint.revision}" if checkpoint.revision else ""
-    return hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}{at}")
+    return hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}{at}",
+                        CATALOGUED_HUB_FILES)
 
 
-def hub_snapshot(repo, revision, weights):
+def hub_snapshot(repo, revision, weights, files=HUB_FILES):
     try:
         import huggingface_hub
     except ImportError as error:
         raise ImportError(f"weights={weights!r} needs huggingface_hub: "
                           'pip install "keras-vit-zoo[hub]".') from error
-    try:  # only the config and the safetensors weights: pickled files are never fetched
-        return huggingface_hub.snapshot_download(
-            repo, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.h5"])
+    try:
+        return huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=files)
     except Exception as error:  # the hub raises many kinds; all mean "not here"
         cause = " ".join(str(error).split())  # one line, however the hub formats it
         raise WeightsUnavailableError(

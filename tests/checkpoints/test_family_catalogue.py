@@ -4,6 +4,7 @@ licence; the file timm's model of it writes passes the entry's check; and `hf://
 fetches that repository and checks the file (huggingface_hub replaced by a folder timm wrote)."""
 
 import dataclasses
+import fnmatch
 
 import pytest
 
@@ -133,11 +134,20 @@ def test_an_hf_family_entry_fetches_its_repository_and_checks_the_file(tmp_path,
     folder = _timm_hub_folder(timm, torch, "vit_small_patch14_reg4_dinov2.lvd142m",
                               tmp_path / "reg4")
     fetched = []
-    monkeypatch.setattr(cache, "hub_snapshot",
-                        lambda repo, revision, shown: fetched.append((repo, revision)) or folder)
+    monkeypatch.setattr(cache, "hub_snapshot", lambda repo, revision, shown, files:
+                        fetched.append((repo, revision, files)) or folder)
     reader = entry.open()  # the check passes: a headless 518-pixel DINOv2-S/14 with registers
     reader.close()
-    assert fetched == [(repo, None)]
+    assert [f[:2] for f in fetched] == [(repo, None)]
+    # What is fetched: the file the entry reads (and its config), not OpenCLIP's whole model
+    # beside it in timm's CLIP repositories.
+    files = fetched[0][2]
+    fetches = [name for name in ("config.json", "model.safetensors", "model.safetensors.index.json",
+                                 "model-00001-of-00002.safetensors", "open_clip_model.safetensors",
+                                 "open_clip_pytorch_model.bin", "pytorch_model.bin")
+               if any(fnmatch.fnmatchcase(name, pattern) for pattern in files)]
+    assert fetches == ["config.json", "model.safetensors", "model.safetensors.index.json",
+                       "model-00001-of-00002.safetensors"]
 
     # The same repository holding DINOv2 without registers: refused by the entry, in one line.
     folder = _timm_hub_folder(timm, torch, "vit_small_patch14_dinov2.lvd142m", tmp_path / "plain")
