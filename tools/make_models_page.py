@@ -132,6 +132,43 @@ override).
 |---|---|---|---|---|---|
 """
 
+FAMILY_HUB = """
+### Hugging Face Hub: the families
+
+timm's releases of every row of [Families](families.md), as its registry records them
+(`timm.models.get_pretrained_cfg`: the repository, classes, input size, mean/std and
+licence; `tests/checkpoints/test_family_catalogue.py` asserts each row below against it):
+DeiT and DeiT III (ImageNet-1k, and DeiT III's ImageNet-21k fine-tunes, at 224 and 384),
+DINOv2 with and without registers (LVD-142M, headless, 518 px), SigLIP and SigLIP 2's
+fixed-resolution image towers (WebLI, headless, at each resolution timm registers; one
+So400m fine-tuned on ImageNet-1k), CLIP (OpenAI's, and the QuickGELU-trained LAION-400M,
+MetaCLIP and DFN ones: the head is the image projection) and FlexiViT (ImageNet-1k and
+-21k, 240 px). Build the row and name the repository, or let `from_pretrained` read the row
+from the catalogue:
+
+<!-- no-test: downloads from the Hub; tests/checkpoints/test_family_catalogue.py checks one -->
+```python
+model = keras_vit.DINOv2_S14_reg4(weights="hf://timm/vit_small_patch14_reg4_dinov2.lvd142m",
+                                  include_top=False)                 # features, (batch, 384)
+model = keras_vit.from_pretrained("hf://timm/vit_base_patch16_clip_224.openai")  # CLIP-B/16
+```
+
+A headless file loads with `include_top=False` (the family's features), or with a new head
+that starts at zero. timm's CLIP repositories are named by its GELU architecture
+(`vit_base_patch16_clip_224.openai`); the weights are QuickGELU's, as timm's
+`vit_base_patch16_clip_quickgelu_224.openai` loads them, and so is the CLIP row; of a
+catalogued repository only the JSON files and `model.safetensors` are fetched (timm's CLIP
+repositories also hold OpenCLIP's two-tower `open_clip_model.safetensors`). timm's
+So400m/14 at 384 px has a 27 x 27 grid, so its row says 378 (see Families). The licence is
+each release's as timm records it: the MetaCLIP weights are `cc-by-nc-4.0` (not for
+commercial use), DFN's `apple-ascl` (Apple's sample code licence). As for the rows above,
+the model computes timm's numerics and normalises as the family does (ImageNet's mean/std
+for DeiT and DINOv2, OpenAI's for CLIP, [-1, 1] for SigLIP and FlexiViT).
+
+| variant | `weights=` | classes | resolution | licence |
+|---|---|---|---|---|
+"""
+
 OFFLINE = """
 ### Without network access
 
@@ -234,10 +271,16 @@ def render():
                      f"{c.representation_size or '-'} | {size} | [{c.filename}]({c.url}) |\n")
     lines.append(HUB)
     for c in catalogue():
-        if c.hub:
+        if c.hub and c.variant not in FAMILIES:
             classes = f"{c.classes:,}" if c.classes else "none (headless)"
             lines.append(f"| {c.variant} | [`{c.tag}`](https://huggingface.co/{c.hub}) | {c.format} | "
                          f"{classes} | {c.resolution} | {c.representation_size or '-'} |\n")
+    lines.append(FAMILY_HUB)
+    for c in catalogue():
+        if c.variant in FAMILIES:
+            classes = f"{c.classes:,}" if c.classes else "none (headless)"
+            lines.append(f"| {c.variant} | [`{c.tag}`](https://huggingface.co/{c.hub}) | "
+                         f"{classes} | {c.resolution} | {c.license or '-'} |\n")
     lines.append(OFFLINE)
     with open(PATCH_SIZES) as f:  # hand-written prose on patch and image sizes
         lines.append("\n" + f.read())

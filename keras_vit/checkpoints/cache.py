@@ -32,6 +32,7 @@ from keras_vit.checkpoints.layout import (
     PRE_LOGITS_KERNEL_KEY,
     describe_architecture,
     square_grid,
+    variant_fits_shapes,
 )
 from keras_vit.errors import ArgumentError
 
@@ -174,8 +175,16 @@ def _summary(shapes, variant):
     """What a checkpoint's official-key shapes say, in the terms of a catalogue entry."""
     head = shapes.get(HEAD_KERNEL_KEY) or shapes.get(BIT_HEAD_KERNEL_KEY)
     pre, pos = shapes.get(PRE_LOGITS_KERNEL_KEY), shapes.get(POS_EMBED_KEY)
-    grid = pos and square_grid(pos[1] - (CLS_KEY in shapes))
-    return {"architecture": describe_architecture(shapes), "classes": head[-1] if head else None,
+    family = getattr(variant, "family", "ViT") != "ViT"  # a BiTVariant has no family
+    # The tokens the position embedding covers besides the patches: a family's row says (DeiT
+    # distilled: 2; DINOv2 with registers, DeiT III and FlexiViT: none, timm's no_embed_class).
+    prefix = variant.position_prefix_tokens if family else CLS_KEY in shapes
+    grid = pos and square_grid(pos[1] - prefix)
+    # A family's row shares its shapes with a paper variant (DeiT-Ti/16's are ViT-Ti_16's), so
+    # the shapes cannot name it: its file is the row's when its shapes fit the row.
+    fits = family and variant_fits_shapes(variant, shapes)
+    return {"architecture": _architecture(variant) if fits else describe_architecture(shapes),
+            "classes": head[-1] if head else None,
             "pre_logits width": pre[-1] if pre else None,
             "resolution": grid[0] * variant.total_stride if grid else None}
 
@@ -255,20 +264,28 @@ def _offline_message(checkpoint, error):
             f"weights='/path/to/file.npz'.{stale}")
 
 
+# What a repository's snapshot fetches: the configs and the safetensors (or keras-hub .h5)
+# weights; pickled files never. A catalogued repository (a timm or transformers folder) is
+# read from model.safetensors, sharded or not, alone: timm's CLIP repositories also hold
+# OpenCLIP's whole model, both towers, as open_clip_model.safetensors, which is not fetched.
+HUB_FILES = ["*.json", "*.safetensors", "*.h5"]
+CATALOGUED_HUB_FILES = ["*.json", "model.safetensors", "model-*.safetensors"]
+
+
 def hub_snapshot_of(checkpoint):
     at = f"@{checkpoint.revision}" if checkpoint.revision else ""
-    return hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}{at}")
+    return hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}{at}",
+                        CATALOGUED_HUB_FILES)
 
 
-def hub_snapshot(repo, revision, weights):
+def hub_snapshot(repo, revision, weights, files=HUB_FILES):
     try:
         import huggingface_hub
     except ImportError as error:
         raise ImportError(f"weights={weights!r} needs huggingface_hub: "
                           'pip install "keras-vit-zoo[hub]".') from error
-    try:  # only the config and the safetensors weights: pickled files are never fetched
-        return huggingface_hub.snapshot_download(
-            repo, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.h5"])
+    try:
+        return huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=files)
     except Exception as error:  # the hub raises many kinds; all mean "not here"
         cause = " ".join(str(error).split())  # one line, however the hub formats it
         raise WeightsUnavailableError(

@@ -40,6 +40,7 @@ class Checkpoint:
     format: str = "npz"  # npz, bit, timm, transformers or keras_hub
     hub: str | None = None  # a Hugging Face repository id, for hf:// entries
     revision: str | None = None
+    license: str | None = None  # the weights' licence, as the source's registry records it
     # The numerics of the source's library; None: the format's (its registry entry).
     approximate_gelu: bool | None = None
     layer_norm_epsilon: float | None = None

@@ -15,10 +15,11 @@ import re
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.variants import VARIANTS
+from keras_vit.variants import FAMILIES, VARIANTS
 
 __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "is_head_key",
-           "square_grid", "describe_architecture", "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
+           "square_grid", "describe_architecture", "fitting_variants", "variant_fits_shapes",
+           "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
            "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "TRUNK_PREFIXES", "released_shape",
            "BIT_ROOT_KEY", "BIT_HEAD_KERNEL_KEY", "bit_rows", "is_bit_model", "describe_bit",
            "official_arrays", "EMBEDDING_KERNEL", "EMBEDDING_BIAS", "CLS_KEY", "ENCODER_NORM_SCALE",
@@ -358,6 +359,47 @@ def describe_architecture(arrays):
                 and (not hybrid or kernel[2] == v.trunk_channels):
             return f"{v.name} (width {v.width}, depth {depth}, patch {kernel[0]})"
     return f"a ViT of width {kernel[3]}, depth {depth}, patch {kernel[0]}"
+
+
+def _shape_features(shapes):
+    """What official-key shapes say of an architecture, in `Variant`'s terms (None: no ViT)."""
+    kernel = shapes.get(EMBEDDING_KERNEL)
+    if kernel is None or len(kernel) != 4:
+        return None
+    depth = 0
+    while LN0_SCALE.format(i=depth) in shapes:
+        depth += 1
+    return dict(width=kernel[-1], patch_size=kernel[0], depth=depth,
+                mlp_dim=shapes.get(MLP0_KERNEL.format(i=0), (None,))[-1],
+                has_class_token=CLS_KEY in shapes, distilled=DIST_TOKEN_KEY in shapes,
+                register_tokens=shapes.get(REG_TOKEN_KEY, (0, 0))[1],
+                pre_norm=PRE_NORM_SCALE in shapes, map=MAP_PROBE in shapes,
+                layer_scale=any("LayerScale" in k for k in shapes),
+                hybrid=any(is_trunk_key(k) for k in shapes))
+
+
+def variant_fits_shapes(variant, shapes, features=None):
+    """Whether a checkpoint of these official-key shapes can be `variant`'s: width, patch,
+    depth, MLP width, heads (where the file splits them), the tokens before the patches,
+    LayerScale, the pre-norm and the MAP head."""
+    found = _shape_features(shapes) if features is None else features
+    query = shapes.get(QUERY_KERNEL.format(i=0), ())
+    v = variant
+    return (found is not None
+            and dict(width=v.width, patch_size=v.patch_size, depth=v.depth, mlp_dim=v.mlp_dim,
+                     has_class_token=v.has_class_token, distilled=v.distilled,
+                     register_tokens=v.register_tokens, pre_norm=v.pre_norm,
+                     map=v.classifier == "map", layer_scale=v.layer_scale is not None,
+                     hybrid=v.is_hybrid) == found
+            and (len(query) != 3 or query[1] == v.heads))
+
+
+def fitting_variants(shapes):
+    """The variants of `VARIANTS` and `FAMILIES` whose arrays have these official-key shapes
+    (`variant_fits_shapes`)."""
+    features = _shape_features(shapes)
+    return [v for v in [*VARIANTS.values(), *FAMILIES.values()]
+            if variant_fits_shapes(v, shapes, features)]
 
 
 def released_shape(key, shape):

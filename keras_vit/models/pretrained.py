@@ -16,21 +16,10 @@ from keras_vit.checkpoints import catalogue
 from keras_vit.checkpoints.cache import hub_snapshot
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import is_checkpoint_path, open_checkpoint
-from keras_vit.checkpoints.layout import (
-    CLS_KEY,
-    DIST_TOKEN_KEY,
-    EMBEDDING_KERNEL,
-    LN0_SCALE,
-    MAP_PROBE,
-    MLP0_KERNEL,
-    PRE_NORM_SCALE,
-    QUERY_KERNEL,
-    REG_TOKEN_KEY,
-    is_trunk_key,
-)
+from keras_vit.checkpoints.layout import fitting_variants
 from keras_vit.errors import ArgumentError, ArgumentTypeError
 from keras_vit.models.vit import ViT
-from keras_vit.variants import FAMILIES, VARIANTS, get_variant
+from keras_vit.variants import get_variant
 
 __all__ = ["from_pretrained", "recorded_variant", "fitting_variants"]
 
@@ -109,33 +98,3 @@ def recorded_variant(path):
     raise CheckpointError(f"{path} does not record its architecture ({info.format} weights "
                           f"alone); the variants whose shapes fit: {names}. Build one with "
                           f"keras_vit.ViT({first!r}, weights={path!r}).")
-
-
-def fitting_variants(shapes):
-    """The variants of `VARIANTS` and `FAMILIES` whose arrays have these official-key shapes:
-    width, patch, depth, MLP width, heads (where the file splits them), the tokens before the
-    patches, LayerScale, the pre-norm and the MAP head."""
-    kernel = shapes.get(EMBEDDING_KERNEL)
-    if kernel is None or len(kernel) != 4:
-        return []
-    depth = 0
-    while LN0_SCALE.format(i=depth) in shapes:
-        depth += 1
-    query = shapes.get(QUERY_KERNEL.format(i=0), ())
-    mlp = shapes.get(MLP0_KERNEL.format(i=0), (None,))[-1]
-    found = dict(width=kernel[-1], patch_size=kernel[0], depth=depth, mlp_dim=mlp,
-                 has_class_token=CLS_KEY in shapes, distilled=DIST_TOKEN_KEY in shapes,
-                 register_tokens=shapes.get(REG_TOKEN_KEY, (0, 0))[1],
-                 pre_norm=PRE_NORM_SCALE in shapes, map=MAP_PROBE in shapes,
-                 layer_scale=any("LayerScale" in k for k in shapes),
-                 hybrid=any(is_trunk_key(k) for k in shapes))
-
-    def fits(v):
-        return (dict(width=v.width, patch_size=v.patch_size, depth=v.depth, mlp_dim=v.mlp_dim,
-                     has_class_token=v.has_class_token, distilled=v.distilled,
-                     register_tokens=v.register_tokens, pre_norm=v.pre_norm,
-                     map=v.classifier == "map", layer_scale=v.layer_scale is not None,
-                     hybrid=v.is_hybrid) == found
-                and (len(query) != 3 or query[1] == v.heads))
-
-    return [v for v in [*VARIANTS.values(), *FAMILIES.values()] if fits(v)]

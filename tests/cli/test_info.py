@@ -1,6 +1,8 @@
 """`keras-vit info` lists every architecture a user can name: the paper's, the demo, the
-families after the paper (with the timm architecture that names each), and BiT."""
+families after the paper (with the timm architecture that names each), and BiT; and the
+catalogued Hub weights, the families' among them, with their licences."""
 
+from keras_vit.checkpoints import catalogue
 from keras_vit.cli.main import main
 from keras_vit.variants import BIT_VARIANTS, FAMILIES, TIMM_ARCHITECTURES, VARIANTS, get_variant
 
@@ -31,3 +33,10 @@ def test_info_names_every_family_with_its_timm_architecture(capsys):
     # The paper's variants and BiT keep their tables.
     for name in [*VARIANTS, *BIT_VARIANTS]:
         assert any(line.split()[:1] == [name] for line in out.splitlines()), name
+    # Every Hub entry, the families' with the licence timm records (tests/checkpoints/
+    # test_family_catalogue.py checks the entries themselves against timm's registry).
+    hub = _rows(out, "variant               format         classes  res   pre  licence")
+    assert [(row[0], row[-2], row[-1]) for row in hub] == \
+        [(c.variant, c.license or "-", c.tag) for c in catalogue() if c.hub]
+    assert ["DINOv2-S/14-reg4", "timm", "-", "518", "-", "apache-2.0",
+            "hf://timm/vit_small_patch14_reg4_dinov2.lvd142m"] in hub
