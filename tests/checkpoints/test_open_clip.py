@@ -271,8 +271,9 @@ def test_a_config_names_its_row_and_its_activation(hub_folder, tmp_path):
 
     b32 = {"image_size": 224, "layers": 12, "width": 768, "patch_size": 32}
     for quick_gelu, name in ((True, "CLIP-B/32"), (False, "CLIP-B/32-gelu")):
-        directory = _with_config(hub_folder, tmp_path / name.replace("/", "_"), lambda c: c[
-            "model_cfg"].update(vision_cfg=b32, quick_gelu=quick_gelu))
+        model_cfg = {"vision_cfg": b32, "quick_gelu": quick_gelu}
+        directory = _with_config(hub_folder, tmp_path / name.replace("/", "_"),
+                                 lambda c, model_cfg=model_cfg: c["model_cfg"].update(model_cfg))
         variant, epsilon, _ = read_open_clip_config(Source(directory))
         assert (variant.name, variant.activation, epsilon) == \
             (name, "quick_gelu" if quick_gelu else "gelu", 1e-5)
