@@ -196,6 +196,13 @@ def hub_folder(tmp_path_factory):
     save_torch_file(model.state_dict(), str(directory / "open_clip_model.safetensors"))
     save_config_for_hf(model, directory / "open_clip_config.json", model_config=HUB_CONFIG)
     theirs = open_clip.create_model(f"local-dir:{directory}")
+    # What else a LAION repository holds: transformers' CLIPModel (config.json, model.safetensors;
+    # a stand-in here), which keras_vit does not read, and open_clip's pickled copy (never
+    # opened): the folder is still read as open_clip's.
+    (directory / "config.json").write_text('{"model_type": "clip", "architectures": ["CLIPModel"]}')
+    save_file({"vision_model.embeddings.patch_embedding.weight": np.zeros((64, 3, 8, 8), np.float32)},
+              str(directory / "model.safetensors"))
+    (directory / "open_clip_pytorch_model.bin").write_bytes(b"")
     return theirs.eval(), torch, str(directory)
 
 
@@ -234,6 +241,9 @@ def _with_config(hub_folder, tmp_path, change):
     directory = tmp_path / "changed"
     directory.mkdir(parents=True)
     shutil.copy(f"{hub_folder[2]}/open_clip_model.safetensors", directory)
+    # open_clip's pickled copy beside it, as push_to_hf_hub writes both: never opened, and no
+    # reason to take the folder for one of pickles.
+    (directory / "open_clip_pytorch_model.bin").write_bytes(b"")
     with open(f"{hub_folder[2]}/open_clip_config.json") as f:
         config = json.load(f)
     change(config)
