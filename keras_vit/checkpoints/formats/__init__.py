@@ -11,7 +11,7 @@
     transformers_hybrid.py  transformers' ViTHybrid (R50+ViT-B/16; save_pretrained folders)
     transformers_families.py  transformers' DeiT, DINOv2, SigLIP and CLIP vision folders
     keras_hub.py     keras-hub ViT presets (save_to_preset folders)
-    keras_hub_families.py  keras-hub presets of the families' image towers (SigLIP, CLIP)
+    keras_hub_families.py  keras-hub presets of the families' image towers (SigLIP, CLIP, DINOv2)
 
 Each defines `FORMAT` (a `base.CheckpointFormat`): how it recognises a path, how
 it opens it, the numerics of its library. Beside them: `base.py` (the reader
