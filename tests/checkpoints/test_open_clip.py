@@ -260,10 +260,12 @@ def _with_config(hub_folder, tmp_path, change):
      "timm_model_name .* a timm trunk"),
     (lambda c: c["model_cfg"]["vision_cfg"].update(layers=[3, 4, 6, 3]), "ModifiedResNet"),
     (lambda c: c["model_cfg"]["vision_cfg"].update(width="64"), "vision_cfg.width is '64'"),
+    (lambda c: c["model_cfg"]["vision_cfg"].update(width=2 ** 17, layers=256),
+     "describes a model this machine cannot hold"),
     (lambda c: c.pop("model_cfg"), "model_cfg is missing"),
     (lambda c: c["model_cfg"].pop("vision_cfg"), "vision_cfg is missing"),
-], ids=["attentional-pool", "pool-type", "no-ln-pre", "timm-trunk", "resnet", "width", "no-model",
-        "no-vision"])
+], ids=["attentional-pool", "pool-type", "no-ln-pre", "timm-trunk", "resnet", "width", "memory",
+        "no-model", "no-vision"])
 def test_a_config_keras_vit_cannot_build_is_refused_in_one_line(hub_folder, tmp_path, change,
                                                                  named):
     directory = _with_config(hub_folder, tmp_path, change)

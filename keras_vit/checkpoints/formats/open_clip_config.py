@@ -27,6 +27,7 @@ from keras_vit.checkpoints.formats.config_values import (
     MAX_LAYERS,
     MAX_PIXELS,
     MAX_WIDTH,
+    check_architecture,
     check_fields,
     check_object,
     count,
@@ -138,6 +139,7 @@ def read_open_clip_config(source):
     if variant is None:
         raise CheckpointError(f"{path}: model_cfg.vision_cfg.width {vision.get('width', 768)} is "
                               f"not a multiple of head_width {vision.get('head_width', 64)}.")
+    check_architecture(path, variant, variant.image_size)  # before anything is built
     preprocess = config.get("preprocess_cfg") or {}
     preprocess = check_object(f"{path} (its preprocess_cfg)", preprocess)
     normalization = (normalization_from(path, preprocess["mean"], preprocess["std"])
