@@ -32,6 +32,19 @@ def import_timm():
     return timm
 
 
+def import_open_clip():
+    """Imports open_clip (the OpenCLIP reference, which imports timm and torchvision) as
+    `import_timm` does, or skips the test when it is missing."""
+    import_timm()
+    if importlib.util.find_spec("open_clip") is None:
+        import pytest
+
+        pytest.skip("the open_clip oracle needs open_clip_torch (the README's test command)")
+    import open_clip
+
+    return open_clip
+
+
 def official_vit_arrays(variant, grid, classes=1000, pre_logits=None, seed=0, linen=False):
     """Random ViT weights under the official checkpoint's keys and shapes, as a dict.
 

@@ -38,10 +38,11 @@ model = keras_vit.ViT("ViT-B_16-gap-norep", include_top=False)  # official spell
 or timm repository on the Hugging Face Hub, through `huggingface_hub`), or the
 path of an official `.npz`, a timm `.safetensors` file, a transformers
 `save_pretrained` directory (ViT, or ViTHybrid: see the hybrids section; DeiT, DINOv2,
-SigLIP and CLIP vision models: see [Families](families.md)) or a keras-hub
-ViT preset directory. `keras_vit.from_pretrained(source)` builds the architecture a source
-records (a timm Hub folder, a transformers folder, a keras-hub preset, `hf://owner/name`, a
-keras_vit `.npz`) without naming it, and refuses, naming the variants whose shapes fit, a
+SigLIP and CLIP vision models: see [Families](families.md)), a keras-hub
+preset directory (ViT; SigLIP, CLIP and DINOv2: see [Families](families.md)) or an OpenCLIP
+Hub folder. `keras_vit.from_pretrained(source)` builds the architecture a source
+records (a timm Hub folder, a transformers folder, a keras-hub preset, an OpenCLIP Hub folder,
+`hf://owner/name`, a keras_vit `.npz`) without naming it, and refuses, naming the variants whose shapes fit, a
 source that records none (a bare `.safetensors`, an official `.npz`). Sharded
 weights (`model.safetensors.index.json` beside its shards, as `save_pretrained`
 and huggingface_hub's `save_torch_state_dict` write a large model) are read as

@@ -14,8 +14,12 @@ __all__ = ["ClassToken", "PrefixTokens", "AddPositionEmbedding", "resize_positio
 # records which: `CheckpointFormat.position_resize`): "linear" is the official
 # `interpolate_posembed` (scipy's corner-aligned zoom, order 1); "bicubic" is timm's
 # `resample_abs_pos_embed` (torch's antialiased bicubic, align_corners=False), which timm
-# applies to every file it loads at another size, DINOv2's 518-pixel ones among them.
-POSITION_RESIZES = ("linear", "bicubic")
+# applies to every file it loads at another size, DINOv2's 518-pixel ones among them;
+# "keras_bicubic" (and "keras_bicubic_antialias") is `keras.ops.image.resize(interpolation=
+# "bicubic")`, which keras-hub's DINOv2 applies when built at another size than its position
+# embedding's (`DINOV2Embedding._interpolate_position_embeddings`): the same call, so the same
+# values (TensorFlow's bicubic is not torch's: another cubic, no antialiasing by default).
+POSITION_RESIZES = ("linear", "bicubic", "keras_bicubic", "keras_bicubic_antialias")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -155,7 +159,8 @@ def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_toke
     official `interpolate_posembed`: corner-aligned bilinear interpolation, equal to
     `scipy.ndimage.zoom(order=1)`. `method="bicubic"` is timm's `resample_abs_pos_embed`
     (torch's antialiased bicubic, as `AddPositionEmbedding(dynamic_grid=True)` resizes at
-    run time). Returns a new NumPy array of the input's dtype.
+    run time). `method="keras_bicubic"` (or "keras_bicubic_antialias") is keras-hub's DINOv2
+    resize, `keras.ops.image.resize` in float32. Returns a new NumPy array of the input's dtype.
     """
     pos_embedding = np.asarray(pos_embedding)
     old_grid, new_grid = _pair(old_grid, "old_grid"), _pair(new_grid, "new_grid")
@@ -170,7 +175,11 @@ def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_toke
             f"{expected} positions, but the embedding has {pos_embedding.shape[1]}.")
     prefix = pos_embedding[:, :num_prefix_tokens]
     grid = pos_embedding[0, num_prefix_tokens:].reshape(*old_grid, -1)
-    if old_grid != new_grid:
+    if old_grid != new_grid and method.startswith("keras_bicubic"):
+        grid = ops.convert_to_numpy(ops.image.resize(
+            grid[None].astype(np.float32), new_grid, interpolation="bicubic",
+            antialias=method.endswith("antialias"), data_format="channels_last"))[0]
+    elif old_grid != new_grid:
         weights = _linear_weights if method == "linear" else _bicubic_weights
         rows = weights(old_grid[0], new_grid[0])  # (new_h, old_h)
         cols = weights(old_grid[1], new_grid[1])  # (new_w, old_w)

@@ -3,8 +3,9 @@
 What each source records, read through its checkpoint format (`CheckpointInfo.variant`):
 a timm Hub folder's config.json (`architecture`, with its `model_args`), a DINOv2 release
 file's shapes (the sizes DINOv2 released), a transformers folder's config.json (ViT,
-ViTHybrid, DeiT, DINOv2, SigLIP, CLIP), a keras-hub ViT, SigLIP or CLIP preset's
-config.json, a keras_vit `.npz` (its metadata's variant), a catalogue entry (its variant).
+ViTHybrid, DeiT, DINOv2, SigLIP, CLIP), a keras-hub ViT, SigLIP, CLIP or DINOv2 preset's
+config.json, an OpenCLIP Hub folder's open_clip_config.json, a keras_vit `.npz` (its
+metadata's variant), a catalogue entry (its variant).
 A source that records none (a bare state dict, an official `.npz`) is refused, naming the
 variants whose shapes fit; `keras_vit.ViT(name, weights=...)` loads it.
 """
@@ -31,7 +32,8 @@ def from_pretrained(source, **kwargs):
     Args:
         source: a timm Hub folder (config.json names the architecture), a transformers
             `save_pretrained` folder (ViT, DeiT, DINOv2 with or without registers, SigLIP or
-            CLIP vision model), a keras-hub ViT, SigLIP or CLIP preset,
+            CLIP vision model), a keras-hub ViT, SigLIP, CLIP or DINOv2 preset, an OpenCLIP
+            Hub folder (open_clip_config.json beside open_clip_model.safetensors),
             "hf://owner/name[@revision]" (one of those, fetched through huggingface_hub),
             DINOv2's own release `.pth` (its sizes record their row), a keras_vit `.npz`
             written by `save_npz`,

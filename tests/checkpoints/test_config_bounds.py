@@ -144,6 +144,7 @@ def test_the_memory_check_counts_the_patch_embedding():
 
 CHECKS = [  # (check, accepted values, refused values)
     (count(10), [1, 10], [0, 11, True, 1.0, "1", None, float("inf")]),
+    (count(10, low=0), [0, 10], [-1, 11, False]),
     (counts(10, 2), [[1], [1, 10]], [[], [1, 2, 3], [0], [True], 5, "12", [1.5]]),
     (counts(10, 2, least=2, low=-1), [[-1, 0], [10, 10]], [[1], [-2, 1]]),
     (number(0, 64), [1, 0.5, 64], [0, -1, 65, float("nan"), float("inf"), True, "1"]),

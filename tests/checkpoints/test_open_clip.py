@@ -19,7 +19,7 @@ from keras_vit import CheckpointError
 from keras_vit.checkpoints.formats import detect_format
 from tests.checkpoints.test_formats import _images, _randomise
 from tests.checkpoints.test_timm_families import _assert_close
-from tests.oracle import import_timm, run_timm
+from tests.oracle import import_open_clip, import_timm, run_timm
 
 ARCHITECTURE, SIZE, EMBEDDING = "vit_base_patch16_clip_quickgelu_224", 32, 24
 # CLIP-B/16 shrunk: 2 blocks of width 64 in 4 heads (MLP 256), a 24-wide projection.
@@ -154,3 +154,140 @@ def test_the_row_table_serves_both_directions():
     official[HEAD_BIAS_KEY] = official[HEAD_BIAS_KEY] + 1
     with pytest.raises(ArgumentError, match="no bias"):
         official_to_open_clip(official)
+
+
+# --- OpenCLIP Hub folders: written by open_clip itself ---------------------------------------
+
+# A CLIP of OpenAI's layout shrunk (open_clip's model_cfg): a 2-block width-64 image tower in
+# 4 heads of 16, a 12-wide projection, QuickGELU (as OpenAI's weights and open_clip's
+# "-quickgelu" models), and a one-block text tower, which keras_vit leaves.
+HUB_CONFIG = {"embed_dim": 12, "quick_gelu": True,
+              "vision_cfg": {"image_size": SIZE, "layers": 2, "width": 64, "patch_size": 8,
+                             "head_width": 16},
+              "text_cfg": {"context_length": 4, "vocab_size": 16, "width": 16, "heads": 2,
+                           "layers": 1}}
+# Not open_clip's defaults (OpenAI's), so that reading them shows.
+HUB_MEAN, HUB_STD = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+
+
+@pytest.fixture(scope="module")
+def hub_folder(tmp_path_factory):
+    """A folder as open_clip's `save_for_hf` writes it (its state dict as
+    open_clip_model.safetensors, its `save_config_for_hf`; the tokenizer files it also writes
+    need the Hub), and open_clip's model read back from it (`create_model("local-dir:...")`)."""
+    import copy
+
+    open_clip = import_open_clip()
+    import torch
+    from open_clip.model import CLIP, set_model_preprocess_cfg
+    from open_clip.push_to_hf_hub import save_config_for_hf
+    from safetensors.torch import save_file as save_torch_file
+
+    torch.manual_seed(0)
+    model = CLIP(**copy.deepcopy(HUB_CONFIG))
+    with torch.no_grad():  # LayerNorm scales near 1, every other weight random
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape)
+            p.copy_(1 + 0.2 * noise if ".ln_" in f".{name}" and name.endswith("weight")
+                    else noise * (0.2 if p.ndim <= 1 else 1 / max(1, p[0].numel()) ** 0.5))
+    set_model_preprocess_cfg(model, {"size": SIZE, "mean": HUB_MEAN, "std": HUB_STD,
+                                     "interpolation": "bicubic", "resize_mode": "shortest"})
+    directory = tmp_path_factory.mktemp("open_clip_hub")
+    save_torch_file(model.state_dict(), str(directory / "open_clip_model.safetensors"))
+    save_config_for_hf(model, directory / "open_clip_config.json", model_config=HUB_CONFIG)
+    theirs = open_clip.create_model(f"local-dir:{directory}")
+    # What else a LAION repository holds: transformers' CLIPModel (config.json, model.safetensors;
+    # a stand-in here), which keras_vit does not read, and open_clip's pickled copy (never
+    # opened): the folder is still read as open_clip's.
+    (directory / "config.json").write_text('{"model_type": "clip", "architectures": ["CLIPModel"]}')
+    save_file({"vision_model.embeddings.patch_embedding.weight": np.zeros((64, 3, 8, 8), np.float32)},
+              str(directory / "model.safetensors"))
+    (directory / "open_clip_pytorch_model.bin").write_bytes(b"")
+    return theirs.eval(), torch, str(directory)
+
+
+def test_an_open_clip_hub_folder_builds_its_tower_from_hf(hub_folder, monkeypatch):
+    """`from_pretrained("hf://...")` of an OpenCLIP repository (the snapshot, here the folder
+    open_clip wrote) builds the CLIP row its config names with the config's activation and
+    normalisation, and computes open_clip's `encode_image`, the projected embedding."""
+    from keras_vit.checkpoints.formats.npz_metadata import VARIANT_ATTRIBUTE
+    from keras_vit.models import pretrained
+
+    theirs, torch, directory = hub_folder
+    fetched = []
+    monkeypatch.setattr(pretrained, "hub_snapshot",
+                        lambda repo, revision, shown: fetched.append((repo, revision)) or directory)
+    ours = keras_vit.from_pretrained("hf://someone/clip-tiny@v1", include_top=False,
+                                     include_preprocessing=True)
+    assert fetched == [("someone/clip-tiny", "v1")]
+    built = getattr(ours, VARIANT_ATTRIBUTE)
+    assert dataclasses.replace(built, name="CLIP-B/16") == dataclasses.replace(
+        _variant(), patch_size=8, image_size=SIZE), built
+    # [0, 255] pixels, which the model normalises with the config's mean and std; open_clip's
+    # model takes them normalised (its preprocessing transform does that).
+    pixels = (_images(2, (SIZE, SIZE)) + 1) * 127.5
+    normalised = (pixels / 255 - np.float32(HUB_MEAN)) / np.float32(HUB_STD)
+    with torch.no_grad():
+        expected = theirs.encode_image(
+            torch.from_numpy(normalised.astype(np.float32).transpose(0, 3, 1, 2))).numpy()
+    _assert_close(np.asarray(ours(pixels)), expected)
+
+
+def _with_config(hub_folder, tmp_path, change):
+    """The folder's weights beside its config changed by `change` (a dict -> None)."""
+    import json
+    import shutil
+
+    directory = tmp_path / "changed"
+    directory.mkdir(parents=True)
+    shutil.copy(f"{hub_folder[2]}/open_clip_model.safetensors", directory)
+    # open_clip's pickled copy beside it, as push_to_hf_hub writes both: never opened, and no
+    # reason to take the folder for one of pickles.
+    (directory / "open_clip_pytorch_model.bin").write_bytes(b"")
+    with open(f"{hub_folder[2]}/open_clip_config.json") as f:
+        config = json.load(f)
+    change(config)
+    (directory / "open_clip_config.json").write_text(json.dumps(config))
+    return str(directory)
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda c: c["model_cfg"]["vision_cfg"].update(attentional_pool=True),
+     "attentional_pool is True, which builds the attentional pooler"),
+    (lambda c: c["model_cfg"]["vision_cfg"].update(pool_type="avg"), "pool_type is 'avg'"),
+    (lambda c: c["model_cfg"]["vision_cfg"].update(no_ln_pre=True), "no_ln_pre"),
+    (lambda c: c["model_cfg"]["vision_cfg"].update(timm_model_name="vit_base_patch16_224"),
+     "timm_model_name .* a timm trunk"),
+    (lambda c: c["model_cfg"]["vision_cfg"].update(layers=[3, 4, 6, 3]), "ModifiedResNet"),
+    (lambda c: c["model_cfg"]["vision_cfg"].update(width="64"), "vision_cfg.width is '64'"),
+    (lambda c: c["model_cfg"]["vision_cfg"].update(width=2 ** 17, layers=256),
+     "describes a model this machine cannot hold"),
+    (lambda c: c.pop("model_cfg"), "model_cfg is missing"),
+    (lambda c: c["model_cfg"].pop("vision_cfg"), "vision_cfg is missing"),
+], ids=["attentional-pool", "pool-type", "no-ln-pre", "timm-trunk", "resnet", "width", "memory",
+        "no-model", "no-vision"])
+def test_a_config_keras_vit_cannot_build_is_refused_in_one_line(hub_folder, tmp_path, change,
+                                                                 named):
+    directory = _with_config(hub_folder, tmp_path, change)
+    with pytest.raises(CheckpointError, match=named) as error:
+        keras_vit.from_pretrained(directory)
+    assert "\n" not in str(error.value)
+
+
+def test_a_config_names_its_row_and_its_activation(hub_folder, tmp_path):
+    """open_clip's ViT-B-32 configs (its model_configs): "-quickgelu" (OpenAI's weights) is
+    the row, the GELU one (LAION's) the row with "-gelu"; both read from config alone."""
+    from keras_vit.checkpoints.formats.base import Source
+    from keras_vit.checkpoints.formats.open_clip_config import read_open_clip_config
+    from keras_vit.variants import FAMILIES
+
+    b32 = {"image_size": 224, "layers": 12, "width": 768, "patch_size": 32}
+    for quick_gelu, name in ((True, "CLIP-B/32"), (False, "CLIP-B/32-gelu")):
+        model_cfg = {"vision_cfg": b32, "quick_gelu": quick_gelu}
+        directory = _with_config(hub_folder, tmp_path / name.replace("/", "_"),
+                                 lambda c, model_cfg=model_cfg: c["model_cfg"].update(model_cfg))
+        variant, epsilon, _ = read_open_clip_config(Source(directory))
+        assert (variant.name, variant.activation, epsilon) == \
+            (name, "quick_gelu" if quick_gelu else "gelu", 1e-5)
+        assert dataclasses.replace(variant, name="CLIP-B/32", activation="quick_gelu") \
+            == FAMILIES["CLIP-B/32"]

@@ -1,7 +1,8 @@
 """A file loaded at another image size gets its position embedding resized as its own library
 resizes it: timm's files (DINOv2's 518-pixel ones among them) by timm's antialiased bicubic
-`resample_abs_pos_embed`, the official .npz by the official linear zoom. Which one is a
-property of the format (`CheckpointFormat.position_resize`), not of the loader.
+`resample_abs_pos_embed`, the official .npz by the official linear zoom, keras-hub's DINOv2
+presets by keras.ops.image.resize. Which one is a property of the format
+(`CheckpointFormat.position_resize`), not of the loader.
 
 The reference is timm itself: its model built at 224 from the 518-pixel state dict through its
 own `checkpoint_filter_fn`, which is what `timm.create_model(..., img_size=224,
@@ -85,6 +86,26 @@ def test_bicubic_resize_is_timms_resample_abs_pos_embed(old, new, prefix):
     ours = keras_vit.resize_position_embedding(embedding, old, new, prefix, method="bicubic")
     assert ours.dtype == np.float32
     np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("antialias", [False, True])
+def test_keras_bicubic_resize_is_keras_hubs_dinov2_interpolation(antialias):
+    """keras-hub's DINOv2 resize (`DINOV2Embedding._interpolate_position_embeddings`, the class
+    position kept, the grid through keras.ops.image.resize): the same call, so equal to float32
+    rounding; torch's bicubic (method "bicubic") is another cubic and is not."""
+    pytest.importorskip("keras_hub")
+    from keras_hub.src.models.dinov2.dinov2_layers import DINOV2Embedding
+
+    embedding = np.random.default_rng(0).standard_normal((1, 1 + 6 * 6, 8)).astype(np.float32)
+    expected = np.asarray(DINOV2Embedding._interpolate_position_embeddings(
+        embedding, patch_size=8, source_shape=(48, 48), target_shape=(40, 40),
+        antialias=antialias))
+    method = "keras_bicubic_antialias" if antialias else "keras_bicubic"
+    ours = keras_vit.resize_position_embedding(embedding, 6, 5, 1, method=method)
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-6)
+    if not antialias:
+        torch_cubic = keras_vit.resize_position_embedding(embedding, 6, 5, 1, method="bicubic")
+        assert np.abs(torch_cubic - expected).max() > 0.1
 
 
 def test_each_format_records_a_known_resize_and_the_official_npz_keeps_the_linear_zoom():

@@ -4,13 +4,14 @@
     bit.py           BiT's .npz release files (big_transfer's ResNetV2 layout)
     big_vision.py    big_vision's two-tower .npz (SigLIP): the image tower under params/img/
     dinov2.py        DINOv2's own release files (.pth, through torch's weights-only loader)
-    open_clip.py     OpenCLIP / OpenAI CLIP state dicts (.safetensors): the image tower under visual.
+    open_clip.py     OpenCLIP / OpenAI CLIP state dicts (.safetensors): the image tower under visual.,
+                     alone or in an OpenCLIP Hub folder (open_clip_config.json: open_clip_config.py)
     timm.py          timm's VisionTransformer state dict (.safetensors, or a Hub folder)
     transformers.py  Hugging Face transformers ViT (save_pretrained folders)
     transformers_hybrid.py  transformers' ViTHybrid (R50+ViT-B/16; save_pretrained folders)
     transformers_families.py  transformers' DeiT, DINOv2, SigLIP and CLIP vision folders
     keras_hub.py     keras-hub ViT presets (save_to_preset folders)
-    keras_hub_families.py  keras-hub presets of the families' image towers (SigLIP, CLIP)
+    keras_hub_families.py  keras-hub presets of the families' image towers (SigLIP, CLIP, DINOv2)
 
 Each defines `FORMAT` (a `base.CheckpointFormat`): how it recognises a path, how
 it opens it, the numerics of its library. Beside them: `base.py` (the reader
@@ -89,8 +90,11 @@ def detect(source):
     unread."""
     path = source.path
     pickled = not source.is_dir and path.lower().endswith(PICKLED_SUFFIXES)
-    if pickled or (source.is_dir and timm.weights_file(source) is None
-                   and any(n.lower().endswith(PICKLED_SUFFIXES) for n in os.listdir(path))):
+    names = os.listdir(path) if source.is_dir else []
+    # A folder whose weights are pickles only (a safetensors file beside them, as in the Hub's
+    # repositories, is what the formats read).
+    if pickled or (names and not any(n.endswith((".safetensors", INDEX_SUFFIX)) for n in names)
+                   and any(n.lower().endswith(PICKLED_SUFFIXES) for n in names)):
         for candidate in FORMATS:
             if pickled and candidate.pickled and candidate.recognises(source):
                 return candidate

@@ -68,6 +68,9 @@ class CheckpointInfo:
     trunk_numerics: dict | None = None
     # The architecture the source's config describes (a `Variant`), where it describes one.
     variant: object = None
+    # The image size the source's own model is built at, where its config sets one apart from
+    # its position embedding's grid (a keras-hub DINOv2's image_shape): the default resolution.
+    image_size: int | None = None
 
     @property
     def classes(self):
@@ -83,6 +86,8 @@ class CheckpointInfo:
         pos = self.shapes.get(POS_EMBED_KEY)
         if not pos or len(pos) != 3 or not hasattr(variant, "total_stride"):  # BiT: any size
             return None
+        if self.image_size is not None:
+            return self.image_size
         # The grid the file records (save_npz), else a square token count's; a non-square count
         # with no record could be several grids, so the caller's image_size decides.
         grid = self.metadata.get("grid") or square_grid(pos[1] - variant.position_prefix_tokens)

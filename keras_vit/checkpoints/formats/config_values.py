@@ -52,11 +52,12 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not a count
 
 
-def count(cap):
-    """A check: a positive integer up to `cap`."""
+def count(cap, low=1):
+    """A check: a positive integer (from `low`) up to `cap`."""
     def check(value):
-        if not _is_int(value) or not 1 <= value <= cap:
-            raise _Refusal(f"a positive integer up to {cap:,} was expected")
+        if not _is_int(value) or not low <= value <= cap:
+            kind = "a positive integer" if low == 1 else f"an integer from {low}"
+            raise _Refusal(f"{kind} up to {cap:,} was expected")
         return value
     return check
 

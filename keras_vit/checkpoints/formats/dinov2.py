@@ -77,7 +77,7 @@ from keras_vit.checkpoints.layout import (
 from keras_vit.variants import FAMILIES
 
 __all__ = ["FORMAT", "DINOV2_ROWS", "dinov2_to_official", "official_to_dinov2",
-           "release_variant"]
+           "release_variant", "fold_class_position"]
 
 # Trained for masked-image modelling only; inference never reads it.
 MASK_TOKEN = "mask_token"
@@ -116,10 +116,14 @@ def dinov2_to_official(sd, heads=None):
     """A DINOv2 release state dict's arrays -> official-key arrays (mask_token left). Keys no
     row takes pass through as "dinov2:" + key, for the strict loader to name."""
     sd = {k: v for k, v in sd.items() if k != MASK_TOKEN}
-    out = to_official(DINOV2_ROWS, sd, heads, unknown_prefix="dinov2:")
+    return fold_class_position(to_official(DINOV2_ROWS, sd, heads, unknown_prefix="dinov2:"))
+
+
+def fold_class_position(out):
+    """With registers, DINOv2's position embedding covers the class token, whose position is
+    added to it alone (the registers come after the sum): folded into the token, exactly (timm's
+    _convert_dinov2), the embedding left on the patches. Official-key arrays, in place."""
     if REG_TOKEN_KEY in out and POS_EMBED_KEY in out and CLS_KEY in out:
-        # The class token's position, added to it alone: folded into the token (timm's
-        # _convert_dinov2), the embedding left on the patches.
         pos = out[POS_EMBED_KEY]
         out[CLS_KEY] = out[CLS_KEY] + pos[:, :1]
         out[POS_EMBED_KEY] = pos[:, 1:]

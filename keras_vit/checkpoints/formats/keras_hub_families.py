@@ -6,18 +6,26 @@ keras-hub class, chosen by config.json's `class_name` (and `registered_name`):
     CLIPVisionEncoder     CLIP's image tower (QuickGELU, LayerNorm epsilon 1e-5 fixed)
     CLIPBackbone          both CLIP towers: the image tower, and `vision_projection` (bias
                           free) as the head, so the features are CLIP's image embedding
+    DINOV2Backbone        DINOv2, with or without registers, MLP or SwiGLU (erf GELU and
+                          LayerNorm epsilon 1e-6 fixed)
 
 A preset's Keras weights are read by keras-hub itself (only it knows how its layers nest),
 then renamed by path through the class's rows; a two-tower backbone's text tower is left.
 The config sets the architecture and the numerics (`intermediate_activation`:
 "gelu_approximate" is tanh GELU, "gelu" erf, "quick_gelu" CLIP's; `layer_norm_epsilon`); `preprocessor.json`,
-where saved, the normalisation. keras-hub's ViT presets are `keras_hub.py`'s: a preset of a
+where saved, the normalisation. keras-hub's DINOv2 keeps its position embedding at
+`position_embedding_shape` and resizes it with `keras.ops.image.resize` (bicubic,
+antialiased as `antialias_in_interpolation` says) to the `image_shape` it is built at: keras_vit
+reads the stored table and resizes it the same way (layers/tokens.py "keras_bicubic"), so the
+preset's model, or the preset at any other size, computes what keras-hub's `from_preset(...,
+image_shape=...)` computes. keras-hub's ViT presets are `keras_hub.py`'s: a preset of a
 class neither table knows is refused there, in one line.
 """
 
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -34,9 +42,11 @@ from keras_vit.checkpoints.formats.config_values import (
     count,
     counts,
     epsilon,
+    flag,
     optional,
     string,
 )
+from keras_vit.checkpoints.formats.dinov2 import fold_class_position
 from keras_vit.checkpoints.formats.keras_hub_presets import (
     import_keras_hub,
     preset_normalization,
@@ -58,6 +68,8 @@ from keras_vit.checkpoints.layout import (
     LN0_SCALE,
     LN2_BIAS,
     LN2_SCALE,
+    LS1_SCALE,
+    LS3_SCALE,
     MAP_KEY_BIAS,
     MAP_KEY_KERNEL,
     MAP_LN_BIAS,
@@ -84,6 +96,7 @@ from keras_vit.checkpoints.layout import (
     PRE_NORM_SCALE,
     QUERY_BIAS,
     QUERY_KERNEL,
+    REG_TOKEN_KEY,
     VALUE_BIAS,
     VALUE_KERNEL,
 )
@@ -156,12 +169,40 @@ CLIP_ROWS = (
     KeyRow("vision_projection/kernel", (HEAD_KERNEL_KEY, HEAD_BIAS_KEY), PROJECTION),
 )
 
+# keras-hub's DINOv2 (DINOV2Backbone), by variable path: the tokens and the position embedding
+# (1 + grid, the class token's position first, registers or not) as DINOv2's own; a SwiGLU's
+# `weights_in` packs both halves (silu(first) * second), as DINOv2's w12.
+_DINOV2_BLOCK = "encoder/layers_{i}"
+DINOV2_ROWS = (
+    *_keras_dense("embeddings/patch_embeddings/projection", EMBEDDING_KERNEL, EMBEDDING_BIAS),
+    KeyRow("embeddings/cls_token", CLS_KEY),
+    KeyRow("embeddings/register_tokens", REG_TOKEN_KEY),
+    KeyRow("embeddings/position_embeddings", POS_EMBED_KEY),
+    *_keras_norm(f"{_DINOV2_BLOCK}/norm1", LN0_SCALE, LN0_BIAS),
+    *_keras_attention(f"{_DINOV2_BLOCK}/attention/attention", _BLOCK_ATTENTION),
+    KeyRow(f"{_DINOV2_BLOCK}/layer_scale1/lambda1", LS1_SCALE),
+    *_keras_norm(f"{_DINOV2_BLOCK}/norm2", LN2_SCALE, LN2_BIAS),
+    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/fc1", MLP0_KERNEL, MLP0_BIAS),
+    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/fc2", MLP1_KERNEL, MLP1_BIAS),
+    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/weights_in", MLP0_KERNEL, MLP0_BIAS),
+    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/weights_out", MLP1_KERNEL, MLP1_BIAS),
+    KeyRow(f"{_DINOV2_BLOCK}/layer_scale2/lambda1", LS3_SCALE),
+    *_keras_norm("layernorm", ENCODER_NORM_SCALE, ENCODER_NORM_BIAS),
+)
+# Not read: the masked-image-modelling token (training only), and the table keras-hub resizes
+# from `position_embeddings` at build time (keras_vit resizes that one as keras-hub does).
+_DINOV2_LEFT = ("embeddings/mask_token", "embeddings/interpolated_position_embeddings")
+
 # The numbers read from an image tower's config, checked before keras-hub builds anything.
 _FIELDS = {
     "patch_size": count(MAX_PIXELS), "hidden_dim": count(MAX_WIDTH),
     "num_layers": count(MAX_LAYERS), "num_heads": count(MAX_HEADS),
     "intermediate_dim": count(MAX_WIDTH), "image_shape": counts(MAX_PIXELS, 3, least=3),
     "layer_norm_epsilon": optional(epsilon), "intermediate_activation": optional(string),
+    # DINOv2's
+    "num_register_tokens": count(MAX_WIDTH, low=0), "use_swiglu_ffn": flag,
+    "position_embedding_shape": counts(MAX_PIXELS, 3, least=2),
+    "antialias_in_interpolation": flag,
 }
 _REQUIRED = ("patch_size", "hidden_dim", "num_layers", "num_heads", "intermediate_dim",
              "image_shape")
@@ -186,6 +227,17 @@ class PresetFamily:
     # The same for weights of the two-tower backbone outside the image tower (CLIP's
     # projection).
     backbone_attributes: tuple = ()
+    # The Variant's fields a checked config sets beyond the sizes (config -> dict): its
+    # feed-forward and tokens, where the class has more than one form.
+    fields: Callable = lambda config: dict(mlp_dim=config["intermediate_dim"])
+    left: tuple = ()  # variable paths not read (training-only weights, derived tables)
+    finish: Callable = lambda arrays: arrays  # official-key arrays -> the model's layout
+    # (config -> `CheckpointFormat.position_resize`): how keras-hub moves the position
+    # embedding to another grid, where it does (None: the format's own).
+    position_resize: Callable = lambda config: None
+    # (config -> the image size keras-hub builds the model at, where it is not the position
+    # embedding's); None: the position embedding's.
+    image_size: Callable = lambda config: None
 
 
 _SIGLIP = PresetFamily(SIGLIP_ROWS, "SigLIP-B/16",
@@ -194,6 +246,34 @@ _SIGLIP = PresetFamily(SIGLIP_ROWS, "SigLIP-B/16",
 _CLIP = PresetFamily(CLIP_ROWS, "CLIP-B/16",
                      activations=(("quick_gelu", ("quick_gelu", False)), ("gelu", ("gelu", False))),
                      default_activation="quick_gelu", default_epsilon=1e-5)
+
+
+def _dinov2_fields(config):
+    """A DINOv2 preset's feed-forward and tokens: keras-hub's DINOV2SwiGLUFFN narrows
+    `intermediate_dim` to 2/3, rounded up to a multiple of 8, each of its two packed halves;
+    with registers, the class token's position is folded into the token (fold_class_position)."""
+    registers = config.get("num_register_tokens", 0)
+    fields = dict(mlp_dim=config["intermediate_dim"], register_tokens=registers,
+                  embed_prefix_tokens=not registers)
+    if config.get("use_swiglu_ffn", False):
+        half = (int(config["intermediate_dim"] * 2 / 3) + 7) // 8 * 8
+        fields.update(mlp_dim=2 * half, feed_forward="swiglu")
+    return fields
+
+
+def _dinov2_image_size(config):
+    # keras-hub's own default, (518, 518), where the config leaves it out.
+    stored = config.get("position_embedding_shape", [518, 518])[0]
+    return None if config["image_shape"][0] == stored else config["image_shape"][0]
+
+
+_DINOV2 = PresetFamily(
+    DINOV2_ROWS, "DINOv2-S/14", activations=(("gelu", ("gelu", False)),),
+    default_activation="gelu", fields=_dinov2_fields, left=_DINOV2_LEFT,
+    finish=fold_class_position, image_size=_dinov2_image_size,
+    position_resize=lambda config: ("keras_bicubic_antialias"
+                                    if config.get("antialias_in_interpolation") else
+                                    "keras_bicubic"))
 PRESET_FAMILIES = {
     "SigLIPVisionEncoder": _SIGLIP,
     "SigLIPBackbone": dataclasses.replace(_SIGLIP, tower="vision_encoder"),
@@ -201,6 +281,7 @@ PRESET_FAMILIES = {
     "CLIPBackbone": dataclasses.replace(
         _CLIP, tower="vision_encoder",
         backbone_attributes=(("vision_projection.kernel", "vision_projection/kernel"),)),
+    "DINOV2Backbone": _DINOV2,
 }
 
 
@@ -245,16 +326,17 @@ def preset_family_variant(config, family):
     """The `Variant` a checked image-tower config describes: the row of FAMILIES it is, else
     the family's row resized and named after its sizes."""
     fields = dict(width=config["hidden_dim"], depth=config["num_layers"],
-                  mlp_dim=config["intermediate_dim"], heads=config["num_heads"],
-                  patch_size=config["patch_size"], image_size=config["image_shape"][0],
-                  activation=_activation(config, family)[0])
+                  heads=config["num_heads"], patch_size=config["patch_size"],
+                  image_size=config["image_shape"][0],
+                  activation=_activation(config, family)[0], **family.fields(config))
     base = FAMILIES[family.base]
     variant = dataclasses.replace(base, **fields)
     for row in FAMILIES.values():
         if row.family == base.family and dataclasses.replace(variant, name=row.name) == row:
             return row
+    registers = f"-reg{variant.register_tokens}" if variant.register_tokens else ""
     return dataclasses.replace(variant, name=f"{base.family}-{fields['width']}x{fields['depth']}"
-                                             f"/{fields['patch_size']}")
+                                             f"/{fields['patch_size']}{registers}")
 
 
 def _root(path, roots, prefix):
@@ -276,12 +358,14 @@ def preset_family_to_official(family, arrays, prefix=""):
     roots = {re.escape(row.source.split("/", 1)[0]).replace(re.escape("{i}"), r"\d+")
              for row in family.rows}
     named = {_root(p, roots, prefix): a for p, a in arrays.items()}
+    for path in family.left:
+        named.pop(path, None)
     ids = named.pop(_POSITION_IDS, None)
     if ids is not None and _POSITIONS in named:
         # keras-hub looks each token's position up by these stored indices (its converted
         # presets hold 0, 1, 2, ...; a freshly built CLIP holds zeros): the model's table.
         named[_POSITIONS] = named[_POSITIONS][np.asarray(ids).reshape(-1)]
-    return to_official(family.rows, named, unknown_prefix="keras_hub:")
+    return family.finish(to_official(family.rows, named, unknown_prefix="keras_hub:"))
 
 
 def _by_attribute(model, attributes):
@@ -315,18 +399,24 @@ def _open(source):
     variant = preset_family_variant(config, family)
     check_architecture(path, variant, tuple(config["image_shape"][:2]))  # before keras-hub builds
     arrays = _read(directory, family)
+    resize = family.position_resize(config)
     info = CheckpointInfo({k: a.shape for k, a in arrays.items()}, format=FORMAT.name,
+                          image_size=family.image_size(config),
                           heads=config["num_heads"],
                           layer_norm_epsilon=config.get("layer_norm_epsilon",
                                                         family.default_epsilon),
                           approximate_gelu=_activation(config, family)[1],
                           normalization=preset_normalization(directory),
                           variant=variant)
-    return ArraysReader(arrays, path=directory, source=source, format=FORMAT, info=info)
+    # The format as this preset's class resizes its position embedding (keras-hub's DINOv2:
+    # its own bicubic; the others never resize).
+    found = FORMAT if resize is None else dataclasses.replace(FORMAT, position_resize=resize)
+    return ArraysReader(arrays, path=directory, source=source, format=found, info=info)
 
 
 FORMAT = CheckpointFormat(
     name="keras_hub_families",
     description="keras-hub preset folder of a family's image tower (save_to_preset: "
-                "SigLIPVisionEncoder, SigLIPBackbone, CLIPVisionEncoder or CLIPBackbone)",
+                "SigLIPVisionEncoder, SigLIPBackbone, CLIPVisionEncoder, CLIPBackbone or "
+                "DINOV2Backbone)",
     recognises=_recognises, open=_open, numerics=(True, 1e-6))

@@ -1,6 +1,6 @@
 """What every keras-hub preset folder holds, whatever its model: its JSON files, the
 preprocessor's normalisation, and keras-hub itself, which reads the preset's weights.
-`keras_hub.py` (ViT) and `keras_hub_families.py` (SigLIP, CLIP) read their presets with these.
+`keras_hub.py` (ViT) and `keras_hub_families.py` (SigLIP, CLIP, DINOv2) read their presets with these.
 """
 
 import os

@@ -10,7 +10,14 @@ keras_vit makes `proj` the head, with a zero bias. open_clip computes LayerNorm 
 and erf GELU or QuickGELU, which a state dict does not record: the variant says which (the
 CLIP rows are OpenAI's QuickGELU). Position embeddings at another size: bicubic with
 antialias, as open_clip's `resize_pos_embed` and timm do.
+
+An OpenCLIP Hub folder (`open_clip_model.safetensors` beside `open_clip_config.json`, as
+open_clip's `push_to_hf_hub` writes it) is the same state dict with its config, which records
+the architecture, the activation and the normalisation (open_clip_config.py): from it,
+`keras_vit.from_pretrained` builds the tower without being told which.
 """
+
+import os
 
 import numpy as np
 
@@ -19,6 +26,11 @@ from keras_vit.checkpoints.formats.base import (
     CheckpointFormat,
     CheckpointInfo,
     CheckpointReader,
+)
+from keras_vit.checkpoints.formats.open_clip_config import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    read_open_clip_config,
 )
 from keras_vit.checkpoints.formats.rows import (
     ADD_BATCH_AXIS,
@@ -32,6 +44,7 @@ from keras_vit.checkpoints.formats.rows import (
     from_official,
     to_official,
 )
+from keras_vit.checkpoints.formats.safetensors import open_safetensors
 from keras_vit.checkpoints.formats.timm import open_weights
 from keras_vit.checkpoints.layout import (
     CLS_KEY,
@@ -119,15 +132,31 @@ def official_to_open_clip(arrays):
     return from_official(OPEN_CLIP_ROWS, arrays, "open_clip")
 
 
+def _is_hub_folder(source):
+    return source.is_dir and all(os.path.exists(os.path.join(source.path, name))
+                                 for name in (CONFIG_NAME, WEIGHTS_NAME))
+
+
+def _weights(source):
+    """The state dict: a file, or a Hub folder's open_clip_model.safetensors (beside which the
+    Hub's repositories may hold transformers' model.safetensors, which is not it)."""
+    if _is_hub_folder(source):
+        path = os.path.join(source.path, WEIGHTS_NAME)
+        return source.once("open_clip", lambda: open_safetensors(path))
+    return open_weights(source)
+
+
 def _recognises(source):
-    weights = open_weights(source)
+    weights = _weights(source)
     return weights is not None and VISUAL + "class_embedding" in weights.shapes
 
 
 class OpenClipReader(CheckpointReader):
     def __init__(self, source):
         super().__init__(source, FORMAT)
-        self._weights = open_weights(source)
+        self._weights = _weights(source)
+        # A Hub folder's config: read (and checked) before anything is built.
+        self._config = read_open_clip_config(source) if _is_hub_folder(source) else None
 
     def headers(self, heads=None):
         stand_ins = {k: np.broadcast_to(np.zeros((), np.float32), tuple(s))
@@ -141,12 +170,19 @@ class OpenClipReader(CheckpointReader):
         return {k: arrays[k] for k in keys}
 
     def info(self):
-        return CheckpointInfo({k: h.shape for k, h in self.headers().items()},
-                              format="open_clip", layer_norm_epsilon=1e-5)
+        if self._config is None:
+            return CheckpointInfo({k: h.shape for k, h in self.headers().items()},
+                                  format="open_clip", layer_norm_epsilon=1e-5)
+        variant, layer_norm_epsilon, normalization = self._config
+        return CheckpointInfo({k: h.shape for k, h in self.headers(variant.heads).items()},
+                              format="open_clip", layer_norm_epsilon=layer_norm_epsilon,
+                              approximate_gelu=False, heads=variant.heads,
+                              normalization=normalization, variant=variant)
 
 
 FORMAT = CheckpointFormat(
     name="open_clip",
-    description="OpenCLIP / OpenAI CLIP state dict (.safetensors: the image tower under visual.)",
+    description="OpenCLIP / OpenAI CLIP state dict (.safetensors: the image tower under visual.), "
+                "or an OpenCLIP Hub folder (open_clip_config.json, open_clip_model.safetensors)",
     recognises=_recognises, open=OpenClipReader, numerics=(False, 1e-5),
     position_resize="bicubic")  # open_clip's resize_pos_embed: bicubic, antialiased

@@ -1,0 +1,147 @@
+"""open_clip's `open_clip_config.json`: the architecture of an OpenCLIP Hub folder.
+
+open_clip publishes a model on the Hugging Face Hub as a folder (`push_to_hf_hub`,
+`save_for_hf`): `open_clip_model.safetensors` (the state dict, read by open_clip.py's rows)
+beside `open_clip_config.json`, `{"model_cfg": {...}, "preprocess_cfg": {...}}`. `model_cfg`
+is the model's config as open_clip builds it (`create_model("hf-hub:...")`): `embed_dim` (the
+projection's width), `vision_cfg` (`CLIPVisionCfg`: `image_size`, `layers`, `width`,
+`patch_size`, `head_width` 64, `mlp_ratio` 4.0) and `quick_gelu` (QuickGELU where true, else
+torch's erf GELU: the "-quickgelu" model names set it, OpenAI's weights need it); LayerNorm
+epsilon is torch's 1e-5 unless `norm_kwargs` sets `eps`. `preprocess_cfg` holds the pixels'
+`mean` and `std`.
+
+The config names a CLIP row (`CLIP-B/32`, ...; a LAION GELU tower is the row with "-gelu",
+another size the CLIP row resized). What open_clip builds otherwise, keras_vit does not: a
+timm trunk (`timm_model_name`), a ModifiedResNet (`layers` a list), the attentional pooler,
+another `pool_type`, no `ln_pre`, sin-cos positions, a LayerNorm after the pooling, LayerScale,
+the custom attention block's norms and scales, or activation arguments are each refused in
+one line naming the field.
+"""
+
+import dataclasses
+import os
+
+from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats.base import normalization_from
+from keras_vit.checkpoints.formats.config_values import (
+    MAX_LAYERS,
+    MAX_PIXELS,
+    MAX_WIDTH,
+    check_architecture,
+    check_fields,
+    check_object,
+    count,
+    counts,
+    epsilon,
+    flag,
+    mapping,
+    number,
+)
+from keras_vit.variants import FAMILIES
+
+__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "read_open_clip_config"]
+
+CONFIG_NAME, WEIGHTS_NAME = "open_clip_config.json", "open_clip_model.safetensors"
+
+_MODEL_FIELDS = {"embed_dim": count(MAX_WIDTH), "vision_cfg": mapping, "quick_gelu": flag}
+_VISION_FIELDS = {"width": count(MAX_WIDTH), "head_width": count(MAX_WIDTH),
+                  "mlp_ratio": number(0, MAX_WIDTH), "patch_size": count(MAX_PIXELS),
+                  "norm_kwargs": mapping}
+
+# CLIPVisionCfg's fields that build another tower than OpenAI's: the values that keep
+# OpenAI's (open_clip's default first), and what another value builds.
+_UNREAD = {
+    "timm_model_name": ((None, ""), "a timm trunk"),
+    "attentional_pool": ((False,), "the attentional pooler"),
+    "pool_type": (("tok",), "another pooling than the class token"),
+    "no_ln_pre": ((False,), "a tower without ln_pre"),
+    "pos_embed_type": (("learnable",), "fixed sin-cos positions"),
+    "final_ln_after_pool": ((False,), "the LayerNorm after the pooling"),
+    "ls_init_value": ((None,), "LayerScale"),
+    "block_type": ((None, "default"), "the custom attention block"),
+    "qk_norm": ((False,), "query and key norms"),
+    "scaled_cosine_attn": ((False,), "scaled cosine attention"),
+    "scale_heads": ((False,), "per-head attention scales"),
+    "scale_attn_inner": ((False,), "a norm inside the attention"),
+    "scale_attn": ((False,), "a norm after the attention"),
+    "scale_fc": ((False,), "a norm in the MLP"),
+    "act_kwargs": ((None, {}), "activation arguments"),
+}
+
+
+def _image_size(path, vision):
+    size = vision.get("image_size", 224)
+    sides = size if isinstance(size, list) else [size]
+    check_fields(path, {"image_size": sides}, {"image_size": counts(MAX_PIXELS, 2)},
+                 prefix="model_cfg.vision_cfg.")
+    if len(set(sides)) != 1:
+        raise CheckpointError(f"{path}: model_cfg.vision_cfg.image_size {size} is not square; "
+                              "keras_vit reads square CLIP towers.")
+    return sides[0]
+
+
+def _check_tower(path, vision):
+    layers = vision.get("layers", 12)
+    if isinstance(layers, list):
+        raise CheckpointError(f"{path}: model_cfg.vision_cfg.layers {layers} builds open_clip's "
+                              "ModifiedResNet, which keras_vit does not read.")
+    check_fields(path, {"layers": layers}, {"layers": count(MAX_LAYERS)},
+                 prefix="model_cfg.vision_cfg.")
+    for field, (kept, builds) in _UNREAD.items():
+        if vision.get(field, kept[0]) not in kept:
+            raise CheckpointError(f"{path}: model_cfg.vision_cfg.{field} is "
+                                  f"{repr(vision[field])[:60]}, which builds {builds}; keras_vit "
+                                  "reads OpenAI's CLIP tower only.")
+    norm = vision.get("norm_kwargs") or {}
+    if set(norm) - {"eps"}:
+        raise CheckpointError(f"{path}: model_cfg.vision_cfg.norm_kwargs sets "
+                              f"{', '.join(sorted(set(norm) - {'eps'}))}; keras_vit reads eps only.")
+    if "eps" in norm:
+        check_fields(path, norm, {"eps": epsilon}, prefix="model_cfg.vision_cfg.norm_kwargs.")
+    return layers, norm.get("eps", 1e-5)
+
+
+def _variant(vision, layers, image_size, activation):
+    """The CLIP row the tower is, else the row resized; a row's tower with GELU for its
+    QuickGELU is that row named "-gelu" (LAION's)."""
+    width, head_width = vision.get("width", 768), vision.get("head_width", 64)
+    if width % head_width:
+        return None
+    base = FAMILIES["CLIP-B/16"]
+    variant = dataclasses.replace(
+        base, width=width, depth=layers, heads=width // head_width,
+        mlp_dim=int(width * vision.get("mlp_ratio", 4.0)), patch_size=vision.get("patch_size", 16),
+        image_size=image_size, activation=activation)
+    for row in FAMILIES.values():
+        if row.family == base.family and dataclasses.replace(
+                variant, name=row.name, activation=row.activation) == row:
+            suffix = "" if activation == row.activation else f"-{activation}"
+            return dataclasses.replace(variant, name=row.name + suffix)
+    return dataclasses.replace(variant, name=f"CLIP-{width}x{layers}/{variant.patch_size}")
+
+
+def read_open_clip_config(source):
+    """(the `Variant`, LayerNorm epsilon, normalisation) an OpenCLIP Hub folder's
+    open_clip_config.json records (`source`: the folder's `base.Source`); a one-line
+    `CheckpointError` for a config that is not one, or builds a tower keras_vit does not read."""
+    path = os.path.join(source.path, CONFIG_NAME)
+    config = check_object(path, source.json(CONFIG_NAME))
+    model = config.get("model_cfg")
+    if model is None:
+        raise CheckpointError(f"{path}: model_cfg is missing; open_clip's config holds the "
+                              "model's under it.")
+    model = check_fields(path, check_object(f"{path} (its model_cfg)", model), _MODEL_FIELDS,
+                         prefix="model_cfg.", required=("vision_cfg",))
+    vision = check_fields(path, model["vision_cfg"], _VISION_FIELDS, prefix="model_cfg.vision_cfg.")
+    layers, layer_norm_epsilon = _check_tower(path, vision)
+    activation = "quick_gelu" if model.get("quick_gelu", False) else "gelu"
+    variant = _variant(vision, layers, _image_size(path, vision), activation)
+    if variant is None:
+        raise CheckpointError(f"{path}: model_cfg.vision_cfg.width {vision.get('width', 768)} is "
+                              f"not a multiple of head_width {vision.get('head_width', 64)}.")
+    check_architecture(path, variant, variant.image_size)  # before anything is built
+    preprocess = config.get("preprocess_cfg") or {}
+    preprocess = check_object(f"{path} (its preprocess_cfg)", preprocess)
+    normalization = (normalization_from(path, preprocess["mean"], preprocess["std"])
+                     if "mean" in preprocess and "std" in preprocess else None)
+    return variant, layer_norm_epsilon, normalization
