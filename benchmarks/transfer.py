@@ -566,7 +566,11 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--shots", nargs="+", choices=SHOTS, default=list(SHOTS))
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    parser.add_argument("--no-augment", action="store_true", help="skip the light1 runs")
+    parser.add_argument("--no-augment", action="store_true",
+                        help="skip the light1 runs (as --augments none)")
+    parser.add_argument("--augments", nargs="+", choices=AUGMENTS, default=list(AUGMENTS),
+                        help="the augmentations of the trained runs (default both; the probe "
+                             "has none to augment and runs once)")
     parser.add_argument("--pretrain-steps", type=int, default=PRETRAIN_STEPS)
     parser.add_argument("--epochs", type=int, default=TRANSFER_EPOCHS,
                         help="passes over the labelled images of each trained transfer run")
@@ -591,7 +595,7 @@ def main(argv=None):
                      "drop 1 from --shots")
     earlier = earlier_runs(os.path.join(args.output_dir, "transfer.json")) if args.update \
         else ([], [])
-    augments = ("none",) if args.no_augment else AUGMENTS
+    augments = ("none",) if args.no_augment else tuple(args.augments)
     rows, pretrained, started = [], [], time.perf_counter()
     selections, rates = [], {}
     with tempfile.TemporaryDirectory() as folder:
