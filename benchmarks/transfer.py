@@ -78,6 +78,7 @@ import os
 import platform
 import statistics
 import tempfile
+import textwrap
 import time
 
 import numpy as np
@@ -430,7 +431,8 @@ def plot(summary, path, invocations=()):
 
     from keras_vit.atomic import atomic_path
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure, axes = plt.subplots(figsize=(9, 5))
+    axes.set_prop_cycle(color=plt.cm.tab20.colors)  # up to 15 lines: no colour twice
     shots = [s for s in SHOTS if any(r["shots"] == s for r in summary)]
     for method in METHODS:
         for augment, style in zip(AUGMENTS, ("-", "--")):
@@ -451,12 +453,14 @@ def plot(summary, path, invocations=()):
     axes.set_xlabel("labels per class (digits 5-9)")
     axes.set_ylabel("held-out accuracy (%)")
     axes.set_title("Transfer from digits 0-4 to 5-9, demo ViT (mean ± sd over seeds)")
-    axes.legend(fontsize=7, ncol=2)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the lines
+    footer = []
     if len(invocations) > 1:  # runs of different lengths in one figure: say which is which
-        figure.text(0.01, 0.01, "   ".join(
+        footer = textwrap.wrap("   ".join(
             f"{MARKER_NAMES[RUN_MARKERS[n % len(RUN_MARKERS)]]}: run {n + 1}, {i['length_rule']}"
-            for n, i in enumerate(invocations)), fontsize=7)
-    figure.tight_layout(rect=(0, 0.03, 1, 1))
+            for n, i in enumerate(invocations)), 170)
+        figure.text(0.01, 0.01, "\n".join(footer), fontsize=7)
+    figure.tight_layout(rect=(0, 0.01 + 0.025 * len(footer), 1, 1))
     with atomic_path(path) as temporary:
         figure.savefig(temporary, format="png", dpi=100)
     plt.close(figure)
