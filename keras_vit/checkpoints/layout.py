@@ -361,7 +361,7 @@ def describe_architecture(arrays):
     return f"a ViT of width {kernel[3]}, depth {depth}, patch {kernel[0]}"
 
 
-def _shape_features(shapes):
+def shape_features(shapes):
     """What official-key shapes say of an architecture, in `Variant`'s terms (None: no ViT)."""
     kernel = shapes.get(EMBEDDING_KERNEL)
     if kernel is None or len(kernel) != 4:
@@ -382,7 +382,7 @@ def variant_fits_shapes(variant, shapes, features=None):
     """Whether a checkpoint of these official-key shapes can be `variant`'s: width, patch,
     depth, MLP width, heads (where the file splits them), the tokens before the patches,
     LayerScale, the pre-norm and the MAP head."""
-    found = _shape_features(shapes) if features is None else features
+    found = shape_features(shapes) if features is None else features
     query = shapes.get(QUERY_KERNEL.format(i=0), ())
     v = variant
     return (found is not None
@@ -397,7 +397,7 @@ def variant_fits_shapes(variant, shapes, features=None):
 def fitting_variants(shapes):
     """The variants of `VARIANTS` and `FAMILIES` whose arrays have these official-key shapes
     (`variant_fits_shapes`)."""
-    features = _shape_features(shapes)
+    features = shape_features(shapes)
     return [v for v in [*VARIANTS.values(), *FAMILIES.values()]
             if variant_fits_shapes(v, shapes, features)]
 

@@ -73,6 +73,7 @@ from keras_vit.checkpoints.layout import (
     REG_TOKEN_KEY,
     VALUE_BIAS,
     VALUE_KERNEL,
+    shape_features,
 )
 from keras_vit.variants import FAMILIES
 
@@ -148,18 +149,14 @@ def release_variant(shapes):
     """The row of FAMILIES a DINOv2 state dict's official-key shapes are (DINOv2-S/14-reg4
     for dinov2_vits14_reg4_pretrain.pth), or None for a size DINOv2 did not release (its heads
     are then unknown)."""
-    kernel = shapes.get(EMBEDDING_KERNEL)
-    if kernel is None or len(kernel) != 4:
+    found = shape_features(shapes)
+    if found is None:
         return None
-    depth = 0
-    while LN0_SCALE.format(i=depth) in shapes:
-        depth += 1
-    mlp = shapes.get(MLP0_KERNEL.format(i=0), (None,))[-1]
-    registers = shapes.get(REG_TOKEN_KEY, (0, 0))[1]
     for row in FAMILIES.values():
         if row.family == "DINOv2" and (row.width, row.depth, row.patch_size, row.mlp_dim,
-                                       row.register_tokens) == (kernel[-1], depth, kernel[0],
-                                                                mlp, registers):
+                                       row.register_tokens) == (
+                found["width"], found["depth"], found["patch_size"], found["mlp_dim"],
+                found["register_tokens"]):
             return row
     return None
 
