@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from keras_vit._support.checks import positive_int
 from keras_vit._support.files import read_file
 from keras_vit.errors import ArgumentError, ImageError
 from keras_vit.execution import check_execution
@@ -154,8 +155,7 @@ def check_positive(**values):
     """Raises ArgumentError for any of `values` that is not a positive int (shared with
     keras_vit.evaluation)."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-            raise ArgumentError(f"{name} must be a positive int, got {value!r}.")
+        positive_int(value, name)
 
 
 def _result(path, probabilities, error, top, names):
