@@ -60,7 +60,7 @@ def from_pretrained(source, **kwargs):
     variant, weights, projection = _resolve(source)
     # An opened file is closed however ViT ends, a refused argument included.
     opened = weights if isinstance(weights, OpenedCheckpoint) else None
-    with contextlib.closing(opened) if opened else contextlib.nullcontext():
+    with contextlib.closing(opened) if opened is not None else contextlib.nullcontext():
         if projection and variant.family == "CLIP" and kwargs.get("include_top") is False:
             # CLIP's features are the projected embedding: the projection is the file's head.
             kwargs = {**kwargs, "include_top": True}
