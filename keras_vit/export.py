@@ -30,7 +30,6 @@ A SavedModel is a program: loading and calling one runs whatever its graph does.
 Load only SavedModels from a source you trust.
 """
 
-import numbers
 import os
 import tempfile
 
@@ -38,6 +37,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_vit._support.checks import positive_int
 from keras_vit._support.private_keras import check_private_keras
 from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folder, write_bytes
 from keras_vit.errors import ArgumentError, PathExistsError
@@ -104,15 +104,13 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     height, width = _image_size(model)
     labels = _resolve_labels(labels, _classes(model))
     # Every argument is checked before the folder is made: a refused call leaves nothing.
-    if version is not None and (not isinstance(version, int) or isinstance(version, bool)
-                                or version <= 0):
-        raise ArgumentError(f"version must be a positive int (TF Serving's folder names), got {version!r}.")
+    if version is not None:
+        positive_int(version, "version", what="a positive int (TF Serving's folder names)")
     if version is not None and os.path.exists(os.path.join(export_dir, str(version))) \
             and not overwrite:
         raise PathExistsError(f"{os.path.join(export_dir, str(version))} already exists; pass "
                               "another version, or overwrite=True.")
-    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0:
-        raise ArgumentError(f"max_pixels must be a positive int, got {max_pixels!r}.")
+    positive_int(max_pixels, "max_pixels")
     _check_top_k(top_k)
     # Asked for, never from KERAS_VIT_EXECUTION: a default that TF Serving refuses would
     # only show on the server.
@@ -208,8 +206,7 @@ def next_version(export_dir):
 
 
 def _check_top_k(top_k):
-    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k <= 0:
-        raise ArgumentError(f"top_k must be a positive int, got {top_k!r}.")
+    positive_int(top_k, "top_k")
 
 
 def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS,

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from keras_vit._support.checks import positive_int
 from keras_vit._support.files import read_file
 from keras_vit.errors import ArgumentError, ImageError
 from keras_vit.execution import check_execution
@@ -154,8 +155,7 @@ def check_positive(**values):
     """Raises ArgumentError for any of `values` that is not a positive int (shared with
     keras_vit.evaluation)."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-            raise ArgumentError(f"{name} must be a positive int, got {value!r}.")
+        positive_int(value, name)
 
 
 def _result(path, probabilities, error, top, names):
@@ -168,22 +168,24 @@ def _result(path, probabilities, error, top, names):
 
 def model_runner(model, batch_size, max_pixels, small=False, execution=None, images=0,
                  precision=None, compare_images=None):
-    """The runner for `model` (a Keras model, a `.keras` file or a SavedModel folder, loaded
-    through keras_vit.models.factory): `run_files` / `run_examples` give (outputs, error) per
-    image. Shared with keras_vit.evaluation. `precision` and `compare_images` as KerasRunner's."""
-    from keras_vit.models.factory import is_saved_model, load_keras
+    """The runner for `model` (a Keras model, a `.keras` file or a training run's folder, loaded
+    by keras_vit.models.factory.load, or a SavedModel folder, whose runner loads its
+    serve_bytes signature through the factory): `run_files` / `run_examples` give (outputs,
+    error) per image. Shared with keras_vit.evaluation. `precision` and `compare_images` as
+    KerasRunner's."""
+    from keras_vit.models.factory import is_saved_model, keras_file, load
 
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
-        if is_saved_model(model):
+        if keras_file(model) is None:
+            if not is_saved_model(model):
+                raise ArgumentError(f"model must be a Keras model, a .keras file or a SavedModel "
+                                    f"folder, got {model!r}.")
             if check_precision(precision) != "float32":
                 raise ArgumentError(f"precision={precision!r} applies to a Keras model; a "
                                     "SavedModel computes in the precision it was exported with.")
             return SavedModelRunner(model, batch_size)
-        if not model.endswith(".keras"):
-            raise ArgumentError(f"model must be a Keras model, a .keras file or a SavedModel "
-                                f"folder, got {model!r}.")
-        model = load_keras(model)
+        model = load(model)
     return KerasRunner(model, batch_size, max_pixels, small, execution=execution, images=images,
                        precision=precision, compare_images=compare_images)
 

@@ -12,11 +12,11 @@ best.keras of a run, SavedModel, TFLite, save_npz, save_safetensors) writes the 
 so the files load where nothing knows LoRA.
 """
 
-import numbers
 
 import keras
 import numpy as np
 
+from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.transformer import (
     LORA_TARGETS as ATTENTION_TARGETS,
@@ -43,8 +43,7 @@ def enable_lora(model, rank, targets=("query", "value"), lora_alpha=None):
     a scale of 1, as Keras). The factors `b` start at zero, so the model computes exactly
     what it computed before.
     """
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank <= 0:
-        raise ArgumentError(f"LoRA rank must be a positive integer, got {rank!r}.")
+    positive_int(rank, "LoRA rank", what="a positive integer")
     targets = (targets,) if isinstance(targets, str) else tuple(targets)
     unknown = [t for t in targets if t not in LORA_TARGETS]
     if unknown or not targets:

@@ -11,12 +11,13 @@ predict and the training pipeline normalise by it.
 
 import numpy as np
 
-__all__ = ["OFFICIAL_NORMALIZATION", "IMAGENET_NORMALIZATION", "rescaling_arguments",
+__all__ = ["OFFICIAL_NORMALIZATION", "IMAGENET_MEAN_STD", "rescaling_arguments",
            "input_normalization", "describe_normalization", "normalize_pixels"]
 
 # The official code feeds pixels in [-1, 1]: (x / 255 - 0.5) / 0.5.
 OFFICIAL_NORMALIZATION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
-IMAGENET_NORMALIZATION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+# ImageNet's mean/std, which timm, transformers and the families (variants.py) record.
+IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 
 def rescaling_arguments(normalization):

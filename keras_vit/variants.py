@@ -13,9 +13,10 @@ import dataclasses
 import re
 
 from keras_vit.errors import ArgumentError, ArgumentTypeError
+from keras_vit.normalization import IMAGENET_MEAN_STD
 
 __all__ = ["Variant", "VARIANTS", "FAMILIES", "DEMO_VARIANT", "get_variant", "variant_names",
-           "family_names", "constructor_names", "BiTVariant", "BIT_VARIANTS", "get_bit_variant",
+           "constructor_names", "BiTVariant", "BIT_VARIANTS", "get_bit_variant",
            "bit_constructor_names", "get_architecture", "table_variant"]
 
 
@@ -191,7 +192,6 @@ DEMO_VARIANT = Variant("ViT-demo_4", width=64, depth=4, mlp_dim=128, heads=4, pa
 # tests/models/test_families.py checks every row against timm's own model). Names follow the
 # families' own: "DeiT-S/16", "DeiT-S/16-distilled", "DeiT3-B/16", "DINOv2-S/14",
 # "DINOv2-S/14-reg4", "SigLIP-B/16", "CLIP-B/32".
-IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 CLIP_MEAN_STD = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
 # DINOv2 giant: width 1536, 24 heads, 40 blocks, a SwiGLU feed-forward of 2 x 4096 (packed).
 # SigLIP's shape-optimised So400m (Alabdulmohsin et al. 2023): width 1152, 27 blocks, 16 heads
@@ -266,11 +266,6 @@ _BY_KEY = {**{_canonical_key(v.name): v for v in [*VARIANTS.values(), *FAMILIES.
 def variant_names():
     """Official names of every architecture, in table order."""
     return list(VARIANTS)
-
-
-def family_names():
-    """Names of every family variant ("DeiT-Ti/16", ...), in table order."""
-    return list(FAMILIES)
 
 
 def constructor_names():

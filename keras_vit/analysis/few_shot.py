@@ -3,6 +3,7 @@
 import numpy as np
 from sklearn.linear_model import Ridge
 
+from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError
 
 __all__ = ["few_shot_linear_eval", "few_shot_indices", "fit_linear_probe"]
@@ -15,8 +16,7 @@ def few_shot_indices(labels, shots, seed=0, class_names=None):
     when given (a dataset's folder names), else by its label.
     """
     labels = np.asarray(labels)
-    if not isinstance(shots, (int, np.integer)) or shots <= 0:
-        raise ArgumentError(f"shots must be a positive int, got {shots!r}.")
+    positive_int(shots, "shots")
     rng = np.random.default_rng(seed)
     chosen = []
     for label in np.unique(labels):

@@ -11,6 +11,7 @@ import dataclasses
 import keras
 import numpy as np
 
+from keras_vit._support.checks import positive_int
 from keras_vit.analysis.distance import mean_attention_distance
 from keras_vit.analysis.rollout import attention_rollout
 from keras_vit.errors import ArgumentError, ArgumentTypeError
@@ -98,8 +99,7 @@ class AttentionProbe:
     def iterate(self, images, batch_size=8):
         """Yields `ProbeOutputs` batch by batch, so memory stays bounded."""
         images = self._check_images(images)
-        if not isinstance(batch_size, int) or batch_size <= 0:
-            raise ArgumentError(f"batch_size must be a positive int, got {batch_size!r}.")
+        positive_int(batch_size, "batch_size")
         for start in range(0, len(images), batch_size):
             outputs, attention, tokens = self._forward(images[start:start + batch_size])
             yield ProbeOutputs(attention=_numpy(attention), tokens=_numpy(tokens),

@@ -20,7 +20,7 @@ from keras_vit.checkpoints.formats import is_checkpoint_path, numerics_of, open_
 from keras_vit.errors import ArgumentError, ArgumentTypeError, PathNotFoundError
 
 __all__ = ["Checkpoint", "OpenedCheckpoint", "catalogue", "find_checkpoint", "list_models",
-           "resolve_weights", "pin_checksum", "cache_dir"]
+           "resolve_weights", "opened_checkpoint", "pin_checksum", "cache_dir"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,9 +179,11 @@ def find_checkpoint(variant, tag):
 
 
 def resolve_weights(variant, weights, image_size=None):
-    """Turns a constructor's `weights` argument into a `Checkpoint`, or None."""
-    if weights is None:
-        return None
+    """Turns a constructor's `weights` argument into a `Checkpoint`, or None; an
+    `OpenedCheckpoint` (from_pretrained's, resolved from the reader it read the variant from)
+    is already resolved."""
+    if weights is None or isinstance(weights, OpenedCheckpoint):
+        return weights
     if not isinstance(weights, (str, os.PathLike)):
         raise ArgumentTypeError("weights must be None, a catalogue tag or a path, got "
                                 f"{type(weights).__name__}.")
@@ -191,13 +193,14 @@ def resolve_weights(variant, weights, image_size=None):
     if is_checkpoint_path(weights):
         if not os.path.exists(weights):
             raise PathNotFoundError(f"No checkpoint file at {weights!r}.")
-        return _local_checkpoint(variant, weights)
+        return opened_checkpoint(variant, open_checkpoint(weights))
     return find_checkpoint(variant, weights)
 
 
-def _local_checkpoint(variant, path, **fields):
-    """The record of a user's own file, holding it open: the load reads the file checked here."""
-    reader = open_checkpoint(path)
+def opened_checkpoint(variant, reader, **fields):
+    """The record of a user's own file beside its open `reader` (closed here if the file does
+    not fit `variant`): the load reads the file checked here."""
+    path = reader.path
     try:
         info = reader.info()
         if info.heads is not None and info.heads != variant.heads:  # shapes cannot show this one
@@ -233,5 +236,5 @@ def _hub_checkpoint(variant, weights):
     if others:
         raise CheckpointError(f"{weights} holds {' or '.join(others)} weights (catalogue), not "
                               f"{variant.name}; build {others[0]} to use them.")
-    return _local_checkpoint(variant, cache.hub_snapshot(repo, revision or None, weights), hub=repo,
-                             revision=revision or None)
+    snapshot = cache.hub_snapshot(repo, revision or None, weights)
+    return opened_checkpoint(variant, open_checkpoint(snapshot), hub=repo, revision=revision or None)

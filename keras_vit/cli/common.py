@@ -221,10 +221,12 @@ def given_model_options(args):
 
 def load_model(args):
     """The model `--model` (with --weights, --image-size, --classes) names, through
-    `keras_vit.models.factory`; sizes that cannot fit here are refused naming their flag."""
-    from keras_vit.models.factory import build, load_keras
+    `keras_vit.models.factory.load`: an architecture, a `.keras` file or a training run's
+    folder (a SavedModel folder is --saved-model's); the flags a saved model ignores, and sizes
+    that cannot fit here, are refused naming their flag."""
+    from keras_vit.models.factory import keras_file, load
 
-    if args.model.endswith(".keras"):
+    if keras_file(args.model) is not None:
         given = given_model_options(args)
         if given:
             raise CommandError(f"{args.model} is a saved model; {', '.join(given)} cannot change it.")
@@ -232,22 +234,25 @@ def load_model(args):
         # AdamW), which `import keras_vit` registers; under the command keras_vit loads on
         # first use, so it is registered here.
         import keras_vit.training.optimizers  # noqa: F401
-        return load_keras(args.model)
+        return load(args.model)
     from keras_vit.memory import check_fits
     from keras_vit.variants import get_architecture
 
     architecture = get_architecture(args.model)  # a ViT variant, or a BiT ("BiT-R50x1")
     # The constructors check too; here the batch joins in, and the flag is named.
     check_fits(architecture, args.image_size, args.classes, getattr(args, "batch_size", None) or 1)
-    return build(architecture, weights=args.weights, image_size=args.image_size,
-                 classes=args.classes)
+    return load(args.model, weights=args.weights, image_size=args.image_size, classes=args.classes)
 
 
 def labels_beside(model_path):
-    """The labels.txt `keras-vit train` wrote beside a .keras file, or None."""
-    if not model_path or not model_path.endswith(".keras"):
+    """The labels.txt `keras-vit train` wrote beside a .keras file (a run folder's
+    model.keras), or None."""
+    from keras_vit.models.factory import keras_file
+
+    model_file = keras_file(model_path) if model_path else None
+    if model_file is None:
         return None
-    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "labels.txt")
+    path = os.path.join(os.path.dirname(os.path.abspath(model_file)), "labels.txt")
     return path if os.path.isfile(path) else None
 
 

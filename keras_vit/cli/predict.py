@@ -209,7 +209,9 @@ def predict(args):
         return predict_images(args.saved_model, images, args.batch_size, args.top, labels,
                               precision=args.precision)
     model = load_model(args)  # first: a refused --model, --image-size or --classes is the one line
-    if not args.model.endswith(".keras") and args.weights is None:
+    from keras_vit.models.factory import keras_file
+
+    if keras_file(args.model) is None and args.weights is None:
         warn("keras-vit predict", f"--model {args.model} without --weights has random weights, so "
              "these predictions mean nothing; add --weights (keras-vit info lists them).")
     if labels is not None and len(labels) != int(model.output_shape[-1]):

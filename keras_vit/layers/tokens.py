@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.interpolation import bicubic_resize_matrix
 
@@ -52,9 +53,7 @@ class PrefixTokens(keras.layers.Layer):
 
     def __init__(self, num_tokens=1, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
-            raise ArgumentError(f"num_tokens must be a positive int, got {num_tokens!r}.")
-        self.num_tokens = num_tokens
+        self.num_tokens = positive_int(num_tokens, "num_tokens")
 
     def build(self, input_shape):
         self.tokens = self.add_weight(name="tokens", shape=(1, self.num_tokens, input_shape[-1]),

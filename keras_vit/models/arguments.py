@@ -6,18 +6,10 @@ import numbers
 import keras
 import numpy as np
 
+from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError
 
-__all__ = ["input_arguments", "positive_int", "size_argument", "flag_argument", "classes_argument",
-           "name_argument"]
-
-
-def positive_int(name, value):
-    """`value` as an int (NumPy integers too); a bool, float or non-positive value is an error."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
-            or value <= 0:
-        raise ArgumentError(f"{name} must be a positive int, got {value!r}.")
-    return int(value)
+__all__ = ["input_arguments", "size_argument", "flag_argument", "classes_argument", "name_argument"]
 
 
 def size_argument(image_size):
@@ -46,7 +38,7 @@ def classes_argument(classes, include_top):
     if not include_top:
         raise ArgumentError(f"classes={classes!r} sets the size of the head, which "
                             "include_top=False leaves out; drop classes, or keep the top.")
-    return positive_int("classes", classes)
+    return positive_int(classes, "classes")
 
 
 def name_argument(name):

@@ -6,6 +6,7 @@ import inspect
 
 import keras
 
+from keras_vit._support.checks import positive_int
 from keras_vit.checkpoints import load_weights, resolve_weights
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.resnet import PreActBottleneckUnit, bit_conv, bit_group_norm
@@ -15,7 +16,6 @@ from keras_vit.models.arguments import (
     flag_argument,
     input_arguments,
     name_argument,
-    positive_int,
     size_argument,
 )
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, rescaling_arguments
@@ -73,7 +73,7 @@ def BiT(variant, weights=None, image_size=None, include_top=True, classes=None, 
     name_argument(name)
     variant = get_bit_variant(variant)
     image_size = size_argument(image_size) or (224, 224)
-    channels = positive_int("channels", channels)
+    channels = positive_int(channels, "channels")
     if pooling not in _POOLINGS:
         raise ArgumentError(f'pooling must be "avg", "max" or None, got {pooling!r}.')
     if include_top and pooling == "max":

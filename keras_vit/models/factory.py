@@ -1,11 +1,15 @@
-"""The one way from a name to a model: `build` an architecture by name, or `load` whatever a
-user names (an architecture, a `.keras` file, an exported SavedModel folder).
+"""The one way from a name, a file or a run to a model: `build` an architecture by name, or
+`load` whatever a user names (an architecture, a `.keras` file, a training run's folder, an
+exported SavedModel folder).
 
-Every caller that turns a user's string into a model comes here: the command line
+Every caller that turns a user's model argument into a model comes here: the command line
 (`keras_vit.cli.common.load_model`), streaming prediction and evaluation
-(`keras_vit.inference`), `compare`. So a `.keras` file is read by one function, with one
-set of errors (tests/models/test_factory.py checks no second `keras.saving.load_model`
-call site appears in the package).
+(`keras_vit.inference.model_runner`), a distillation teacher
+(`keras_vit.training.distillation.load_teacher`), a run started from an earlier run
+(`keras_vit.training.transfer`), `compare`. Each checks first what only it refuses (the
+command line names its flags, a teacher needs weights). So a `.keras` file is read by one
+function, with one set of errors (tests/models/test_factory.py checks no second
+`keras.saving.load_model` call site appears in the package).
 """
 
 import os
@@ -13,7 +17,13 @@ import zipfile
 
 from keras_vit.errors import ArgumentError, CheckpointError
 
-__all__ = ["build", "load", "load_keras", "load_serve_bytes", "is_saved_model"]
+__all__ = ["build", "load", "keras_file", "load_keras", "load_serve_bytes", "is_saved_model",
+           "RUN_FILE", "RUN_MODEL"]
+
+# What a training run's folder holds (keras_vit/training/run.py writes both): its record, and
+# the finished run's model.
+RUN_FILE = "run.json"
+RUN_MODEL = "model.keras"
 
 
 def build(architecture, **kwargs):
@@ -35,10 +45,29 @@ def is_saved_model(path):
     return isinstance(path, (str, os.PathLike)) and os.path.isdir(path)
 
 
+def keras_file(spec):
+    """The `.keras` file `spec` names: itself, or a training run folder's model.keras
+    (`CheckpointError` while the run has not finished); None for anything else (a name, a
+    catalogue tag, a checkpoint, a SavedModel folder)."""
+    if not isinstance(spec, (str, os.PathLike)):
+        return None
+    path = os.fspath(spec)
+    if path.endswith(".keras"):
+        return path
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, RUN_FILE)):
+        model = os.path.join(path, RUN_MODEL)
+        if not os.path.isfile(model):
+            raise CheckpointError(f"{path} is a run folder without {RUN_MODEL} (the run has not "
+                                  "finished); finish it, or pass its best.keras.")
+        return model
+    return None
+
+
 def load(spec, compile=True, **kwargs):
-    """The model `spec` names: a Keras model (returned as it is), the path of a `.keras` file
-    (`load_keras`), an exported SavedModel folder (its `serve_bytes` signature,
-    `load_serve_bytes`), or an architecture name (`build(spec, **kwargs)`).
+    """The model `spec` names: a Keras model (returned as it is), a `.keras` file or a training
+    run's folder (its model.keras; `load_keras`), an exported SavedModel folder (its
+    `serve_bytes` signature, `load_serve_bytes`), or an architecture name
+    (`build(spec, **kwargs)`).
 
     `kwargs` (weights, image_size, classes, ...) apply to an architecture only: a saved
     model's are its own, and giving them raises `ArgumentError`.
@@ -52,9 +81,10 @@ def load(spec, compile=True, **kwargs):
         raise ArgumentError(f"model must be a Keras model, an architecture name, a .keras file or "
                             f"a SavedModel folder, got {type(spec).__name__}.")
     path = os.fspath(spec)
-    if path.endswith(".keras"):
+    saved = keras_file(path)
+    if saved is not None:
         _no_arguments(path, kwargs)
-        return load_keras(path, compile=compile)
+        return load_keras(saved, compile=compile)
     if is_saved_model(path):
         _no_arguments(path, kwargs)
         return load_serve_bytes(path)

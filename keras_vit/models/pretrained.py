@@ -8,6 +8,10 @@ config.json, an OpenCLIP Hub folder's open_clip_config.json, a keras_vit `.npz` 
 metadata's variant), a catalogue entry (its variant).
 A source that records none (a bare state dict, an official `.npz`) is refused, naming the
 variants whose shapes fit; `keras_vit.ViT(name, weights=...)` loads it.
+
+A file or folder is opened once: the reader the variant is read from is the reader `ViT` loads
+(an `OpenedCheckpoint`), so nothing is parsed twice and a keras-hub preset is built by
+keras-hub once.
 """
 
 import contextlib
@@ -15,6 +19,7 @@ import os
 
 from keras_vit.checkpoints import catalogue
 from keras_vit.checkpoints.cache import hub_snapshot
+from keras_vit.checkpoints.catalogue import OpenedCheckpoint, opened_checkpoint
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import is_checkpoint_path, open_checkpoint
 from keras_vit.checkpoints.layout import fitting_variants
@@ -53,14 +58,18 @@ def from_pretrained(source, **kwargs):
             raise ArgumentError(f"from_pretrained takes the {name} from the source; to choose it, "
                                 "use keras_vit.ViT(variant, weights=source).")
     variant, weights, projection = _resolve(source)
-    if projection and variant.family == "CLIP" and kwargs.get("include_top") is False:
-        # CLIP's features are the projected embedding: the projection is the file's head.
-        kwargs = {**kwargs, "include_top": True}
-    return ViT(variant, weights=weights, **kwargs)
+    # An opened file is closed however ViT ends, a refused argument included.
+    opened = weights if isinstance(weights, OpenedCheckpoint) else None
+    with contextlib.closing(opened) if opened is not None else contextlib.nullcontext():
+        if projection and variant.family == "CLIP" and kwargs.get("include_top") is False:
+            # CLIP's features are the projected embedding: the projection is the file's head.
+            kwargs = {**kwargs, "include_top": True}
+        return ViT(variant, weights=weights, **kwargs)
 
 
 def _resolve(source):
-    """(variant, weights for ViT, whether the file has a head) of a source."""
+    """(variant, weights for ViT, whether the file has a head) of a source: a file or folder's
+    weights are its `OpenedCheckpoint`, which the caller closes."""
     if not isinstance(source, (str, os.PathLike)):
         raise ArgumentTypeError("from_pretrained takes a path, an hf:// address or a catalogue "
                                 f"tag, got {type(source).__name__}.")
@@ -73,8 +82,13 @@ def _resolve(source):
         # Not catalogued: fetched (or found in huggingface_hub's cache), then read as a folder.
         source = hub_snapshot(repo, revision or None, source)
     if is_checkpoint_path(source) or os.path.exists(source):
-        variant, has_head = recorded_variant(source)
-        return variant, source, has_head
+        reader = open_checkpoint(source)
+        try:
+            variant, has_head = _recorded(reader)
+        except BaseException:
+            reader.close()
+            raise
+        return variant, opened_checkpoint(variant, reader), has_head
     entries = [c for c in catalogue() if c.tag == source and not c.hub]
     variants = sorted({c.variant for c in entries})
     if len(variants) == 1:
@@ -91,7 +105,12 @@ def recorded_variant(path):
     """(the `Variant` a checkpoint records, whether it has a head); a one-line
     `CheckpointError` naming the variants whose shapes fit where it records none."""
     with contextlib.closing(open_checkpoint(path)) as reader:
-        info = reader.info()
+        return _recorded(reader)
+
+
+def _recorded(reader):
+    """`recorded_variant` of an open reader."""
+    info, path = reader.info(), reader.path
     if info.variant is not None:
         return info.variant, info.classes is not None
     fit = fitting_variants(info.shapes)

@@ -4,10 +4,11 @@ import contextlib
 
 import keras
 
+from keras_vit._support.checks import positive_int
 from keras_vit.checkpoints import load_resnet_weights, resolve_weights
 from keras_vit.errors import ArgumentError
 from keras_vit.layers import ResNetTrunk
-from keras_vit.models.arguments import name_argument, positive_int, size_argument
+from keras_vit.models.arguments import name_argument, size_argument
 from keras_vit.variants import get_variant
 
 __all__ = ["ResNetV2"]
@@ -38,7 +39,7 @@ def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, 
         raise ArgumentError(f"{variant.short_name} has no ResNet; use a hybrid variant such as "
                             '"R50+B/16", "R26+S/32" or "R+Ti/16".')
     image_size = size_argument(image_size)
-    channels = positive_int("channels", channels)
+    channels = positive_int(channels, "channels")
     name_argument(name)
     shape = (None, None) if image_size is None else image_size
     images = keras.Input((*shape, channels), name="images")

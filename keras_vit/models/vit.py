@@ -6,6 +6,7 @@ import inspect
 
 import keras
 
+from keras_vit._support.checks import positive_int
 from keras_vit.checkpoints import load_weights, resolve_weights
 from keras_vit.checkpoints.formats.npz_metadata import VARIANT_ATTRIBUTE
 from keras_vit.errors import ArgumentError
@@ -26,7 +27,6 @@ from keras_vit.models.arguments import (
     flag_argument,
     input_arguments,
     name_argument,
-    positive_int,
     size_argument,
 )
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, rescaling_arguments
@@ -137,10 +137,10 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
     variant = get_variant(variant)
     # The weights are the variant's (its patch size); the model may take another.
     built = variant if patch_size is None else dataclasses.replace(
-        variant, patch_size=positive_int("patch_size", patch_size))
+        variant, patch_size=positive_int(patch_size, "patch_size"))
     _check_dynamic_arguments(dynamic_image_size, built, input_shape, input_tensor)
     image_size = size_argument(image_size)
-    channels = positive_int("channels", channels)
+    channels = positive_int(channels, "channels")
     classes = classes_argument(classes, include_top)
     check_fits(built, image_size, classes)  # before any weights are read or arrays made
     source = resolve_weights(variant, weights, image_size)

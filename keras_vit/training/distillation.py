@@ -128,36 +128,37 @@ def teacher_spec(teacher):
 
 
 def load_teacher(teacher, weights=None):
-    """The teacher model: a `.keras` file, an earlier run's folder (its model.keras), or an
-    architecture name with `weights` (what `--weights` accepts, with its trained head)."""
-    from keras_vit.models.factory import build, is_saved_model, load_keras
+    """The teacher model, through `keras_vit.models.factory.load`: a `.keras` file, an earlier
+    run's folder (its model.keras), or an architecture name with `weights` (what `--weights`
+    accepts, with its trained head). Refused first, naming the teacher: weights for a saved
+    model, a SavedModel folder (its signatures take pixels at a size they do not record), an
+    architecture without weights."""
+    from keras_vit.models.factory import is_saved_model, load
     from keras_vit.training.transfer import run_model_file
 
     if isinstance(teacher, keras.Model):
         return teacher
-    path = run_model_file(teacher)
-    if path is not None:
+    if run_model_file(teacher) is not None:
         if weights is not None:
             raise ArgumentError(f"teacher {teacher} is a saved model; teacher weights cannot "
                                 "change it.")
         import keras_vit.training.optimizers  # noqa: F401  (a run's model.keras names them)
-
-        return load_keras(path, compile=False)
-    if is_saved_model(teacher):
+    elif is_saved_model(teacher):
         raise CheckpointError(f"teacher {teacher} is a folder but neither a run folder nor a "
                               "model: give a .keras file or a run folder (a SavedModel's "
                               "signatures take pixels at a size they do not record).")
-    from keras_vit.variants import get_architecture
+    else:
+        from keras_vit.variants import get_architecture
 
-    try:
-        architecture = get_architecture(teacher)
-    except ValueError:
-        raise PathNotFoundError(f"No teacher at {teacher}: give a .keras file, a run folder, or "
-                                "an architecture name with teacher weights.") from None
-    if weights is None:
-        raise ArgumentError(f"teacher {teacher!r} names an architecture without weights: "
-                            "give --teacher-weights (a teacher must be trained).")
-    return build(architecture, weights=weights)
+        try:
+            get_architecture(teacher)
+        except ValueError:
+            raise PathNotFoundError(f"No teacher at {teacher}: give a .keras file, a run folder, "
+                                    "or an architecture name with teacher weights.") from None
+        if weights is None:
+            raise ArgumentError(f"teacher {teacher!r} names an architecture without weights: "
+                                "give --teacher-weights (a teacher must be trained).")
+    return load(teacher, compile=False, weights=weights)
 
 
 def check_teacher(teacher, name, classes, dataset):

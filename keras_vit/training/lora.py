@@ -1,8 +1,8 @@
 """LoRA in a training run: the arguments checked and recorded; the work is
 keras_vit/lora.py's."""
 
-import numbers
 
+from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError
 from keras_vit.lora import LORA_TARGETS, enable_lora, parameter_counts
 
@@ -13,8 +13,7 @@ def check_lora(rank, targets):
     """None without a rank; else {"rank", "targets"} as run.json and report.json record them."""
     if rank is None:
         return None
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank <= 0:
-        raise ArgumentError(f"lora_rank must be a positive integer, got {rank!r}.")
+    positive_int(rank, "lora_rank", what="a positive integer")
     targets = [targets] if isinstance(targets, str) else list(targets)
     unknown = [t for t in targets if t not in LORA_TARGETS]
     if unknown or not targets:

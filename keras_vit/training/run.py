@@ -52,6 +52,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import reports as report
+from keras_vit._support.checks import positive_int
 from keras_vit._support.files import read_text
 from keras_vit._support.json_files import parse_json, read_json
 from keras_vit.atomic import atomic_open
@@ -437,9 +438,8 @@ def _check_recipe_values(recipe):
     learning rate trains uphill, and neither should get as far as building a model."""
     for name, value in (("steps", recipe.steps), ("epochs", recipe.epochs),
                         ("batch_size", recipe.batch_size), ("image_size", recipe.image_size)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-                                  or value <= 0):
-            raise ArgumentError(f"{name} must be a positive integer, got {value!r}.")
+        if value is not None:
+            positive_int(value, name, what="a positive integer")
     drop = recipe.drop_path_rate
     if isinstance(drop, bool) or not isinstance(drop, numbers.Real) or not 0 <= drop < 1:
         raise ArgumentError(f"drop_path must be a rate in [0, 1), got {drop!r}.")

@@ -17,30 +17,19 @@ import numpy as np
 from keras_vit._support.json_files import read_json
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.errors import ArgumentError, PathNotFoundError
+from keras_vit.models.factory import RUN_FILE, keras_file
 
 __all__ = ["run_model_file", "source_architecture", "backbone_weights"]
 
-RUN_MODEL = "model.keras"  # what a finished run's folder holds (keras_vit/training/run.py)
-RUN_FILE = "run.json"
-
 
 def run_model_file(weights):
-    """The `.keras` file `weights` names (itself, or a run folder's model.keras), or None
+    """The `.keras` file `weights` names (itself, or a run folder's model.keras:
+    `keras_vit.models.factory.keras_file`), which must exist before a run starts from it; None
     when `weights` is something else (a catalogue tag, an .npz, ...)."""
-    if not isinstance(weights, (str, os.PathLike)):
-        return None
-    path = os.fspath(weights)
-    if path.endswith(".keras"):
-        if not os.path.isfile(path):
-            raise PathNotFoundError(f"No .keras file at {path}.")
-        return path
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, RUN_FILE)):
-        model = os.path.join(path, RUN_MODEL)
-        if not os.path.isfile(model):
-            raise CheckpointError(f"{path} is a run folder without {RUN_MODEL} (the run has not "
-                                  "finished); finish it, or pass its best.keras.")
-        return model
-    return None
+    path = keras_file(weights)
+    if path is not None and not os.path.isfile(path):
+        raise PathNotFoundError(f"No .keras file at {path}.")
+    return path
 
 
 def source_architecture(weights):
@@ -86,15 +75,15 @@ def backbone_weights(weights):
         yield npz
 
 
-def _load(path):
-    from keras_vit.models.factory import load_keras
-
-    return load_keras(path, compile=False)
-
-
 def _recorded_model(folder):
     try:
         record = read_json(os.path.join(folder, RUN_FILE), "a run record", CheckpointError)
         return record.get("config", {}).get("model")
     except (OSError, CheckpointError, AttributeError):
         return None
+
+
+def _load(path):
+    from keras_vit.models.factory import load
+
+    return load(path, compile=False)

@@ -13,7 +13,7 @@ import pytest
 import keras_vit
 from keras_vit.checkpoints.formats import inspect_checkpoint
 from keras_vit.export import model_input
-from keras_vit.normalization import IMAGENET_NORMALIZATION, OFFICIAL_NORMALIZATION, input_normalization
+from keras_vit.normalization import IMAGENET_MEAN_STD, OFFICIAL_NORMALIZATION, input_normalization
 from keras_vit.variants import timm_variant
 from tests.checkpoints.test_formats import TOL, _randomise
 from tests.oracle import import_timm
@@ -43,7 +43,7 @@ def _timm_logits(model, pixels):
     """timm's own path on 0-255 pixels: (x / 255 - mean) / std, NCHW."""
     import torch
 
-    mean, std = (np.asarray(v, np.float32).reshape(1, 3, 1, 1) for v in IMAGENET_NORMALIZATION)
+    mean, std = (np.asarray(v, np.float32).reshape(1, 3, 1, 1) for v in IMAGENET_MEAN_STD)
     x = (pixels.transpose(0, 3, 1, 2) / 255.0 - mean) / std
     with torch.no_grad():
         return model(torch.from_numpy(x.astype(np.float32))).numpy()
@@ -57,7 +57,7 @@ def test_the_folder_records_imagenet_normalisation(deit_folder):
     _, folder = deit_folder
     assert os.path.exists(os.path.join(folder, "config.json"))  # timm wrote its config
     info = inspect_checkpoint(folder)
-    np.testing.assert_allclose(info.normalization, IMAGENET_NORMALIZATION, rtol=1e-7)
+    np.testing.assert_allclose(info.normalization, IMAGENET_MEAN_STD, rtol=1e-7)
     assert info.heads == 3
 
 
@@ -91,12 +91,12 @@ def test_a_model_fed_otherwise_warns_once_and_records_what_it_expects(deit_folde
         keras_vit.ViT(_variant(), weights=folder, include_preprocessing=True)
     assert not [w for w in caught if "normalised" in str(w.message)]
     # The record: the model's config, what export and predict feed it, and save_npz's file.
-    np.testing.assert_allclose(input_normalization(ours), IMAGENET_NORMALIZATION, rtol=1e-7)
+    np.testing.assert_allclose(input_normalization(ours), IMAGENET_MEAN_STD, rtol=1e-7)
     pixels = _pixels(1)
     np.testing.assert_allclose(np.asarray(ours(model_input(ours)(pixels))),
                                _timm_logits(model, pixels), atol=TOL)
     npz = keras_vit.save_npz(ours, str(tmp_path / "deit.npz"))
-    np.testing.assert_allclose(inspect_checkpoint(npz).normalization, IMAGENET_NORMALIZATION,
+    np.testing.assert_allclose(inspect_checkpoint(npz).normalization, IMAGENET_MEAN_STD,
                                rtol=1e-7)
     again = keras_vit.ViT(_variant(), weights=npz, include_preprocessing=True)
     np.testing.assert_allclose(np.asarray(again(pixels)), _timm_logits(model, pixels), atol=TOL)
@@ -105,7 +105,7 @@ def test_a_model_fed_otherwise_warns_once_and_records_what_it_expects(deit_folde
     paper = dataclasses.replace(keras_vit.get_variant("Ti/16"), depth=2)
     assert input_normalization(keras_vit.ViT(paper)) == OFFICIAL_NORMALIZATION
     np.testing.assert_allclose(input_normalization(keras_vit.ViT(_variant())),
-                               IMAGENET_NORMALIZATION, rtol=1e-7)
+                               IMAGENET_MEAN_STD, rtol=1e-7)
 
 
 def test_the_training_pipeline_feeds_what_the_weights_expect():
@@ -117,8 +117,8 @@ def test_the_training_pipeline_feeds_what_the_weights_expect():
     data = tf.data.Dataset.from_tensor_slices((pixels.astype(np.uint8), np.zeros(2, np.int32)))
     official, = make_pipeline(data, 32, 2, training=False).take(1)
     imagenet, = make_pipeline(data, 32, 2, training=False,
-                              normalization=IMAGENET_NORMALIZATION).take(1)
+                              normalization=IMAGENET_MEAN_STD).take(1)
     np.testing.assert_allclose(official[0].numpy(), pixels / 127.5 - 1, atol=1e-5)
-    mean, std = (np.asarray(v, np.float32) for v in IMAGENET_NORMALIZATION)
+    mean, std = (np.asarray(v, np.float32) for v in IMAGENET_MEAN_STD)
     # float32 rounding of values of magnitude <= 2.7: a few ulps
     np.testing.assert_allclose(imagenet[0].numpy(), (pixels / 255 - mean) / std, atol=1e-5)

@@ -94,19 +94,47 @@ def test_the_loader_scan_sees_a_second_loader(tmp_path):
 
 
 def test_the_command_and_the_library_load_through_the_factory(tmp_path, monkeypatch):
-    """cli.common.load_model and predict_images' runner both call factory.load_keras."""
+    """The command's load_model, predict_images' runner, a distillation teacher and a run
+    started from an earlier run all turn their model argument into a model by factory.load,
+    which reads a .keras file by factory.load_keras."""
     from keras_vit import inference
     from keras_vit.cli import common
+    from keras_vit.training import distillation, transfer
 
     model = factory.build("demo", image_size=32, classes=2)
     model.save(tmp_path / "m.keras")
-    calls = []
-    load_keras = factory.load_keras
-    monkeypatch.setattr(factory, "load_keras", lambda path, **kw: calls.append(str(path))
+    run = tmp_path / "run"
+    run.mkdir()
+    model.save(run / "model.keras")
+    (run / "run.json").write_text("{}")
+    loads, reads = [], []
+    load, load_keras = factory.load, factory.load_keras
+    monkeypatch.setattr(factory, "load", lambda spec, **kw: loads.append(str(spec))
+                        or load(spec, **kw))
+    monkeypatch.setattr(factory, "load_keras", lambda path, **kw: reads.append(str(path))
                         or load_keras(path, **kw))
-    args = type("Args", (), {"model": str(tmp_path / "m.keras"), "weights": None,
-                             "image_size": None, "classes": None})()
-    common.load_model(args)
-    inference.model_runner(str(tmp_path / "m.keras"), 1, 10 ** 6)
-    assert calls == [str(tmp_path / "m.keras")] * 2
 
+    def args(model, **given):
+        return type("Args", (), {"model": model, "weights": None, "image_size": None,
+                                 "classes": None, **given})()
+
+    keras_file, folder = str(tmp_path / "m.keras"), str(run)
+    common.load_model(args(keras_file))
+    assert common.load_model(args("demo", image_size=32, classes=3)).output_shape == (None, 3)
+    inference.model_runner(keras_file, 1, 10 ** 6)
+    distillation.load_teacher(keras_file)
+    assert transfer.source_architecture(folder) == keras_vit.variants.get_architecture("demo").name
+    assert loads == [keras_file, "demo", keras_file, keras_file, str(run / "model.keras")]
+    assert reads == [keras_file] * 3 + [str(run / "model.keras")]
+
+
+def test_a_run_folder_loads_its_model_and_an_unfinished_one_is_refused(tmp_path):
+    model = factory.build("demo", image_size=32, classes=2)
+    (tmp_path / "run.json").write_text("{}")
+    with pytest.raises(keras_vit.CheckpointError, match="run folder without model.keras"):
+        factory.load(str(tmp_path))
+    model.save(tmp_path / "model.keras")
+    pixels = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_array_equal(factory.load(str(tmp_path))(pixels), model(pixels))
+    with pytest.raises(keras_vit.ArgumentError, match="is a saved model; classes cannot"):
+        factory.load(str(tmp_path), classes=3)

@@ -174,9 +174,9 @@ def test_defaults_follow_the_family():
     assert model.get_layer("posembed_input").pos_embedding.shape == (1, 37 * 37, 384)
     assert model.get_layer("reg_token").tokens.shape == (1, 4, 384)
     assert model.name == "DINOv2-S_14-reg4"
-    from keras_vit.normalization import IMAGENET_NORMALIZATION, input_normalization
+    from keras_vit.normalization import IMAGENET_MEAN_STD, input_normalization
 
-    np.testing.assert_allclose(input_normalization(model), IMAGENET_NORMALIZATION)
+    np.testing.assert_allclose(input_normalization(model), IMAGENET_MEAN_STD)
     clip = keras_vit.ViT(dataclasses.replace(FAMILIES["CLIP-B/32"], depth=1))
     assert clip.get_layer("encoderblock_0").layer_norm_epsilon == 1e-5
     assert clip.get_layer("encoderblock_0").mlp.activation == "quick_gelu"

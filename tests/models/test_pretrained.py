@@ -4,6 +4,7 @@ library's own config, and its outputs with the writing library's forward (tolera
 tests/checkpoints/test_transformers_families.py, relative 1e-4 in float32)."""
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -212,3 +213,74 @@ def test_a_keras_hub_preset_builds_its_architecture(tmp_path):
     _same_architecture(ours, expected)
     images = _images(2, (32, 32))
     _assert_close(np.asarray(ours(images)), np.asarray(backbone(images))[:, 0])
+
+
+def _timm_folder(directory):
+    """A timm Hub folder written by keras_vit: config.json names vit_tiny_patch16_224 with one
+    block at 32 px (timm's model_args), model.safetensors its weights."""
+    import json
+
+    variant = dataclasses.replace(keras_vit.get_variant("Ti/16"), depth=1, image_size=32)
+    model = keras_vit.ViT(variant, image_size=32, classes=3)
+    directory.mkdir()
+    keras_vit.save_safetensors(model, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(
+        {"architecture": "vit_tiny_patch16_224", "model_args": {"depth": 1, "img_size": 32}}))
+    return model
+
+
+def _count_safetensors_files(monkeypatch):
+    """[path opened, ...] and [path closed, ...] of every `SafetensorsFile`, however imported."""
+    from keras_vit.checkpoints.formats.safetensors import SafetensorsFile
+
+    opened, closed = [], []
+    init, close = SafetensorsFile.__init__, SafetensorsFile.close
+
+    def counted_init(self, path):
+        init(self, path)
+        opened.append(path)
+
+    def counted_close(self):
+        closed.append(self.path)
+        close(self)
+
+    monkeypatch.setattr(SafetensorsFile, "__init__", counted_init)
+    monkeypatch.setattr(SafetensorsFile, "close", counted_close)
+    return opened, closed
+
+
+def test_a_folder_is_opened_once_and_closed_on_every_path(tmp_path, monkeypatch):
+    """The variant is read from the reader the weights are loaded from; a refused argument
+    after the opening closes the file too."""
+    saved = _timm_folder(tmp_path / "timm")
+    opened, closed = _count_safetensors_files(monkeypatch)
+    ours = keras_vit.from_pretrained(str(tmp_path / "timm"))
+    assert [os.path.basename(p) for p in opened] == ["model.safetensors"]
+    assert set(closed) == set(opened)
+    for ours_weight, saved_weight in zip(ours.weights, saved.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(ours_weight), np.asarray(saved_weight))
+    opened.clear(), closed.clear()
+    with pytest.raises(keras_vit.ArgumentError, match="dropout"):
+        keras_vit.from_pretrained(str(tmp_path / "timm"), dropout=2.0)
+    assert len(opened) == 1 and set(closed) == set(opened)
+
+
+def test_a_keras_hub_preset_is_built_by_keras_hub_once(tmp_path, monkeypatch):
+    """keras-hub builds its model to give its weights: from_pretrained has it do so once, for
+    the variant and the weights alike."""
+    keras_hub = pytest.importorskip("keras_hub")
+    from tests.checkpoints.test_keras_hub_families import TOWER
+
+    directory = str(tmp_path / "siglip")
+    keras_hub.models.SigLIPVisionEncoder(**TOWER).save_to_preset(directory)
+    builds = []
+    from_preset = keras_hub.models.Backbone.from_preset.__func__
+
+    def counted(cls, *args, **kwargs):
+        builds.append(args[0] if args else kwargs)
+        return from_preset(cls, *args, **kwargs)
+
+    monkeypatch.setattr(keras_hub.models.Backbone, "from_preset", classmethod(counted))
+    ours = keras_vit.from_pretrained(directory, include_top=False)
+    assert builds == [directory]
+    assert getattr(ours, VARIANT_ATTRIBUTE).family == "SigLIP"
