@@ -202,10 +202,8 @@ def test_a_member_that_is_not_an_array_is_one_line(written, tmp_path):
 def test_the_row_table_serves_both_directions():
     """official -> big_vision -> official is the identity (every key, bit for bit), and the
     big_vision side is big_vision's spelling (Linen block names, a top-level pos_embedding)."""
-    from keras_vit.checkpoints.formats.big_vision import (
-        big_vision_to_official,
-        official_to_big_vision,
-    )
+    from keras_vit.checkpoints.formats.big_vision import big_vision_to_official
+    from tests.checkpoints.formats.writers import official_to_big_vision
     from tests.checkpoints.test_row_tables import assert_same, official_vit
 
     official = official_vit()

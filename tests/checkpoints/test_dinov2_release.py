@@ -22,10 +22,11 @@ import keras_vit
 from keras_vit import CheckpointError
 from keras_vit.checkpoints.formats import detect_format, inspect_checkpoint
 from keras_vit.checkpoints.formats.base import shape_stand_ins
-from keras_vit.checkpoints.formats.dinov2 import dinov2_to_official, official_to_dinov2
+from keras_vit.checkpoints.formats.dinov2 import dinov2_to_official
 from keras_vit.checkpoints.formats.timm import timm_to_official
 from keras_vit.checkpoints.layout import official_arrays
 from keras_vit.models.pretrained import recorded_variant
+from tests.checkpoints.formats.writers import official_to_dinov2
 from tests.checkpoints.test_formats import _images, _randomise
 from tests.checkpoints.test_timm_families import _assert_close
 from tests.oracle import import_timm, run_timm

@@ -129,10 +129,7 @@ def test_a_partial_or_foreign_tower_is_refused_naming_the_key(written, tmp_path,
 def test_the_row_table_serves_both_directions():
     """official -> open_clip -> official is the identity on a CLIP layout (class token, pre-norm,
     a bias-free projection head); a head with a bias has no place in open_clip's layout."""
-    from keras_vit.checkpoints.formats.open_clip import (
-        official_to_open_clip,
-        open_clip_to_official,
-    )
+    from keras_vit.checkpoints.formats.open_clip import open_clip_to_official
     from keras_vit.checkpoints.layout import (
         EMBEDDING_BIAS,
         HEAD_BIAS_KEY,
@@ -140,6 +137,7 @@ def test_the_row_table_serves_both_directions():
         PRE_NORM_SCALE,
     )
     from keras_vit.errors import ArgumentError
+    from tests.checkpoints.formats.writers import official_to_open_clip
     from tests.checkpoints.test_row_tables import HEADS, D, assert_same, official_vit
 
     official = official_vit()

@@ -18,11 +18,9 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints.formats import inspect_checkpoint, read_checkpoint
-from keras_vit.checkpoints.formats.transformers_families import (
-    family_to_official,
-    official_to_family,
-)
+from keras_vit.checkpoints.formats.transformers_families import family_to_official
 from keras_vit.checkpoints.layout import official_arrays
+from tests.checkpoints.formats.writers import official_to_family
 from tests.checkpoints.test_formats import _images, _randomise, _torch
 
 RELATIVE_TOLERANCE = 1e-4

@@ -34,7 +34,7 @@ from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX
 from keras_vit.checkpoints.layout import normalize_keys, official_arrays
 from keras_vit.errors import ArgumentError
 
-__all__ = ["FORMAT", "NpzFile", "read_npz", "read_npz_headers", "inspect_npz", "save_npz",
+__all__ = ["FORMAT", "NpzFile", "read_npz", "inspect_npz", "save_npz",
            "PICKLE_PROBLEM"]
 
 PICKLE_PROBLEM = ("object arrays, which need pickle to load (official checkpoints hold plain "
@@ -185,15 +185,6 @@ def _recognises(source):
 FORMAT = CheckpointFormat(
     name="npz", description="official .npz (vit_jax, big_vision, keras_vit's save_npz)",
     recognises=_recognises, open=NpzReader, numerics=(True, 1e-6), write="save_npz")
-
-
-def read_npz_headers(path):
-    """{stored key: `ArrayHeader`} of every member of an `.npz` file, reading no array."""
-    npz = NpzFile(path)
-    try:
-        return npz.headers
-    finally:
-        npz.close()
 
 
 def read_npz(path, keys=None):
