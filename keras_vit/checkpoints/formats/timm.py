@@ -4,7 +4,7 @@ timm stores torch Linear weights (out, in), a fused `qkv` (3D, D), `cls_token`,
 `pos_embed`, `patch_embed.proj` (D, C, p, p), `norm` and `head`; no pre_logits.
 A bare state dict records neither its head count nor its normalisation: the
 variant's heads are assumed and said so. A Hub folder's `config.json` names the
-architecture (whose heads variants.py's timm table knows) and `pretrained_cfg`
+architecture (whose heads timm_names.py's table knows) and `pretrained_cfg`
 its mean/std.
 """
 
@@ -63,8 +63,8 @@ def open_weights(source):
     return None if path is None else source.once("safetensors", lambda: open_safetensors(path))
 
 
-# The fields keras_vit reads from timm's config.json: the architecture's name (variants.py's
-# timm table gives its heads) and pretrained_cfg's mean/std (normalization_from checks them).
+# The fields keras_vit reads from timm's config.json: the architecture's name (timm_names.py's
+# table gives its heads) and pretrained_cfg's mean/std (normalization_from checks them).
 _TIMM_FIELDS = {"architecture": checks.string, "pretrained_cfg": checks.mapping, "model_args": checks.mapping}
 
 # timm's create_model arguments (config.json "model_args", which timm applies when it loads the
