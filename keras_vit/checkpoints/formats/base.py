@@ -31,7 +31,7 @@ from keras_vit.normalization import OFFICIAL_NORMALIZATION
 
 __all__ = ["ArrayHeader", "CheckpointInfo", "CheckpointFormat", "CheckpointReader", "ArraysReader",
            "RowTableReader", "Source", "shape_stand_ins", "OFFICIAL_NORMALIZATION", "normalization_from",
-           "channel_values"]
+           "channel_values", "open_file"]
 
 @dataclasses.dataclass(frozen=True)
 class ArrayHeader:
@@ -291,6 +291,14 @@ def shape_stand_ins(shapes):
     that translate arrays, without reading or allocating any."""
     zero = np.zeros((), np.float32)
     return {k: np.broadcast_to(zero, tuple(s)) for k, s in shapes.items()}
+
+
+def open_file(path):
+    """A checkpoint file opened for reading, or a one-line refusal saying why it cannot be."""
+    try:
+        return open(path, "rb")
+    except OSError as error:
+        raise CheckpointError(f"{path} cannot be opened ({error.strerror or error}).") from error
 
 
 def refuse_special_files(path):

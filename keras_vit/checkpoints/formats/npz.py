@@ -22,6 +22,7 @@ from keras_vit.checkpoints.formats.base import (
     CheckpointFormat,
     CheckpointInfo,
     CheckpointReader,
+    open_file,
 )
 from keras_vit.checkpoints.formats.npz_metadata import (
     MAX_METADATA_BYTES,
@@ -80,10 +81,7 @@ class NpzFile:
 
     def __init__(self, path):
         self.path = path
-        try:
-            self._file = open(path, "rb")
-        except OSError as error:
-            raise CheckpointError(f"{path} cannot be opened ({error.strerror or error}).") from error
+        self._file = open_file(path)
         try:
             self._archive = zipfile.ZipFile(self._file)
             self.headers = self._read_headers()
