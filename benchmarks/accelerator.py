@@ -88,7 +88,7 @@ FLOAT32_OF = {"keras_vit-jit": "keras_vit", "timm-compiled": "timm"}
 # torch.compile compiles anew per precision (its guards include allow_tf32 and autocast):
 # it runs where GPUs are used, not in full float32.
 COMPILED_SETTINGS = ("tf32", "bfloat16")
-# The parity tests' bound (tests/checkpoints/test_timm_families.py), relative to the largest
+# The parity tests' bound (tests/checkpoints/formats/test_timm_families.py), relative to the largest
 # output: float32 rounding is ~1e-7 relative per operation, a wrong mapping 1e-3 or more.
 from benchmarks.accelerator_tables import to_markdown  # noqa: E402
 from benchmarks.families import RELATIVE_TOLERANCE  # noqa: E402

@@ -37,7 +37,7 @@ FAMILIES = {
     # every width-384 ViT's.
     "ViT-S/16 (control)": ("vit_small_patch16_224", 224),
 }
-# The parity tests' bound (tests/checkpoints/test_timm_families.py): relative to the largest output.
+# The parity tests' bound (tests/checkpoints/formats/test_timm_families.py): relative to the largest output.
 RELATIVE_TOLERANCE = 1e-4
 
 
@@ -69,7 +69,7 @@ def random_timm_pair(architecture, image_size, folder, timm_kwargs=None, variant
     from safetensors.torch import save_file
 
     import keras_vit
-    from tests.checkpoints.test_formats import _randomise
+    from tests.checkpoints.formats.test_formats import _randomise
     from tests.oracle import import_timm
 
     timm = import_timm()

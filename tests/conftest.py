@@ -33,7 +33,7 @@ def pytest_xdist_auto_num_workers(config):
 # that they finish together. A module not listed runs after these, in file order.
 LONGEST_MODULES = (
     "test_export.py",                        # 117
-    "checkpoints/test_formats.py",           # 112
+    "checkpoints/formats/test_formats.py",   # 112
     "checkpoints/test_cache.py",             # 96
     "models/test_variants.py",               # 89
     "training/test_run.py",                  # 85
@@ -70,11 +70,11 @@ TIME_BOUNDS = {
         "10.05 s (the 10 s deadlines); bound 110 s; 11x",
     "tests/checkpoints/test_download.py::test_offline_error_appears_within_ten_seconds":
         "0.30 s; bound 10 s; 33x",
-    "tests/checkpoints/test_formats.py::test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked":
+    "tests/checkpoints/formats/test_formats.py::test_hf_weights_come_from_huggingface_hubs_cache_and_are_checked":
         "0.0008 s (the offline hf:// refusal); bound 10 s; over 1000x",
     "tests/checkpoints/test_loader.py::test_hostile_checkpoint_is_refused_by_name_and_changes_nothing":
         "0.042 s (the cheap refusals); bound 1 s; 24x",
-    "tests/checkpoints/test_safetensors_headers.py::test_a_large_header_is_parsed_in_one_linear_pass":
+    "tests/checkpoints/formats/test_safetensors_headers.py::test_a_large_header_is_parsed_in_one_linear_pass":
         "3.3 s (40,000 entries, the load alone); bound 60 s; 18x",
     "tests/cli/test_hostile_arguments.py::test_a_hostile_command_is_bounded_and_changes_nothing":
         "per case, at most 0.11 s for the 5 s bounds and 2.2 s for the 30 s ones; 13x or more",

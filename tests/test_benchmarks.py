@@ -334,7 +334,7 @@ def _table_rows(markdown):
 
 # Builds, loads and times timm and keras_vit models of two families (6 s on 2 quiet cores, a
 # minute under load); each family's parity with timm is a default test
-# (tests/checkpoints/test_timm_families.py).
+# (tests/checkpoints/formats/test_timm_families.py).
 @pytest.mark.slow
 def test_families_benchmark_tiny_mode_checks_parity_and_reports_ratios(tmp_path):
     """benchmarks/families.py --tiny on two families (the full run: docs/performance.md).

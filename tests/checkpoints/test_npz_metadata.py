@@ -9,7 +9,7 @@ import pytest
 import keras_vit
 from keras_vit.checkpoints.formats.npz_metadata import METADATA_KEY
 from keras_vit.variants import get_variant
-from tests.checkpoints.test_formats import _assert_refused, _randomised_keras
+from tests.checkpoints.formats.test_formats import _assert_refused, _randomised_keras
 
 TINY = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny")
 

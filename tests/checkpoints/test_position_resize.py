@@ -20,8 +20,8 @@ import pytest
 import keras_vit
 from keras_vit.checkpoints.formats import FORMATS
 from keras_vit.layers.tokens import POSITION_RESIZES
-from tests.checkpoints.test_formats import _images, _randomise
-from tests.checkpoints.test_timm_families import _assert_close
+from tests.checkpoints.formats.test_formats import _images, _randomise
+from tests.checkpoints.formats.test_timm_families import _assert_close
 from tests.oracle import import_timm, run_timm
 
 DEPTH = 2

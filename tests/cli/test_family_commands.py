@@ -6,7 +6,7 @@ Each expected value comes from timm or from NumPy by hand: timm's features and a
 weights on the same pixels, normalised here by the mean/std timm records for the
 architecture (its `pretrained_cfg`), not by keras_vit's table. Outputs of two float32
 implementations of the same blocks differ by rounding, ~1e-7 relative per operation over
-sums of a few hundred terms (tests/checkpoints/test_timm_families.py measured 3e-7 to
+sums of a few hundred terms (tests/checkpoints/formats/test_timm_families.py measured 3e-7 to
 8e-7 on larger models), so a relative 1e-4 holds with margin while a wrong normalisation
 (ImageNet's against [-1, 1]) or a register token read as a patch moves them by 1e-2 or more.
 """
@@ -22,7 +22,7 @@ from PIL import Image
 
 import keras_vit
 from keras_vit.cli.main import main
-from tests.checkpoints.test_formats import _randomise
+from tests.checkpoints.formats.test_formats import _randomise
 from tests.oracle import import_timm, run_timm
 
 RELATIVE_TOLERANCE = 1e-4
@@ -238,7 +238,7 @@ def test_save_npz_of_siglip_is_what_timms_big_vision_loader_reads(families, tmp_
     """SigLIP's own releases are big_vision .npz files: keras_vit's `save_npz` of the model
     read from timm's file loads through timm's big_vision loader (`load_pretrained`) into the
     same architecture and computes the same features. (DINOv2's releases are PyTorch files:
-    `save_safetensors` writes them, tests/checkpoints/test_timm_families.py.)"""
+    `save_safetensors` writes them, tests/checkpoints/formats/test_timm_families.py.)"""
     import keras
 
     from keras_vit.model_io import model_input
@@ -260,7 +260,7 @@ def test_save_npz_of_siglip_is_what_timms_big_vision_loader_reads(families, tmp_
 # tests above cover each family-specific part cheaply: the normalisation training feeds
 # (test_each_family_carries_its_own_normalisation_into_training), the features, the probe and
 # the analysis; tests/test_export.py covers every export of a plain ViT, and
-# tests/checkpoints/test_timm_families.py covers save_safetensors of both families.
+# tests/checkpoints/formats/test_timm_families.py covers save_safetensors of both families.
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_train_export_predict_and_write_back_to_timm(families, name, tmp_path, capsys):

@@ -12,7 +12,7 @@ import pytest
 import keras_vit
 from keras_vit.layers.interpolation import bicubic_resize_matrix
 from keras_vit.variants import timm_variant
-from tests.checkpoints.test_formats import _randomise
+from tests.checkpoints.formats.test_formats import _randomise
 from tests.oracle import import_timm
 
 ARCHITECTURE = "vit_tiny_patch16_224"

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.variants import FAMILIES, TIMM_ARCHITECTURES, get_variant
+from keras_vit.checkpoints.formats.timm_names import TIMM_ARCHITECTURES
+from keras_vit.variants import FAMILIES, get_variant
 from tests.model_checks import check_model
 from tests.oracle import import_timm
 
@@ -53,7 +54,7 @@ TIMM_NAME = {official: base for base, (official, _) in TIMM_ARCHITECTURES.items(
              if official in FAMILIES}
 # Too heavy for the default run at full width (their one- and two-block copies hold 30M to
 # 100M parameters, and timm's meta build of the giant is slow to construct). So400m's key set
-# and shapes at full size are checked by default in tests/checkpoints/test_timm_families.py
+# and shapes at full size are checked by default in tests/checkpoints/formats/test_timm_families.py
 # (test_the_full_size_so400m_key_set_maps_exactly), which is its count parameter by parameter.
 HEAVY = {n for n, v in FAMILIES.items() if v.width >= 1024}
 

@@ -1,7 +1,7 @@
 """keras_vit.from_pretrained builds the architecture each source records, without being told:
 the variant it builds is compared field by field with the one the test writes down from the
 library's own config, and its outputs with the writing library's forward (tolerance: see
-tests/checkpoints/test_transformers_families.py, relative 1e-4 in float32)."""
+tests/checkpoints/formats/test_transformers_families.py, relative 1e-4 in float32)."""
 
 import dataclasses
 import os
@@ -16,8 +16,8 @@ from keras_vit.checkpoints.formats.npz_metadata import VARIANT_ATTRIBUTE
 from keras_vit.checkpoints.formats.timm import timm_to_official
 from keras_vit.models import pretrained
 from keras_vit.models.pretrained import fitting_variants
-from tests.checkpoints.test_formats import _images, _randomise, _torch
-from tests.checkpoints.test_transformers_families import _assert_close, _run, _saved, _variant
+from tests.checkpoints.formats.test_formats import _images, _randomise, _torch
+from tests.checkpoints.formats.test_transformers_families import _assert_close, _run, _saved, _variant
 from tests.oracle import import_timm, random_vit_npz, run_timm
 
 
@@ -190,7 +190,7 @@ def test_a_table_row_reads_back_by_name_and_a_broken_record_is_refused(tmp_path)
     assert "\n" not in str(error.value)
 
 
-# slow: importing keras-hub costs ~10 s; by default, tests/checkpoints/test_formats.py loads
+# slow: importing keras-hub costs ~10 s; by default, tests/checkpoints/formats/test_formats.py loads
 # presets and the tests above cover from_pretrained's one path through CheckpointInfo.variant.
 @pytest.mark.slow
 def test_a_keras_hub_preset_builds_its_architecture(tmp_path):

@@ -15,11 +15,14 @@
 
 Each defines `FORMAT` (a `base.CheckpointFormat`): how it recognises a path, how
 it opens it, the numerics of its library. Beside them: `base.py` (the reader
-every load goes through), `safetensors.py` (the container, read and written
-with NumPy), `npz_metadata.py` (keras_vit's record in its own .npz files),
-`rows.py` (converters as tables: each format's key rows, applied in either direction),
-`config_values.py` (the checks of every value a format reads from a config, which a new
-format's table of fields reuses).
+every load goes through; `RowTableReader`, every library format's), `safetensors.py` (the
+container, read and written with NumPy), `npz_metadata.py` (keras_vit's record in its own
+.npz files), `rows.py` (converters as tables: each format's key rows, applied in either
+direction, and the fix-ups formats share), `groups.py` (the official keys by feature, and
+the row builders each table is composed of), `config_values.py` (the checks of every value a
+format reads from a config, which a new format's table of fields reuses), `config_variant.py`
+(a config's architecture -> its Variant, one matcher for every format), `timm_names.py`
+(timm's architecture names).
 
 A load detects the format once and opens each file once (`open_checkpoint`).
 Adding a format is one module defining `FORMAT` and one line in `FORMATS`.

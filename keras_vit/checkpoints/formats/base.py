@@ -30,10 +30,8 @@ from keras_vit.checkpoints.layout import (
 from keras_vit.normalization import OFFICIAL_NORMALIZATION
 
 __all__ = ["ArrayHeader", "CheckpointInfo", "CheckpointFormat", "CheckpointReader", "ArraysReader",
-           "Source", "shape_stand_ins", "OFFICIAL_NORMALIZATION", "normalization_from",
-           "channel_values"]
-
-
+           "RowTableReader", "Source", "shape_stand_ins", "OFFICIAL_NORMALIZATION", "normalization_from",
+           "channel_values", "open_file"]
 
 @dataclasses.dataclass(frozen=True)
 class ArrayHeader:
@@ -218,6 +216,56 @@ class ArraysReader(CheckpointReader):
             self.source.close()
 
 
+class RowTableReader(CheckpointReader):
+    """A state dict read through a format's rows: every library format's reader.
+
+    `weights` is the stored state dict, opened once (`shapes`: {name: shape}, `read(names)`:
+    {name: array}); `convert` ({stored name: array}, heads -> {official key: array}) is the
+    format's rows and fix-ups. Headers are `convert` run on zero-memory stand-ins, so they
+    come from the very transforms the arrays go through. `names` keeps the stored arrays the
+    format reads (not a two-tower file's text tower); `dtypes` {name: dtype} the stored dtypes
+    a header reports (float32 where not given). With `reads_in_parts`, a read opens only the
+    stored arrays that hold the keys asked (the loader reads a large file row by row); only a
+    format whose every official array comes from one stored array may say so.
+    """
+
+    def __init__(self, source, format, weights, convert, names=None, dtypes=None,
+                 reads_in_parts=False):
+        super().__init__(source, format)
+        self._weights, self._convert = weights, convert
+        self._names = list(weights.shapes if names is None else names)
+        self._dtypes = dtypes or {}
+        self.reads_in_parts = reads_in_parts
+        self._owner_map = None
+
+    def _stand_ins(self, names):
+        return {n: np.broadcast_to(np.zeros((), self._dtypes.get(n, np.float32)),
+                                   tuple(self._weights.shapes[n])) for n in names}
+
+    def headers(self, heads=None):
+        arrays = self._convert(self._stand_ins(self._names), heads)
+        return {k: ArrayHeader(tuple(v.shape), v.dtype) for k, v in arrays.items()}
+
+    def read(self, keys, heads=None):
+        names = self._names
+        if self.reads_in_parts:
+            owners = self._owners()
+            names = list(dict.fromkeys(owners[k] for k in keys))
+        arrays = self._convert(self._weights.read(names), heads)
+        return {k: arrays[k] for k in keys}
+
+    def _owners(self):
+        """{official key: the stored array it comes from}, from the names and shapes alone."""
+        if self._owner_map is None:
+            self._owner_map = {official: name for name in self._names
+                               for official in self._convert(self._stand_ins([name]), None)}
+        return self._owner_map
+
+    def shapes(self, heads=None):
+        """{official key: shape}, from the headers."""
+        return {k: h.shape for k, h in self.headers(heads).items()}
+
+
 def channel_values(path, name, values):
     """Three floats from a config's one or three finite numbers, or a one-line refusal."""
     values = values if isinstance(values, (list, tuple)) else [values]
@@ -243,6 +291,14 @@ def shape_stand_ins(shapes):
     that translate arrays, without reading or allocating any."""
     zero = np.zeros((), np.float32)
     return {k: np.broadcast_to(zero, tuple(s)) for k, s in shapes.items()}
+
+
+def open_file(path):
+    """A checkpoint file opened for reading, or a one-line refusal saying why it cannot be."""
+    try:
+        return open(path, "rb")
+    except OSError as error:
+        raise CheckpointError(f"{path} cannot be opened ({error.strerror or error}).") from error
 
 
 def refuse_special_files(path):

@@ -11,66 +11,20 @@ big_vision computes tanh GELU, LayerNorm epsilon 1e-6, [-1, 1] pixels, and resiz
 embeddings with the linear zoom (`resample_posemb`).
 """
 
-import numpy as np
-
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import (
     OFFICIAL_NORMALIZATION,
-    ArrayHeader,
     CheckpointFormat,
     CheckpointInfo,
-    CheckpointReader,
+    RowTableReader,
 )
 from keras_vit.checkpoints.formats.npz import PICKLE_PROBLEM, NpzFile
-from keras_vit.checkpoints.formats.rows import KeyRow, from_official, to_official
+from keras_vit.checkpoints.formats.rows import KeyRow, to_official
 from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX
-from keras_vit.checkpoints.layout import (
-    BLOCK,
-    CLS_KEY,
-    EMBEDDING_BIAS,
-    EMBEDDING_KERNEL,
-    ENCODER_NORM_BIAS,
-    ENCODER_NORM_SCALE,
-    HEAD_BIAS_KEY,
-    HEAD_KERNEL_KEY,
-    KEY_BIAS,
-    KEY_KERNEL,
-    LN0_BIAS,
-    LN0_SCALE,
-    LN2_BIAS,
-    LN2_SCALE,
-    MAP_KEY_BIAS,
-    MAP_KEY_KERNEL,
-    MAP_LN_BIAS,
-    MAP_LN_SCALE,
-    MAP_MLP0_BIAS,
-    MAP_MLP0_KERNEL,
-    MAP_MLP1_BIAS,
-    MAP_MLP1_KERNEL,
-    MAP_OUT_BIAS,
-    MAP_OUT_KERNEL,
-    MAP_PROBE,
-    MAP_QUERY_BIAS,
-    MAP_QUERY_KERNEL,
-    MAP_VALUE_BIAS,
-    MAP_VALUE_KERNEL,
-    MLP0_BIAS,
-    MLP0_KERNEL,
-    MLP1_BIAS,
-    MLP1_KERNEL,
-    OUT_BIAS,
-    OUT_KERNEL,
-    POS_EMBED_KEY,
-    QUERY_BIAS,
-    QUERY_KERNEL,
-    SCANNED_BLOCK,
-    VALUE_BIAS,
-    VALUE_KERNEL,
-    linen_key,
-)
+from keras_vit.checkpoints.layout import BLOCK, SCANNED_BLOCK, linen_key
 
-__all__ = ["FORMAT", "BIG_VISION_ROWS", "IMAGE_TOWER", "big_vision_to_official",
-           "official_to_big_vision"]
+__all__ = ["FORMAT", "BIG_VISION_ROWS", "IMAGE_TOWER", "big_vision_to_official"]
 
 IMAGE_TOWER = "params/img/"  # the prefix of the image tower's arrays
 _BLOCK = BLOCK + "/"
@@ -78,15 +32,12 @@ _BLOCK = BLOCK + "/"
 # The image tower, row by row, keys without the `params/img/` prefix: the official keys in
 # big_vision's Linen spelling (layout.linen_key). Every array is already in the official
 # shape: the rows rename.
-BIG_VISION_ROWS = tuple(KeyRow(linen_key(official), official) for official in (
-    EMBEDDING_KERNEL, EMBEDDING_BIAS, CLS_KEY, POS_EMBED_KEY,
-    LN0_SCALE, LN0_BIAS, QUERY_KERNEL, QUERY_BIAS, KEY_KERNEL, KEY_BIAS, VALUE_KERNEL,
-    VALUE_BIAS, OUT_KERNEL, OUT_BIAS, LN2_SCALE, LN2_BIAS, MLP0_KERNEL, MLP0_BIAS, MLP1_KERNEL,
-    MLP1_BIAS, ENCODER_NORM_SCALE, ENCODER_NORM_BIAS,
-    MAP_PROBE, MAP_QUERY_KERNEL, MAP_QUERY_BIAS, MAP_KEY_KERNEL, MAP_KEY_BIAS,
-    MAP_VALUE_KERNEL, MAP_VALUE_BIAS, MAP_OUT_KERNEL, MAP_OUT_BIAS, MAP_LN_SCALE,
-    MAP_LN_BIAS, MAP_MLP0_KERNEL, MAP_MLP0_BIAS, MAP_MLP1_KERNEL, MAP_MLP1_BIAS,
-    HEAD_KERNEL_KEY, HEAD_BIAS_KEY))
+_OFFICIAL = (g.PATCH, g.CLS, g.POSITIONS, g.NORM1, *g.ATTENTION, g.NORM2, g.MLP_IN, g.MLP_OUT,
+             g.ENCODER_NORM, g.MAP_PROBE, *g.MAP_ATTENTION, g.MAP_NORM, g.MAP_MLP_IN,
+             g.MAP_MLP_OUT, g.HEAD)
+BIG_VISION_ROWS = tuple(KeyRow(linen_key(official), official)
+                        for group in _OFFICIAL
+                        for official in ((group,) if isinstance(group, str) else group))
 
 
 def _unscanned(arrays, source):
@@ -117,11 +68,6 @@ def big_vision_to_official(arrays, heads=None, source="the checkpoint"):
                        unknown_prefix="big_vision:")
 
 
-def official_to_big_vision(arrays):
-    """Official-key arrays -> the image tower's keys (without `params/img/`), block by block."""
-    return from_official(BIG_VISION_ROWS, arrays, "big_vision")
-
-
 def _npz(source):
     return source.once("npz", lambda: NpzFile(source.path))
 
@@ -133,41 +79,41 @@ def _recognises(source):
         headers = _npz(source).headers
     except CheckpointError:  # not an npz at all: the npz format names what is wrong
         return False
-    return IMAGE_TOWER + linen_key(EMBEDDING_KERNEL) in headers
+    return IMAGE_TOWER + linen_key(g.PATCH.kernel) in headers
 
 
-def _stand_in(header):
-    """A zero-memory array of the header's shape and dtype (base.shape_stand_ins, keeping the
-    dtype so the loader still names an integer array)."""
-    return np.broadcast_to(np.zeros((), header.dtype), header.shape)
+class _ImageTower:
+    """The image tower's arrays of an open .npz, named without `params/img/`."""
+
+    def __init__(self, npz):
+        self._npz = npz
+        headers = {k[len(IMAGE_TOWER):]: h for k, h in npz.headers.items()
+                   if k.startswith(IMAGE_TOWER)}
+        self.shapes = {k: h.shape for k, h in headers.items()}
+        # The stored dtypes, which the headers keep, so the loader still names an integer array.
+        self.dtypes = {k: h.dtype for k, h in headers.items()}
+        self.problems = [f"{IMAGE_TOWER}{k}: {h.problem or PICKLE_PROBLEM}"
+                         for k, h in headers.items() if h.problem or h.dtype.hasobject]
+
+    def read(self, names):
+        stored = self._npz.read([IMAGE_TOWER + n for n in names])
+        return {k[len(IMAGE_TOWER):]: v for k, v in stored.items()}
 
 
-class BigVisionReader(CheckpointReader):
+class BigVisionReader(RowTableReader):
     def __init__(self, source):
-        super().__init__(source, FORMAT)
-        self._npz = _npz(source)
-        self._tower = {k[len(IMAGE_TOWER):]: h for k, h in self._npz.headers.items()
-                       if k.startswith(IMAGE_TOWER)}
-        bad = [f"{IMAGE_TOWER}{k}: {h.problem or PICKLE_PROBLEM}"
-               for k, h in self._tower.items() if h.problem or h.dtype.hasobject]
-        if bad:
+        tower = _ImageTower(_npz(source))
+        if tower.problems:
             raise CheckpointError(f"{source.path} is not a readable big_vision checkpoint: "
-                                  f"{'; '.join(bad[:3])}" + (" ..." if len(bad) > 3 else ""))
-
-    def headers(self, heads=None):
-        arrays = big_vision_to_official({k: _stand_in(h) for k, h in self._tower.items()},
-                                        source=self.path)
-        return {k: ArrayHeader(tuple(v.shape), v.dtype) for k, v in arrays.items()}
-
-    def read(self, keys, heads=None):
-        stored = self._npz.read([IMAGE_TOWER + k for k in self._tower])
-        arrays = big_vision_to_official({k[len(IMAGE_TOWER):]: v for k, v in stored.items()},
-                                        source=self.path)
-        return {k: arrays[k] for k in keys}
+                                  f"{'; '.join(tower.problems[:3])}"
+                                  + (" ..." if len(tower.problems) > 3 else ""))
+        super().__init__(source, FORMAT, tower,
+                         lambda arrays, heads: big_vision_to_official(arrays, source=source.path),
+                         dtypes=tower.dtypes)
 
     def info(self):
-        shapes = {k: h.shape for k, h in self.headers().items()}
-        query = shapes.get(QUERY_KERNEL.format(i=0))  # (D, heads, head_dim): the head count
+        shapes = self.shapes()
+        query = shapes.get(g.QUERY.kernel.format(i=0))  # (D, heads, head_dim): the head count
         return CheckpointInfo(shapes, format="big_vision", normalization=OFFICIAL_NORMALIZATION,
                               heads=query[1] if query and len(query) == 3 else None)
 

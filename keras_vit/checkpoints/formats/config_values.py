@@ -16,7 +16,8 @@ from keras_vit.errors import SizeError
 
 __all__ = ["check_object", "check_fields", "check_architecture", "count", "counts", "number",
            "epsilon", "flag", "mapping", "optional", "string", "strings", "MAX_LAYERS", "MAX_WIDTH",
-           "MAX_HEADS", "MAX_PIXELS", "MAX_CLASSES", "MAX_STAGES"]
+           "MAX_HEADS", "MAX_PIXELS", "MAX_CLASSES", "MAX_STAGES", "LAYERS", "WIDTH", "HEADS", "PIXELS",
+           "CLASSES"]
 
 # Upper bounds of a config's sizes. Every released ViT is far inside them (ViT-22B: 48 layers,
 # width 6,144, MLP 24,576, 48 heads; the largest image sizes 1,024 pixels; ImageNet-21k's
@@ -128,6 +129,11 @@ def optional(check):
     def check_or_null(value):
         return None if value is None else check(value)
     return check_or_null
+
+
+# The checks of a config's sizes, by what the size is (count's caps above).
+LAYERS, WIDTH, HEADS = count(MAX_LAYERS), count(MAX_WIDTH), count(MAX_HEADS)
+PIXELS, CLASSES = count(MAX_PIXELS), count(MAX_CLASSES)
 
 
 def check_fields(path, config, fields, prefix="", required=()):

@@ -27,89 +27,31 @@ DINOv2 fixes (64 features a head).
 
 import zipfile
 
-import numpy as np
-
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.formats.base import (
-    ArrayHeader,
-    CheckpointFormat,
-    CheckpointInfo,
-    CheckpointReader,
-    shape_stand_ins,
+from keras_vit.checkpoints.formats import groups as g
+from keras_vit.checkpoints.formats.base import CheckpointFormat, CheckpointInfo, RowTableReader
+from keras_vit.checkpoints.formats.rows import fold_class_position, renamed, to_official
+from keras_vit.checkpoints.formats.timm import (
+    TIMM_BLOCKS,
+    TIMM_EMBEDDING,
+    TIMM_LAYER_SCALE,
+    TIMM_REGISTERS,
 )
-from keras_vit.checkpoints.formats.rows import (
-    CONV,
-    FUSED_QKV,
-    FUSED_QKV_BIAS,
-    HEADS_OUT,
-    LINEAR,
-    KeyRow,
-    from_official,
-    to_official,
-)
-from keras_vit.checkpoints.layout import (
-    CLS_KEY,
-    EMBEDDING_BIAS,
-    EMBEDDING_KERNEL,
-    ENCODER_NORM_BIAS,
-    ENCODER_NORM_SCALE,
-    KEY_BIAS,
-    KEY_KERNEL,
-    LN0_BIAS,
-    LN0_SCALE,
-    LN2_BIAS,
-    LN2_SCALE,
-    LS1_SCALE,
-    LS3_SCALE,
-    MLP0_BIAS,
-    MLP0_KERNEL,
-    MLP1_BIAS,
-    MLP1_KERNEL,
-    OUT_BIAS,
-    OUT_KERNEL,
-    POS_EMBED_KEY,
-    QUERY_BIAS,
-    QUERY_KERNEL,
-    REG_TOKEN_KEY,
-    VALUE_BIAS,
-    VALUE_KERNEL,
-    shape_features,
-)
+from keras_vit.checkpoints.layout import shape_features
 from keras_vit.variants import FAMILIES
 
-__all__ = ["FORMAT", "DINOV2_ROWS", "dinov2_to_official", "official_to_dinov2",
-           "release_variant", "fold_class_position"]
+__all__ = ["FORMAT", "DINOV2_ROWS", "MASK_TOKEN", "dinov2_to_official", "release_variant"]
 
 # Trained for masked-image modelling only; inference never reads it.
 MASK_TOKEN = "mask_token"
 
+# timm's groups under DINOv2's names (timm's _convert_dinov2 renames them back), with the
+# giant's SwiGLU: w12 packs both halves (silu(first) * second), as timm's fc1; w3 is fc2.
 DINOV2_ROWS = (
-    KeyRow("patch_embed.proj.weight", EMBEDDING_KERNEL, CONV),
-    KeyRow("patch_embed.proj.bias", EMBEDDING_BIAS),
-    KeyRow("cls_token", CLS_KEY),
-    KeyRow("register_tokens", REG_TOKEN_KEY),
-    KeyRow("pos_embed", POS_EMBED_KEY),
-    KeyRow("blocks.{i}.norm1.weight", LN0_SCALE),
-    KeyRow("blocks.{i}.norm1.bias", LN0_BIAS),
-    KeyRow("blocks.{i}.attn.qkv.weight", (QUERY_KERNEL, KEY_KERNEL, VALUE_KERNEL), FUSED_QKV),
-    KeyRow("blocks.{i}.attn.qkv.bias", (QUERY_BIAS, KEY_BIAS, VALUE_BIAS), FUSED_QKV_BIAS),
-    KeyRow("blocks.{i}.attn.proj.weight", OUT_KERNEL, HEADS_OUT),
-    KeyRow("blocks.{i}.attn.proj.bias", OUT_BIAS),
-    KeyRow("blocks.{i}.ls1.gamma", LS1_SCALE),
-    KeyRow("blocks.{i}.norm2.weight", LN2_SCALE),
-    KeyRow("blocks.{i}.norm2.bias", LN2_BIAS),
-    KeyRow("blocks.{i}.mlp.fc1.weight", MLP0_KERNEL, LINEAR),
-    KeyRow("blocks.{i}.mlp.fc1.bias", MLP0_BIAS),
-    KeyRow("blocks.{i}.mlp.fc2.weight", MLP1_KERNEL, LINEAR),
-    KeyRow("blocks.{i}.mlp.fc2.bias", MLP1_BIAS),
-    # The giant's SwiGLU: w12 packs both halves (silu(first) * second), as timm's fc1.
-    KeyRow("blocks.{i}.mlp.w12.weight", MLP0_KERNEL, LINEAR, read_only=True),
-    KeyRow("blocks.{i}.mlp.w12.bias", MLP0_BIAS, read_only=True),
-    KeyRow("blocks.{i}.mlp.w3.weight", MLP1_KERNEL, LINEAR, read_only=True),
-    KeyRow("blocks.{i}.mlp.w3.bias", MLP1_BIAS, read_only=True),
-    KeyRow("blocks.{i}.ls2.gamma", LS3_SCALE),
-    KeyRow("norm.weight", ENCODER_NORM_SCALE),
-    KeyRow("norm.bias", ENCODER_NORM_BIAS),
+    *renamed((*TIMM_EMBEDDING, *TIMM_REGISTERS, *TIMM_BLOCKS, *TIMM_LAYER_SCALE),
+             {"reg_token": "register_tokens"}),
+    *g.dense("blocks.{i}.mlp.w12", g.MLP_IN, read_only=True),
+    *g.dense("blocks.{i}.mlp.w3", g.MLP_OUT, read_only=True),
 )
 
 
@@ -118,31 +60,6 @@ def dinov2_to_official(sd, heads=None):
     row takes pass through as "dinov2:" + key, for the strict loader to name."""
     sd = {k: v for k, v in sd.items() if k != MASK_TOKEN}
     return fold_class_position(to_official(DINOV2_ROWS, sd, heads, unknown_prefix="dinov2:"))
-
-
-def fold_class_position(out):
-    """With registers, DINOv2's position embedding covers the class token, whose position is
-    added to it alone (the registers come after the sum): folded into the token, exactly (timm's
-    _convert_dinov2), the embedding left on the patches. Official-key arrays, in place."""
-    if REG_TOKEN_KEY in out and POS_EMBED_KEY in out and CLS_KEY in out:
-        pos = out[POS_EMBED_KEY]
-        out[CLS_KEY] = out[CLS_KEY] + pos[:, :1]
-        out[POS_EMBED_KEY] = pos[:, 1:]
-    return out
-
-
-def official_to_dinov2(arrays):
-    """Official-key arrays -> DINOv2's keys (the inverse of `dinov2_to_official`, the
-    SwiGLU written as fc1/fc2, which timm reads too); with registers, the class token's
-    position is written as zero and the token keeps it. The mask token, which the model
-    needs only for training and timm and keras_vit recognise the layout by, is zero."""
-    out = from_official(DINOV2_ROWS, arrays, "DINOv2")
-    width = out["patch_embed.proj.weight"].shape[0]
-    out[MASK_TOKEN] = np.zeros((1, width), np.float32)
-    if "register_tokens" in out:
-        cls = out["cls_token"]
-        out["pos_embed"] = np.concatenate([np.zeros_like(cls), out["pos_embed"]], axis=1)
-    return out
 
 
 def release_variant(shapes):
@@ -233,22 +150,14 @@ def _recognises(source):
     return MASK_TOKEN in shapes and "patch_embed.proj.weight" in shapes
 
 
-class Dinov2Reader(CheckpointReader):
+class Dinov2Reader(RowTableReader):
     def __init__(self, source):
-        super().__init__(source, FORMAT)
-        self._state = _state_dict(source)
-
-    def headers(self, heads=None):
-        shapes = dinov2_to_official(shape_stand_ins(self._state.shapes), heads)
-        return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
-
-    def read(self, keys, heads=None):
-        names = [k for k in self._state.shapes if k != MASK_TOKEN]
-        arrays = dinov2_to_official(self._state.read(names), heads)
-        return {k: arrays[k] for k in keys}
+        state = _state_dict(source)
+        super().__init__(source, FORMAT, state, dinov2_to_official,
+                         names=[k for k in state.shapes if k != MASK_TOKEN])
 
     def info(self):
-        shapes = {k: h.shape for k, h in self.headers().items()}
+        shapes = self.shapes()
         variant = release_variant(shapes)
         return CheckpointInfo(shapes, format=FORMAT.name, layer_norm_epsilon=1e-6,
                               approximate_gelu=False,

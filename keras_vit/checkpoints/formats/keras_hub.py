@@ -16,65 +16,25 @@ import re
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats import config_values as checks
+from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import (
     ArraysReader,
     CheckpointFormat,
     CheckpointInfo,
 )
-from keras_vit.checkpoints.formats.config_values import (
-    MAX_CLASSES,
-    MAX_HEADS,
-    MAX_LAYERS,
-    MAX_PIXELS,
-    MAX_WIDTH,
-    check_architecture,
-    check_fields,
-    check_object,
-    count,
-    counts,
-    epsilon,
-    flag,
-    optional,
-)
+from keras_vit.checkpoints.formats.config_variant import match_or_name
 from keras_vit.checkpoints.formats.keras_hub_families import PRESET_FAMILIES
 from keras_vit.checkpoints.formats.keras_hub_presets import (
     import_keras_hub,
     preset_normalization,
     read_preset_json,
 )
-from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, KeyRow, from_official, to_official
-from keras_vit.checkpoints.layout import (
-    CLS_KEY,
-    EMBEDDING_BIAS,
-    EMBEDDING_KERNEL,
-    ENCODER_NORM_BIAS,
-    ENCODER_NORM_SCALE,
-    HEAD_BIAS_KEY,
-    HEAD_KERNEL_KEY,
-    KEY_BIAS,
-    KEY_KERNEL,
-    LN0_BIAS,
-    LN0_SCALE,
-    LN2_BIAS,
-    LN2_SCALE,
-    MLP0_BIAS,
-    MLP0_KERNEL,
-    MLP1_BIAS,
-    MLP1_KERNEL,
-    OUT_BIAS,
-    OUT_KERNEL,
-    POS_EMBED_KEY,
-    PRE_LOGITS_BIAS_KEY,
-    PRE_LOGITS_KERNEL_KEY,
-    QUERY_BIAS,
-    QUERY_KERNEL,
-    VALUE_BIAS,
-    VALUE_KERNEL,
-)
-from keras_vit.variants import Variant, table_variant
+from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, COPY, KeyRow, to_official
+from keras_vit.variants import Variant
 
 __all__ = ["FORMAT", "KERAS_HUB_ROWS", "read_keras_hub", "keras_hub_config", "task_config",
-           "keras_hub_to_official", "official_to_keras_hub", "keras_hub_shapes"]
+           "keras_hub_to_official", "keras_hub_shapes"]
 
 
 def _recognises(source):
@@ -97,40 +57,40 @@ def _open(source):
     task = task_config(directory)
     # keras-hub builds its model from these configs: the architecture is checked against
     # memory first.
-    check_architecture(os.path.join(directory, "config.json"), keras_hub_variant(config),
+    checks.check_architecture(os.path.join(directory, "config.json"), keras_hub_variant(config),
                        tuple(config["image_shape"][:2]), (task or {}).get("num_classes"))
     info = CheckpointInfo(keras_hub_shapes(config, task), format="keras_hub",
                           heads=config.get("num_heads"),
                           layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6),
                           normalization=preset_normalization(directory),
-                          variant=table_variant(keras_hub_variant(config)))
+                          variant=keras_hub_variant(config))
     arrays = read_keras_hub(directory, has_task=task is not None)
     return ArraysReader(arrays, path=directory, source=source, format=FORMAT, info=info)
 
 
 def _patch_size(value):
     """A check: keras-hub's patch_size, one side or [rows, columns]."""
-    return counts(MAX_PIXELS, 2, least=2)(value) if isinstance(value, list) else \
-        count(MAX_PIXELS)(value)
+    return checks.counts(checks.MAX_PIXELS, 2, least=2)(value) if isinstance(value, list) else \
+        checks.PIXELS(value)
 
 
 # The fields keras_vit reads from a ViTBackbone's config (keras_hub_shapes, the numerics), and
 # those keras-hub builds its model from, checked before either happens.
 KERAS_HUB_FIELDS = {
-    "hidden_dim": count(MAX_WIDTH), "num_layers": count(MAX_LAYERS), "num_heads": count(MAX_HEADS),
-    "mlp_dim": count(MAX_WIDTH), "image_shape": counts(MAX_PIXELS, 3, least=3),
-    "patch_size": _patch_size, "layer_norm_epsilon": epsilon, "use_class_token": flag,
+    "hidden_dim": checks.WIDTH, "num_layers": checks.LAYERS, "num_heads": checks.HEADS,
+    "mlp_dim": checks.WIDTH, "image_shape": checks.counts(checks.MAX_PIXELS, 3, least=3),
+    "patch_size": _patch_size, "layer_norm_epsilon": checks.epsilon, "use_class_token": checks.flag,
 }
 KERAS_HUB_REQUIRED = ("hidden_dim", "num_layers", "num_heads", "mlp_dim", "image_shape",
                       "patch_size")
 # ... and from a ViTImageClassifier's task.json.
-TASK_FIELDS = {"num_classes": count(MAX_CLASSES), "intermediate_dim": optional(count(MAX_WIDTH))}
+TASK_FIELDS = {"num_classes": checks.CLASSES, "intermediate_dim": checks.optional(checks.WIDTH)}
 
 
 def keras_hub_config(directory):
     """The backbone's config (image_shape, patch_size, hidden_dim, ..., layer_norm_epsilon)."""
     path = os.path.join(directory, "config.json")
-    config = check_object(path, read_preset_json(path))
+    config = checks.check_object(path, read_preset_json(path))
     # Both names: a class of the same name registered by another package is not keras-hub's.
     if (config.get("class_name") != "ViTBackbone"
             or config.get("registered_name", "keras_hub>ViTBackbone") != "keras_hub>ViTBackbone"):
@@ -138,18 +98,17 @@ def keras_hub_config(directory):
         raise CheckpointError(f"{directory} is a keras-hub {_short(config.get('class_name'))} "
                               f"preset (registered as {_short(config.get('registered_name'))}); "
                               f"keras_vit reads the presets of keras_hub's {known}.")
-    backbone = check_object(f"{path} (its \"config\")", config.get("config"))
-    return check_fields(path, backbone, KERAS_HUB_FIELDS, required=KERAS_HUB_REQUIRED)
+    backbone = checks.check_object(f"{path} (its \"config\")", config.get("config"))
+    return checks.check_fields(path, backbone, KERAS_HUB_FIELDS, required=KERAS_HUB_REQUIRED)
 
 
 def keras_hub_variant(config):
     """The `Variant` a checked ViTBackbone config describes (its memory is checked on it)."""
     patch = config["patch_size"]
-    return Variant(f"keras-hub ViT-{config['hidden_dim']}x{config['num_layers']}",
-                   width=config["hidden_dim"], depth=config["num_layers"],
-                   mlp_dim=config["mlp_dim"], heads=config["num_heads"],
-                   patch_size=max(patch) if isinstance(patch, list) else patch,
-                   classifier="token" if config.get("use_class_token", True) else "gap")
+    return match_or_name(Variant(
+        "", width=config["hidden_dim"], depth=config["num_layers"], mlp_dim=config["mlp_dim"],
+        heads=config["num_heads"], patch_size=max(patch) if isinstance(patch, list) else patch,
+        classifier="token" if config.get("use_class_token", True) else "gap"))
 
 
 def task_config(directory):
@@ -159,7 +118,7 @@ def task_config(directory):
     path = os.path.join(directory, "task.json")
     if not os.path.exists(path):
         return None
-    task = check_object(path, read_preset_json(path))
+    task = checks.check_object(path, read_preset_json(path))
     name, registered = task.get("class_name"), task.get("registered_name")
     if name != "ViTImageClassifier" or registered not in (None, "keras_hub>ViTImageClassifier"):
         raise CheckpointError(f"{path} describes a {_short(name)} (registered as "
@@ -168,8 +127,8 @@ def task_config(directory):
     if not os.path.exists(os.path.join(directory, "task.weights.h5")):
         raise CheckpointError(f"{directory}: task.json describes a classifier but task.weights.h5, "
                               "which holds its head, is missing (an incomplete copy?).")
-    config = check_object(f"{path} (its \"config\")", task.get("config", {}))
-    return check_fields(path, config, TASK_FIELDS, required=("num_classes",))
+    config = checks.check_object(f"{path} (its \"config\")", task.get("config", {}))
+    return checks.check_fields(path, config, TASK_FIELDS, required=("num_classes",))
 
 
 def _short(value, limit=80):
@@ -194,41 +153,26 @@ FORMAT = CheckpointFormat(
     recognises=_recognises, open=_open, numerics=(False, 1e-6))
 
 
-_BLOCK = "vit_encoder/transformer_block_{i+1}"  # keras-hub counts blocks from 1
-_EMBEDDING = "vit_patching_and_embedding"
+_BLOCK = "vit_encoder/transformer_block_{i+1}/"  # keras-hub counts blocks from 1
+_EMBEDDING = "vit_patching_and_embedding/"
 # keras-hub's ViT, row by row (formats/rows.py): its variable paths, whose layouts are the
 # official ones but for the position embedding's missing batch axis.
 KERAS_HUB_ROWS = (
-    KeyRow(f"{_EMBEDDING}/class_token", CLS_KEY),
-    KeyRow(f"{_EMBEDDING}/patch_embedding/kernel", EMBEDDING_KERNEL),
-    KeyRow(f"{_EMBEDDING}/patch_embedding/bias", EMBEDDING_BIAS),
-    KeyRow(f"{_EMBEDDING}/position_embedding/embeddings", POS_EMBED_KEY, ADD_BATCH_AXIS),
-    KeyRow(f"{_BLOCK}/ln_1/gamma", LN0_SCALE),
-    KeyRow(f"{_BLOCK}/ln_1/beta", LN0_BIAS),
-    KeyRow(f"{_BLOCK}/mha/query/kernel", QUERY_KERNEL),
-    KeyRow(f"{_BLOCK}/mha/query/bias", QUERY_BIAS),
-    KeyRow(f"{_BLOCK}/mha/key/kernel", KEY_KERNEL),
-    KeyRow(f"{_BLOCK}/mha/key/bias", KEY_BIAS),
-    KeyRow(f"{_BLOCK}/mha/value/kernel", VALUE_KERNEL),
-    KeyRow(f"{_BLOCK}/mha/value/bias", VALUE_BIAS),
-    KeyRow(f"{_BLOCK}/mha/attention_output/kernel", OUT_KERNEL),
-    KeyRow(f"{_BLOCK}/mha/attention_output/bias", OUT_BIAS),
-    KeyRow(f"{_BLOCK}/ln_2/gamma", LN2_SCALE),
-    KeyRow(f"{_BLOCK}/ln_2/beta", LN2_BIAS),
-    KeyRow(f"{_BLOCK}/mlp/dense_1/kernel", MLP0_KERNEL),
-    KeyRow(f"{_BLOCK}/mlp/dense_1/bias", MLP0_BIAS),
-    KeyRow(f"{_BLOCK}/mlp/dense_2/kernel", MLP1_KERNEL),
-    KeyRow(f"{_BLOCK}/mlp/dense_2/bias", MLP1_BIAS),
-    KeyRow("vit_encoder/ln/gamma", ENCODER_NORM_SCALE),
-    KeyRow("vit_encoder/ln/beta", ENCODER_NORM_BIAS),
+    KeyRow(_EMBEDDING + "class_token", g.CLS),
+    *g.dense(_EMBEDDING + "patch_embedding", g.PATCH, COPY, g.KERAS),
+    KeyRow(_EMBEDDING + "position_embedding/embeddings", g.POSITIONS, ADD_BATCH_AXIS),
+    *g.norm(_BLOCK + "ln_1", g.NORM1, g.KERAS_NORM),
+    *g.attention(_BLOCK + "mha/", ("query", "key", "value", "attention_output"),
+                 transforms=(COPY, COPY), suffixes=g.KERAS),
+    *g.norm(_BLOCK + "ln_2", g.NORM2, g.KERAS_NORM),
+    *g.dense(_BLOCK + "mlp/dense_1", g.MLP_IN, COPY, g.KERAS),
+    *g.dense(_BLOCK + "mlp/dense_2", g.MLP_OUT, COPY, g.KERAS),
+    *g.norm("vit_encoder/ln", g.ENCODER_NORM, g.KERAS_NORM),
     # keras-hub's classifier names its pre_logits layer and variables as the official ones.
-    KeyRow(PRE_LOGITS_KERNEL_KEY, PRE_LOGITS_KERNEL_KEY),
-    KeyRow(PRE_LOGITS_BIAS_KEY, PRE_LOGITS_BIAS_KEY),
-    KeyRow("predictions/kernel", HEAD_KERNEL_KEY),
-    KeyRow("predictions/bias", HEAD_BIAS_KEY),
+    *g.dense("pre_logits", g.PRE_LOGITS, COPY, g.KERAS),
+    *g.dense("predictions", g.HEAD, COPY, g.KERAS),
     # Older keras-hub classifiers named the head output_dense.
-    KeyRow("output_dense/kernel", HEAD_KERNEL_KEY, read_only=True),
-    KeyRow("output_dense/bias", HEAD_BIAS_KEY, read_only=True),
+    *g.dense("output_dense", g.HEAD, COPY, g.KERAS, read_only=True),
 )
 # The layers a variable path is read from (a model nested in another adds its own name before).
 _ROOTS = re.compile(r"(?:.*/)?((?:vit_patching_and_embedding|vit_encoder|pre_logits|predictions"
@@ -248,12 +192,6 @@ def keras_hub_to_official(arrays):
             for k, v in out.items()}
 
 
-def official_to_keras_hub(arrays):
-    """Official-key arrays -> keras-hub ViT variable paths (a backbone, and its classifier's
-    pre_logits and head)."""
-    return from_official(KERAS_HUB_ROWS, arrays, "keras-hub")
-
-
 def keras_hub_shapes(config, task_config=None):
     """The official-key shapes of a keras-hub ViT backbone of `config` (and of its image
     classifier's pre_logits and head, given the task's config): its configs, not its h5
@@ -262,15 +200,15 @@ def keras_hub_shapes(config, task_config=None):
     h, w, c = config["image_shape"]
     p = p if isinstance(p, int) else p[0]
     has_cls = config.get("use_class_token", True)
-    shapes = {EMBEDDING_KERNEL: (p, p, c, d),
-              POS_EMBED_KEY: (1, (h // p) * (w // p) + has_cls, d)}
+    shapes = {g.PATCH.kernel: (p, p, c, d),
+              g.POSITIONS: (1, (h // p) * (w // p) + has_cls, d)}
     if has_cls:
-        shapes[CLS_KEY] = (1, 1, d)
+        shapes[g.CLS] = (1, 1, d)
     for i in range(config["num_layers"]):
-        shapes[LN0_SCALE.format(i=i)] = (d,)
+        shapes[g.NORM1.scale.format(i=i)] = (d,)
     if task_config is not None:
         hidden = task_config.get("intermediate_dim")
         if hidden:
-            shapes[PRE_LOGITS_KERNEL_KEY] = (d, hidden)
-        shapes[HEAD_KERNEL_KEY] = (hidden or d, task_config.get("num_classes"))
+            shapes[g.PRE_LOGITS.kernel] = (d, hidden)
+        shapes[g.HEAD.kernel] = (hidden or d, task_config.get("num_classes"))
     return shapes

@@ -30,102 +30,42 @@ from collections.abc import Callable
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats import config_values as checks
+from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import ArraysReader, CheckpointFormat, CheckpointInfo
-from keras_vit.checkpoints.formats.config_values import (
-    MAX_HEADS,
-    MAX_LAYERS,
-    MAX_PIXELS,
-    MAX_WIDTH,
-    check_architecture,
-    check_fields,
-    check_object,
-    count,
-    counts,
-    epsilon,
-    flag,
-    optional,
-    string,
-)
-from keras_vit.checkpoints.formats.dinov2 import fold_class_position
+from keras_vit.checkpoints.formats.config_variant import match_or_name, swiglu_mlp_dim
 from keras_vit.checkpoints.formats.keras_hub_presets import (
     import_keras_hub,
     preset_normalization,
     read_preset_json,
 )
-from keras_vit.checkpoints.formats.open_clip import PROJECTION, TOKEN
-from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, KeyRow, to_official
-from keras_vit.checkpoints.layout import (
-    CLS_KEY,
-    EMBEDDING_BIAS,
-    EMBEDDING_KERNEL,
-    ENCODER_NORM_BIAS,
-    ENCODER_NORM_SCALE,
-    HEAD_BIAS_KEY,
-    HEAD_KERNEL_KEY,
-    KEY_BIAS,
-    KEY_KERNEL,
-    LN0_BIAS,
-    LN0_SCALE,
-    LN2_BIAS,
-    LN2_SCALE,
-    LS1_SCALE,
-    LS3_SCALE,
-    MAP_KEY_BIAS,
-    MAP_KEY_KERNEL,
-    MAP_LN_BIAS,
-    MAP_LN_SCALE,
-    MAP_MLP0_BIAS,
-    MAP_MLP0_KERNEL,
-    MAP_MLP1_BIAS,
-    MAP_MLP1_KERNEL,
-    MAP_OUT_BIAS,
-    MAP_OUT_KERNEL,
-    MAP_PROBE,
-    MAP_QUERY_BIAS,
-    MAP_QUERY_KERNEL,
-    MAP_VALUE_BIAS,
-    MAP_VALUE_KERNEL,
-    MLP0_BIAS,
-    MLP0_KERNEL,
-    MLP1_BIAS,
-    MLP1_KERNEL,
-    OUT_BIAS,
-    OUT_KERNEL,
-    POS_EMBED_KEY,
-    PRE_NORM_BIAS,
-    PRE_NORM_SCALE,
-    QUERY_BIAS,
-    QUERY_KERNEL,
-    REG_TOKEN_KEY,
-    VALUE_BIAS,
-    VALUE_KERNEL,
+from keras_vit.checkpoints.formats.rows import (
+    ADD_BATCH_AXIS,
+    COPY,
+    TOKEN_VECTOR,
+    KeyRow,
+    bias_free,
+    fold_class_position,
+    to_official,
 )
 from keras_vit.variants import FAMILIES
 
 __all__ = ["FORMAT", "PRESET_FAMILIES", "preset_family_to_official", "preset_family_variant"]
 
 
-def _keras_attention(prefix, official):
+def _keras_attention(prefix, keys=g.ATTENTION):
     """keras.layers.MultiHeadAttention's variables, (D, H, hd) as the official layout's."""
-    q, qb, k, kb, v, vb, o, ob = official
-    return tuple(KeyRow(f"{prefix}/{name}", key) for name, key in (
-        ("query/kernel", q), ("query/bias", qb), ("key/kernel", k), ("key/bias", kb),
-        ("value/kernel", v), ("value/bias", vb), ("attention_output/kernel", o),
-        ("attention_output/bias", ob)))
+    return g.attention(prefix + "/", ("query", "key", "value", "attention_output"), keys,
+                       (COPY, COPY), g.KERAS)
 
 
-def _keras_norm(prefix, scale, bias):
-    return KeyRow(f"{prefix}/gamma", scale), KeyRow(f"{prefix}/beta", bias)
+def _keras_norm(prefix, keys):
+    return g.norm(prefix, keys, g.KERAS_NORM)
 
 
-def _keras_dense(prefix, kernel, bias):
-    return KeyRow(f"{prefix}/kernel", kernel), KeyRow(f"{prefix}/bias", bias)
+def _keras_dense(prefix, keys):
+    return g.dense(prefix, keys, COPY, g.KERAS)
 
-
-_BLOCK_ATTENTION = (QUERY_KERNEL, QUERY_BIAS, KEY_KERNEL, KEY_BIAS, VALUE_KERNEL, VALUE_BIAS,
-                    OUT_KERNEL, OUT_BIAS)
-_MAP_ATTENTION = (MAP_QUERY_KERNEL, MAP_QUERY_BIAS, MAP_KEY_KERNEL, MAP_KEY_BIAS,
-                  MAP_VALUE_KERNEL, MAP_VALUE_BIAS, MAP_OUT_KERNEL, MAP_OUT_BIAS)
 
 # keras-hub's layer names (its towers' first path parts; two are spelled like official keys'
 # first parts, so they are named here once).
@@ -134,39 +74,39 @@ _POSITIONS = f"{_EMBEDDING}/position_embedding/embeddings"
 _POSITION_IDS = f"{_EMBEDDING}/position_ids"
 # keras-hub's SigLIP image tower (SigLIPVisionEncoder), by variable path.
 SIGLIP_ROWS = (
-    *_keras_dense(f"{_EMBEDDING}/patch_embedding", EMBEDDING_KERNEL, EMBEDDING_BIAS),
-    KeyRow(_POSITIONS, POS_EMBED_KEY, ADD_BATCH_AXIS),
-    *_keras_attention("encoder_block_{i}/self_attn", _BLOCK_ATTENTION),
-    *_keras_norm("encoder_block_{i}/layer_norm1", LN0_SCALE, LN0_BIAS),
-    *_keras_dense("encoder_block_{i}/mlp/fc1", MLP0_KERNEL, MLP0_BIAS),
-    *_keras_dense("encoder_block_{i}/mlp/fc2", MLP1_KERNEL, MLP1_BIAS),
-    *_keras_norm("encoder_block_{i}/layer_norm2", LN2_SCALE, LN2_BIAS),
-    *_keras_norm("post_layer_norm", ENCODER_NORM_SCALE, ENCODER_NORM_BIAS),
+    *_keras_dense(f"{_EMBEDDING}/patch_embedding", g.PATCH),
+    KeyRow(_POSITIONS, g.POSITIONS, ADD_BATCH_AXIS),
+    *_keras_attention("encoder_block_{i}/self_attn"),
+    *_keras_norm("encoder_block_{i}/layer_norm1", g.NORM1),
+    *_keras_dense("encoder_block_{i}/mlp/fc1", g.MLP_IN),
+    *_keras_dense("encoder_block_{i}/mlp/fc2", g.MLP_OUT),
+    *_keras_norm("encoder_block_{i}/layer_norm2", g.NORM2),
+    *_keras_norm("post_layer_norm", g.ENCODER_NORM),
     # The MAP head (SigLIPMultiHeadAttentionPooling); its probe is an unnamed weight, read
     # by attribute (PresetFamily.attributes).
-    KeyRow(f"{_HEAD}/probe", MAP_PROBE),
-    *_keras_attention(f"{_HEAD}/attention", _MAP_ATTENTION),
-    *_keras_norm(f"{_HEAD}/layernorm", MAP_LN_SCALE, MAP_LN_BIAS),
-    *_keras_dense(f"{_HEAD}/mlp/fc1", MAP_MLP0_KERNEL, MAP_MLP0_BIAS),
-    *_keras_dense(f"{_HEAD}/mlp/fc2", MAP_MLP1_KERNEL, MAP_MLP1_BIAS),
+    KeyRow(f"{_HEAD}/probe", g.MAP_PROBE),
+    *_keras_attention(f"{_HEAD}/attention", g.MAP_ATTENTION),
+    *_keras_norm(f"{_HEAD}/layernorm", g.MAP_NORM),
+    *_keras_dense(f"{_HEAD}/mlp/fc1", g.MAP_MLP_IN),
+    *_keras_dense(f"{_HEAD}/mlp/fc2", g.MAP_MLP_OUT),
 )
 
 # keras-hub's CLIP image tower (CLIPVisionEncoder): no patch bias, a LayerNorm before the
 # encoder; a CLIPBackbone's `vision_projection` (bias-free) is the head.
 CLIP_ROWS = (
-    KeyRow(f"{_EMBEDDING}/patch_embedding/kernel", EMBEDDING_KERNEL),
-    KeyRow(f"{_EMBEDDING}/class_embedding", CLS_KEY, TOKEN),  # (D,), as OpenCLIP's
-    KeyRow(_POSITIONS, POS_EMBED_KEY, ADD_BATCH_AXIS),
-    *_keras_norm("pre_layer_norm", PRE_NORM_SCALE, PRE_NORM_BIAS),
-    *_keras_norm("encoder_block_{i}/layer_norm_1", LN0_SCALE, LN0_BIAS),
-    *_keras_attention("encoder_block_{i}/attention", _BLOCK_ATTENTION),
-    *_keras_norm("encoder_block_{i}/layer_norm_2", LN2_SCALE, LN2_BIAS),
-    *_keras_dense("encoder_block_{i}/dense_1", MLP0_KERNEL, MLP0_BIAS),
-    *_keras_dense("encoder_block_{i}/dense_2", MLP1_KERNEL, MLP1_BIAS),
+    KeyRow(f"{_EMBEDDING}/patch_embedding/kernel", g.PATCH.kernel),
+    KeyRow(f"{_EMBEDDING}/class_embedding", g.CLS, TOKEN_VECTOR),  # (D,), as OpenCLIP's
+    KeyRow(_POSITIONS, g.POSITIONS, ADD_BATCH_AXIS),
+    *_keras_norm("pre_layer_norm", g.PRE_NORM),
+    *_keras_norm("encoder_block_{i}/layer_norm_1", g.NORM1),
+    *_keras_attention("encoder_block_{i}/attention"),
+    *_keras_norm("encoder_block_{i}/layer_norm_2", g.NORM2),
+    *_keras_dense("encoder_block_{i}/dense_1", g.MLP_IN),
+    *_keras_dense("encoder_block_{i}/dense_2", g.MLP_OUT),
     # keras-hub norms every token; its pooler then takes the class token, as keras_vit's.
-    *_keras_norm("layer_norm", ENCODER_NORM_SCALE, ENCODER_NORM_BIAS),
+    *_keras_norm("layer_norm", g.ENCODER_NORM),
     # Bias-free, as OpenCLIP's: the head with a zero bias.
-    KeyRow("vision_projection/kernel", (HEAD_KERNEL_KEY, HEAD_BIAS_KEY), PROJECTION),
+    KeyRow("vision_projection/kernel", g.HEAD, bias_free(COPY)),
 )
 
 # keras-hub's DINOv2 (DINOV2Backbone), by variable path: the tokens and the position embedding
@@ -174,20 +114,20 @@ CLIP_ROWS = (
 # `weights_in` packs both halves (silu(first) * second), as DINOv2's w12.
 _DINOV2_BLOCK = "encoder/layers_{i}"
 DINOV2_ROWS = (
-    *_keras_dense("embeddings/patch_embeddings/projection", EMBEDDING_KERNEL, EMBEDDING_BIAS),
-    KeyRow("embeddings/cls_token", CLS_KEY),
-    KeyRow("embeddings/register_tokens", REG_TOKEN_KEY),
-    KeyRow("embeddings/position_embeddings", POS_EMBED_KEY),
-    *_keras_norm(f"{_DINOV2_BLOCK}/norm1", LN0_SCALE, LN0_BIAS),
-    *_keras_attention(f"{_DINOV2_BLOCK}/attention/attention", _BLOCK_ATTENTION),
-    KeyRow(f"{_DINOV2_BLOCK}/layer_scale1/lambda1", LS1_SCALE),
-    *_keras_norm(f"{_DINOV2_BLOCK}/norm2", LN2_SCALE, LN2_BIAS),
-    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/fc1", MLP0_KERNEL, MLP0_BIAS),
-    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/fc2", MLP1_KERNEL, MLP1_BIAS),
-    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/weights_in", MLP0_KERNEL, MLP0_BIAS),
-    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/weights_out", MLP1_KERNEL, MLP1_BIAS),
-    KeyRow(f"{_DINOV2_BLOCK}/layer_scale2/lambda1", LS3_SCALE),
-    *_keras_norm("layernorm", ENCODER_NORM_SCALE, ENCODER_NORM_BIAS),
+    *_keras_dense("embeddings/patch_embeddings/projection", g.PATCH),
+    KeyRow("embeddings/cls_token", g.CLS),
+    KeyRow("embeddings/register_tokens", g.REGISTERS),
+    KeyRow("embeddings/position_embeddings", g.POSITIONS),
+    *_keras_norm(f"{_DINOV2_BLOCK}/norm1", g.NORM1),
+    *_keras_attention(f"{_DINOV2_BLOCK}/attention/attention"),
+    KeyRow(f"{_DINOV2_BLOCK}/layer_scale1/lambda1", g.LAYER_SCALE1),
+    *_keras_norm(f"{_DINOV2_BLOCK}/norm2", g.NORM2),
+    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/fc1", g.MLP_IN),
+    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/fc2", g.MLP_OUT),
+    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/weights_in", g.MLP_IN),
+    *_keras_dense(f"{_DINOV2_BLOCK}/mlp/weights_out", g.MLP_OUT),
+    KeyRow(f"{_DINOV2_BLOCK}/layer_scale2/lambda1", g.LAYER_SCALE2),
+    *_keras_norm("layernorm", g.ENCODER_NORM),
 )
 # Not read: the masked-image-modelling token (training only), and the table keras-hub resizes
 # from `position_embeddings` at build time (keras_vit resizes that one as keras-hub does).
@@ -195,14 +135,15 @@ _DINOV2_LEFT = ("embeddings/mask_token", "embeddings/interpolated_position_embed
 
 # The numbers read from an image tower's config, checked before keras-hub builds anything.
 _FIELDS = {
-    "patch_size": count(MAX_PIXELS), "hidden_dim": count(MAX_WIDTH),
-    "num_layers": count(MAX_LAYERS), "num_heads": count(MAX_HEADS),
-    "intermediate_dim": count(MAX_WIDTH), "image_shape": counts(MAX_PIXELS, 3, least=3),
-    "layer_norm_epsilon": optional(epsilon), "intermediate_activation": optional(string),
+    "patch_size": checks.PIXELS, "hidden_dim": checks.WIDTH,
+    "num_layers": checks.LAYERS, "num_heads": checks.HEADS,
+    "intermediate_dim": checks.WIDTH, "image_shape": checks.counts(checks.MAX_PIXELS, 3, least=3),
+    "layer_norm_epsilon": checks.optional(checks.epsilon),
+    "intermediate_activation": checks.optional(checks.string),
     # DINOv2's
-    "num_register_tokens": count(MAX_WIDTH, low=0), "use_swiglu_ffn": flag,
-    "position_embedding_shape": counts(MAX_PIXELS, 3, least=2),
-    "antialias_in_interpolation": flag,
+    "num_register_tokens": checks.count(checks.MAX_WIDTH, low=0), "use_swiglu_ffn": checks.flag,
+    "position_embedding_shape": checks.counts(checks.MAX_PIXELS, 3, least=2),
+    "antialias_in_interpolation": checks.flag,
 }
 _REQUIRED = ("patch_size", "hidden_dim", "num_layers", "num_heads", "intermediate_dim",
              "image_shape")
@@ -256,8 +197,7 @@ def _dinov2_fields(config):
     fields = dict(mlp_dim=config["intermediate_dim"], register_tokens=registers,
                   embed_prefix_tokens=not registers)
     if config.get("use_swiglu_ffn", False):
-        half = (int(config["intermediate_dim"] * 2 / 3) + 7) // 8 * 8
-        fields.update(mlp_dim=2 * half, feed_forward="swiglu")
+        fields.update(mlp_dim=swiglu_mlp_dim(config["intermediate_dim"]), feed_forward="swiglu")
     return fields
 
 
@@ -303,11 +243,11 @@ def _recognises(source):
 
 def _tower_config(path, config, family):
     """The image tower's checked config: the preset's own, or a backbone's vision encoder's."""
-    config = check_object(f'{path} (its "config")', config.get("config"))
+    config = checks.check_object(f'{path} (its "config")', config.get("config"))
     if family.tower is not None:
-        tower = check_object(f'{path} (its "{family.tower}")', config.get(family.tower))
-        config = check_object(f'{path} (its "{family.tower}" config)', tower.get("config"))
-    config = check_fields(path, config, _FIELDS, required=_REQUIRED)
+        tower = checks.check_object(f'{path} (its "{family.tower}")', config.get(family.tower))
+        config = checks.check_object(f'{path} (its "{family.tower}" config)', tower.get("config"))
+    config = checks.check_fields(path, config, _FIELDS, required=_REQUIRED)
     activation = config.get("intermediate_activation", family.default_activation)
     if activation not in dict(family.activations):
         known = ", ".join(a for a, _ in family.activations)
@@ -330,13 +270,7 @@ def preset_family_variant(config, family):
                   image_size=config["image_shape"][0],
                   activation=_activation(config, family)[0], **family.fields(config))
     base = FAMILIES[family.base]
-    variant = dataclasses.replace(base, **fields)
-    for row in FAMILIES.values():
-        if row.family == base.family and dataclasses.replace(variant, name=row.name) == row:
-            return row
-    registers = f"-reg{variant.register_tokens}" if variant.register_tokens else ""
-    return dataclasses.replace(variant, name=f"{base.family}-{fields['width']}x{fields['depth']}"
-                                             f"/{fields['patch_size']}{registers}")
+    return match_or_name(dataclasses.replace(base, **fields), family=base.family)
 
 
 def _root(path, roots, prefix):
@@ -393,11 +327,11 @@ def _read(directory, family):
 def _open(source):
     directory = source.path
     path = os.path.join(directory, "config.json")
-    preset = check_object(path, read_preset_json(path))
+    preset = checks.check_object(path, read_preset_json(path))
     family = PRESET_FAMILIES[_class_of(preset)]
     config = _tower_config(path, preset, family)
     variant = preset_family_variant(config, family)
-    check_architecture(path, variant, tuple(config["image_shape"][:2]))  # before keras-hub builds
+    checks.check_architecture(path, variant, tuple(config["image_shape"][:2]))  # before keras-hub builds
     arrays = _read(directory, family)
     resize = family.position_resize(config)
     info = CheckpointInfo({k: a.shape for k, a in arrays.items()}, format=FORMAT.name,

@@ -22,6 +22,7 @@ from keras_vit.checkpoints.formats.base import (
     CheckpointFormat,
     CheckpointInfo,
     CheckpointReader,
+    open_file,
 )
 from keras_vit.checkpoints.formats.npz_metadata import (
     MAX_METADATA_BYTES,
@@ -34,7 +35,7 @@ from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX
 from keras_vit.checkpoints.layout import normalize_keys, official_arrays
 from keras_vit.errors import ArgumentError
 
-__all__ = ["FORMAT", "NpzFile", "read_npz", "read_npz_headers", "inspect_npz", "save_npz",
+__all__ = ["FORMAT", "NpzFile", "read_npz", "inspect_npz", "save_npz",
            "PICKLE_PROBLEM"]
 
 PICKLE_PROBLEM = ("object arrays, which need pickle to load (official checkpoints hold plain "
@@ -80,10 +81,7 @@ class NpzFile:
 
     def __init__(self, path):
         self.path = path
-        try:
-            self._file = open(path, "rb")
-        except OSError as error:
-            raise CheckpointError(f"{path} cannot be opened ({error.strerror or error}).") from error
+        self._file = open_file(path)
         try:
             self._archive = zipfile.ZipFile(self._file)
             self.headers = self._read_headers()
@@ -185,15 +183,6 @@ def _recognises(source):
 FORMAT = CheckpointFormat(
     name="npz", description="official .npz (vit_jax, big_vision, keras_vit's save_npz)",
     recognises=_recognises, open=NpzReader, numerics=(True, 1e-6), write="save_npz")
-
-
-def read_npz_headers(path):
-    """{stored key: `ArrayHeader`} of every member of an `.npz` file, reading no array."""
-    npz = NpzFile(path)
-    try:
-        return npz.headers
-    finally:
-        npz.close()
 
 
 def read_npz(path, keys=None):

@@ -19,14 +19,8 @@ the architecture, the activation and the normalisation (open_clip_config.py): fr
 
 import os
 
-import numpy as np
-
-from keras_vit.checkpoints.formats.base import (
-    ArrayHeader,
-    CheckpointFormat,
-    CheckpointInfo,
-    CheckpointReader,
-)
+from keras_vit.checkpoints.formats import groups as g
+from keras_vit.checkpoints.formats.base import CheckpointFormat, CheckpointInfo, RowTableReader
 from keras_vit.checkpoints.formats.open_clip_config import (
     CONFIG_NAME,
     WEIGHTS_NAME,
@@ -35,87 +29,35 @@ from keras_vit.checkpoints.formats.open_clip_config import (
 from keras_vit.checkpoints.formats.rows import (
     ADD_BATCH_AXIS,
     CONV,
-    FUSED_QKV,
-    FUSED_QKV_BIAS,
+    COPY,
     HEADS_OUT,
-    LINEAR,
+    TOKEN_VECTOR,
     KeyRow,
-    Transform,
-    from_official,
+    bias_free,
     to_official,
 )
 from keras_vit.checkpoints.formats.safetensors import open_safetensors
 from keras_vit.checkpoints.formats.timm import open_weights
-from keras_vit.checkpoints.layout import (
-    CLS_KEY,
-    EMBEDDING_KERNEL,
-    ENCODER_NORM_BIAS,
-    ENCODER_NORM_SCALE,
-    HEAD_BIAS_KEY,
-    HEAD_KERNEL_KEY,
-    KEY_BIAS,
-    KEY_KERNEL,
-    LN0_BIAS,
-    LN0_SCALE,
-    LN2_BIAS,
-    LN2_SCALE,
-    MLP0_BIAS,
-    MLP0_KERNEL,
-    MLP1_BIAS,
-    MLP1_KERNEL,
-    OUT_BIAS,
-    OUT_KERNEL,
-    POS_EMBED_KEY,
-    PRE_NORM_BIAS,
-    PRE_NORM_SCALE,
-    QUERY_BIAS,
-    QUERY_KERNEL,
-    VALUE_BIAS,
-    VALUE_KERNEL,
-)
-from keras_vit.errors import ArgumentError
 
-__all__ = ["FORMAT", "OPEN_CLIP_ROWS", "open_clip_to_official", "official_to_open_clip"]
+__all__ = ["FORMAT", "OPEN_CLIP_ROWS", "open_clip_to_official"]
 
 VISUAL = "visual."  # the image tower's prefix
 
-
-def _projection_inverse(parts):
-    kernel, bias = parts
-    if np.any(bias):
-        raise ArgumentError("open_clip's projection has no bias; this head's bias is not zero.")
-    return kernel
-
-
-# The class embedding (D,) <-> the official class token (1, 1, D).
-TOKEN = Transform("token", lambda a, heads: a.reshape(1, 1, -1) if a.ndim == 1 else a,
-                  lambda a: a.reshape(-1))
-# The projection (D, E), applied as x @ proj, is a Dense kernel as it is; its bias is zero.
-PROJECTION = Transform(
-    "projection", lambda a, heads: [a, np.zeros(a.shape[-1:], a.dtype)], _projection_inverse)
-
 _BLOCK = VISUAL + "transformer.resblocks.{i}."
 OPEN_CLIP_ROWS = (
-    KeyRow(VISUAL + "conv1.weight", EMBEDDING_KERNEL, CONV),
-    KeyRow(VISUAL + "class_embedding", CLS_KEY, TOKEN),
-    KeyRow(VISUAL + "positional_embedding", POS_EMBED_KEY, ADD_BATCH_AXIS),
-    KeyRow(VISUAL + "ln_pre.weight", PRE_NORM_SCALE),
-    KeyRow(VISUAL + "ln_pre.bias", PRE_NORM_BIAS),
-    KeyRow(_BLOCK + "ln_1.weight", LN0_SCALE),
-    KeyRow(_BLOCK + "ln_1.bias", LN0_BIAS),
-    KeyRow(_BLOCK + "attn.in_proj_weight", (QUERY_KERNEL, KEY_KERNEL, VALUE_KERNEL), FUSED_QKV),
-    KeyRow(_BLOCK + "attn.in_proj_bias", (QUERY_BIAS, KEY_BIAS, VALUE_BIAS), FUSED_QKV_BIAS),
-    KeyRow(_BLOCK + "attn.out_proj.weight", OUT_KERNEL, HEADS_OUT),
-    KeyRow(_BLOCK + "attn.out_proj.bias", OUT_BIAS),
-    KeyRow(_BLOCK + "ln_2.weight", LN2_SCALE),
-    KeyRow(_BLOCK + "ln_2.bias", LN2_BIAS),
-    KeyRow(_BLOCK + "mlp.c_fc.weight", MLP0_KERNEL, LINEAR),
-    KeyRow(_BLOCK + "mlp.c_fc.bias", MLP0_BIAS),
-    KeyRow(_BLOCK + "mlp.c_proj.weight", MLP1_KERNEL, LINEAR),
-    KeyRow(_BLOCK + "mlp.c_proj.bias", MLP1_BIAS),
-    KeyRow(VISUAL + "ln_post.weight", ENCODER_NORM_SCALE),
-    KeyRow(VISUAL + "ln_post.bias", ENCODER_NORM_BIAS),
-    KeyRow(VISUAL + "proj", (HEAD_KERNEL_KEY, HEAD_BIAS_KEY), PROJECTION),
+    KeyRow(VISUAL + "conv1.weight", g.PATCH.kernel, CONV),
+    KeyRow(VISUAL + "class_embedding", g.CLS, TOKEN_VECTOR),
+    KeyRow(VISUAL + "positional_embedding", g.POSITIONS, ADD_BATCH_AXIS),
+    *g.norm(VISUAL + "ln_pre", g.PRE_NORM),
+    *g.norm(_BLOCK + "ln_1", g.NORM1),
+    *g.fused_qkv(_BLOCK + "attn.in_proj_weight", _BLOCK + "attn.in_proj_bias"),
+    *g.dense(_BLOCK + "attn.out_proj", g.OUT, HEADS_OUT),
+    *g.norm(_BLOCK + "ln_2", g.NORM2),
+    *g.dense(_BLOCK + "mlp.c_fc", g.MLP_IN),
+    *g.dense(_BLOCK + "mlp.c_proj", g.MLP_OUT),
+    *g.norm(VISUAL + "ln_post", g.ENCODER_NORM),
+    # The projection (D, E), applied as x @ proj, is a Dense kernel as it is; its bias is zero.
+    KeyRow(VISUAL + "proj", g.HEAD, bias_free(COPY)),
 )
 
 
@@ -125,11 +67,6 @@ def open_clip_to_official(sd, heads=None):
     strict loader to name."""
     visual = {k: v for k, v in sd.items() if k.startswith(VISUAL)}
     return to_official(OPEN_CLIP_ROWS, visual, heads, unknown_prefix="open_clip:")
-
-
-def official_to_open_clip(arrays):
-    """Official-key arrays (a CLIP model's) -> open_clip's image-tower keys."""
-    return from_official(OPEN_CLIP_ROWS, arrays, "open_clip")
 
 
 def _is_hub_folder(source):
@@ -151,33 +88,21 @@ def _recognises(source):
     return weights is not None and VISUAL + "class_embedding" in weights.shapes
 
 
-class OpenClipReader(CheckpointReader):
+class OpenClipReader(RowTableReader):
     def __init__(self, source):
-        super().__init__(source, FORMAT)
-        self._weights = _weights(source)
+        weights = _weights(source)  # the image tower's arrays only, not the text tower's
+        super().__init__(source, FORMAT, weights, open_clip_to_official,
+                         names=[k for k in weights.shapes if k.startswith(VISUAL)])
         # A Hub folder's config: read (and checked) before anything is built.
         self._config = read_open_clip_config(source) if _is_hub_folder(source) else None
 
-    def headers(self, heads=None):
-        stand_ins = {k: np.broadcast_to(np.zeros((), np.float32), tuple(s))
-                     for k, s in self._weights.shapes.items() if k.startswith(VISUAL)}
-        shapes = open_clip_to_official(stand_ins, heads)
-        return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
-
-    def read(self, keys, heads=None):
-        visual = [k for k in self._weights.shapes if k.startswith(VISUAL)]  # not the text tower
-        arrays = open_clip_to_official(self._weights.read(visual), heads)
-        return {k: arrays[k] for k in keys}
-
     def info(self):
         if self._config is None:
-            return CheckpointInfo({k: h.shape for k, h in self.headers().items()},
-                                  format="open_clip", layer_norm_epsilon=1e-5)
+            return CheckpointInfo(self.shapes(), format="open_clip", layer_norm_epsilon=1e-5)
         variant, layer_norm_epsilon, normalization = self._config
-        return CheckpointInfo({k: h.shape for k, h in self.headers(variant.heads).items()},
-                              format="open_clip", layer_norm_epsilon=layer_norm_epsilon,
-                              approximate_gelu=False, heads=variant.heads,
-                              normalization=normalization, variant=variant)
+        return CheckpointInfo(self.shapes(variant.heads), format="open_clip",
+                              layer_norm_epsilon=layer_norm_epsilon, approximate_gelu=False,
+                              heads=variant.heads, normalization=normalization, variant=variant)
 
 
 FORMAT = CheckpointFormat(

@@ -22,31 +22,19 @@ import dataclasses
 import os
 
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats import config_values as checks
 from keras_vit.checkpoints.formats.base import normalization_from
-from keras_vit.checkpoints.formats.config_values import (
-    MAX_LAYERS,
-    MAX_PIXELS,
-    MAX_WIDTH,
-    check_architecture,
-    check_fields,
-    check_object,
-    count,
-    counts,
-    epsilon,
-    flag,
-    mapping,
-    number,
-)
+from keras_vit.checkpoints.formats.config_variant import match_or_name
 from keras_vit.variants import FAMILIES
 
 __all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "read_open_clip_config"]
 
 CONFIG_NAME, WEIGHTS_NAME = "open_clip_config.json", "open_clip_model.safetensors"
 
-_MODEL_FIELDS = {"embed_dim": count(MAX_WIDTH), "vision_cfg": mapping, "quick_gelu": flag}
-_VISION_FIELDS = {"width": count(MAX_WIDTH), "head_width": count(MAX_WIDTH),
-                  "mlp_ratio": number(0, MAX_WIDTH), "patch_size": count(MAX_PIXELS),
-                  "norm_kwargs": mapping}
+_MODEL_FIELDS = {"embed_dim": checks.WIDTH, "vision_cfg": checks.mapping, "quick_gelu": checks.flag}
+_VISION_FIELDS = {"width": checks.WIDTH, "head_width": checks.WIDTH,
+                  "mlp_ratio": checks.number(0, checks.MAX_WIDTH), "patch_size": checks.PIXELS,
+                  "norm_kwargs": checks.mapping}
 
 # CLIPVisionCfg's fields that build another tower than OpenAI's: the values that keep
 # OpenAI's (open_clip's default first), and what another value builds.
@@ -72,7 +60,7 @@ _UNREAD = {
 def _image_size(path, vision):
     size = vision.get("image_size", 224)
     sides = size if isinstance(size, list) else [size]
-    check_fields(path, {"image_size": sides}, {"image_size": counts(MAX_PIXELS, 2)},
+    checks.check_fields(path, {"image_size": sides}, {"image_size": checks.counts(checks.MAX_PIXELS, 2)},
                  prefix="model_cfg.vision_cfg.")
     if len(set(sides)) != 1:
         raise CheckpointError(f"{path}: model_cfg.vision_cfg.image_size {size} is not square; "
@@ -85,7 +73,7 @@ def _check_tower(path, vision):
     if isinstance(layers, list):
         raise CheckpointError(f"{path}: model_cfg.vision_cfg.layers {layers} builds open_clip's "
                               "ModifiedResNet, which keras_vit does not read.")
-    check_fields(path, {"layers": layers}, {"layers": count(MAX_LAYERS)},
+    checks.check_fields(path, {"layers": layers}, {"layers": checks.LAYERS},
                  prefix="model_cfg.vision_cfg.")
     for field, (kept, builds) in _UNREAD.items():
         if vision.get(field, kept[0]) not in kept:
@@ -97,7 +85,7 @@ def _check_tower(path, vision):
         raise CheckpointError(f"{path}: model_cfg.vision_cfg.norm_kwargs sets "
                               f"{', '.join(sorted(set(norm) - {'eps'}))}; keras_vit reads eps only.")
     if "eps" in norm:
-        check_fields(path, norm, {"eps": epsilon}, prefix="model_cfg.vision_cfg.norm_kwargs.")
+        checks.check_fields(path, norm, {"eps": checks.epsilon}, prefix="model_cfg.vision_cfg.norm_kwargs.")
     return layers, norm.get("eps", 1e-5)
 
 
@@ -107,17 +95,14 @@ def _variant(vision, layers, image_size, activation):
     width, head_width = vision.get("width", 768), vision.get("head_width", 64)
     if width % head_width:
         return None
-    base = FAMILIES["CLIP-B/16"]
     variant = dataclasses.replace(
-        base, width=width, depth=layers, heads=width // head_width,
+        FAMILIES["CLIP-B/16"], width=width, depth=layers, heads=width // head_width,
         mlp_dim=int(width * vision.get("mlp_ratio", 4.0)), patch_size=vision.get("patch_size", 16),
         image_size=image_size, activation=activation)
-    for row in FAMILIES.values():
-        if row.family == base.family and dataclasses.replace(
-                variant, name=row.name, activation=row.activation) == row:
-            suffix = "" if activation == row.activation else f"-{activation}"
-            return dataclasses.replace(variant, name=row.name + suffix)
-    return dataclasses.replace(variant, name=f"CLIP-{width}x{layers}/{variant.patch_size}")
+    found = match_or_name(variant, family="CLIP", ignore=("activation",))
+    if found.activation == activation:
+        return found
+    return dataclasses.replace(found, name=f"{found.name}-{activation}", activation=activation)
 
 
 def read_open_clip_config(source):
@@ -125,23 +110,23 @@ def read_open_clip_config(source):
     open_clip_config.json records (`source`: the folder's `base.Source`); a one-line
     `CheckpointError` for a config that is not one, or builds a tower keras_vit does not read."""
     path = os.path.join(source.path, CONFIG_NAME)
-    config = check_object(path, source.json(CONFIG_NAME))
+    config = checks.check_object(path, source.json(CONFIG_NAME))
     model = config.get("model_cfg")
     if model is None:
         raise CheckpointError(f"{path}: model_cfg is missing; open_clip's config holds the "
                               "model's under it.")
-    model = check_fields(path, check_object(f"{path} (its model_cfg)", model), _MODEL_FIELDS,
+    model = checks.check_fields(path, checks.check_object(f"{path} (its model_cfg)", model), _MODEL_FIELDS,
                          prefix="model_cfg.", required=("vision_cfg",))
-    vision = check_fields(path, model["vision_cfg"], _VISION_FIELDS, prefix="model_cfg.vision_cfg.")
+    vision = checks.check_fields(path, model["vision_cfg"], _VISION_FIELDS, prefix="model_cfg.vision_cfg.")
     layers, layer_norm_epsilon = _check_tower(path, vision)
     activation = "quick_gelu" if model.get("quick_gelu", False) else "gelu"
     variant = _variant(vision, layers, _image_size(path, vision), activation)
     if variant is None:
         raise CheckpointError(f"{path}: model_cfg.vision_cfg.width {vision.get('width', 768)} is "
                               f"not a multiple of head_width {vision.get('head_width', 64)}.")
-    check_architecture(path, variant, variant.image_size)  # before anything is built
+    checks.check_architecture(path, variant, variant.image_size)  # before anything is built
     preprocess = config.get("preprocess_cfg") or {}
-    preprocess = check_object(f"{path} (its preprocess_cfg)", preprocess)
+    preprocess = checks.check_object(f"{path} (its preprocess_cfg)", preprocess)
     normalization = (normalization_from(path, preprocess["mean"], preprocess["std"])
                      if "mean" in preprocess and "std" in preprocess else None)
     return variant, layer_norm_epsilon, normalization

@@ -16,11 +16,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from keras_vit.checkpoints.layout import CLS_KEY, POS_EMBED_KEY, REG_TOKEN_KEY
 from keras_vit.errors import ArgumentError
 
 __all__ = ["Transform", "KeyRow", "to_official", "from_official", "COPY", "LINEAR", "CONV",
            "HEADS_IN", "HEADS_BIAS", "HEADS_OUT", "FUSED_QKV", "FUSED_QKV_BIAS",
-           "ADD_BATCH_AXIS", "FUSED_KV", "FUSED_KV_BIAS"]
+           "ADD_BATCH_AXIS", "FUSED_KV", "FUSED_KV_BIAS", "TOKEN_VECTOR", "bias_free",
+           "renamed", "fold_class_position"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +101,46 @@ FUSED_KV_BIAS = Transform(
 # keras-hub's position embedding (tokens, D) <-> the official (1, tokens, D).
 ADD_BATCH_AXIS = Transform("add_batch_axis", lambda a, heads: a[None] if a.ndim == 2 else a,
                            lambda a: a[0])
+# CLIP's class embedding (D,) <-> the official class token (1, 1, D).
+TOKEN_VECTOR = Transform("token_vector",
+                         lambda a, heads: a.reshape(1, 1, -1) if a.ndim == 1 else a,
+                         lambda a: a.reshape(-1))
+
+
+def bias_free(transform):
+    """CLIP's projection, a kernel without bias, as the official head: the kernel through
+    `transform` and a zero bias; written back only while the bias is zero."""
+    def forward(a, heads):
+        kernel = transform.forward(a, heads)
+        return [kernel, np.zeros(kernel.shape[-1:], kernel.dtype)]
+
+    def inverse(parts):
+        kernel, bias = parts
+        if np.any(bias):
+            raise ArgumentError("CLIP's projection has no bias; this head's bias is not zero. "
+                                "Save the model with save_npz or save_safetensors.")
+        return transform.inverse(kernel)
+
+    return Transform(f"bias_free_{transform.name}", forward, inverse)
+
+
+def renamed(table, renames):
+    """`table`'s rows with the source templates `renames` names spelled another way: a library
+    that stores another's layout under a few names of its own (DINOv2's release, timm's)."""
+    return tuple(dataclasses.replace(row, source=renames.get(row.source, row.source))
+                 for row in table)
+
+
+def fold_class_position(out):
+    """Where the position embedding covers the class token but the registers come after the
+    sum (DINOv2 with registers), the class token's position is added to it alone: folded into
+    the token, exactly (timm's _convert_dinov2), the embedding left on the patches.
+    Official-key arrays, in place."""
+    if REG_TOKEN_KEY in out and POS_EMBED_KEY in out and CLS_KEY in out:
+        pos = out[POS_EMBED_KEY]
+        out[CLS_KEY] = out[CLS_KEY] + pos[:, :1]
+        out[POS_EMBED_KEY] = pos[:, 1:]
+    return out
 
 
 _FIELD = re.compile(r"\{(\w+)([+-]\d+)?\}")

@@ -21,6 +21,7 @@ import numpy as np
 from keras_vit._support.json_files import parse_json, read_json
 from keras_vit.atomic import atomic_open
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats.base import open_file
 
 __all__ = ["open_safetensors", "SafetensorsFile", "ShardedSafetensors", "read_safetensors",
            "safetensors_shapes", "write_safetensors", "INDEX_SUFFIX"]
@@ -159,10 +160,7 @@ class SafetensorsFile:
 
     def __init__(self, path):
         self.path = path
-        try:
-            self._file = open(path, "rb")
-        except OSError as error:
-            raise CheckpointError(f"{path} cannot be opened ({error.strerror or error}).") from error
+        self._file = open_file(path)
         try:
             self._start, self._entries = _header(path, self._file)
         except BaseException:

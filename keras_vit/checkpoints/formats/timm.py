@@ -4,7 +4,7 @@ timm stores torch Linear weights (out, in), a fused `qkv` (3D, D), `cls_token`,
 `pos_embed`, `patch_embed.proj` (D, C, p, p), `norm` and `head`; no pre_logits.
 A bare state dict records neither its head count nor its normalisation: the
 variant's heads are assumed and said so. A Hub folder's `config.json` names the
-architecture (whose heads variants.py's timm table knows) and `pretrained_cfg`
+architecture (whose heads timm_names.py's table knows) and `pretrained_cfg`
 its mean/std.
 """
 
@@ -14,90 +14,29 @@ import os
 import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats import config_values as checks
+from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import (
-    ArrayHeader,
     CheckpointFormat,
     CheckpointInfo,
-    CheckpointReader,
+    RowTableReader,
     normalization_from,
-    shape_stand_ins,
 )
-from keras_vit.checkpoints.formats.config_values import (
-    MAX_WIDTH,
-    check_fields,
-    check_object,
-    mapping,
-    string,
-)
+from keras_vit.checkpoints.formats.config_variant import match_or_name
 from keras_vit.checkpoints.formats.rows import (
     CONV,
     FUSED_KV,
     FUSED_KV_BIAS,
-    FUSED_QKV,
-    FUSED_QKV_BIAS,
-    HEADS_BIAS,
     HEADS_IN,
     HEADS_OUT,
-    LINEAR,
     KeyRow,
     from_official,
     to_official,
 )
 from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX, open_safetensors, write_safetensors
-from keras_vit.checkpoints.layout import (
-    CLS_KEY,
-    DIST_TOKEN_KEY,
-    EMBEDDING_BIAS,
-    EMBEDDING_KERNEL,
-    ENCODER_NORM_BIAS,
-    ENCODER_NORM_SCALE,
-    HEAD_BIAS_KEY,
-    HEAD_DIST_BIAS_KEY,
-    HEAD_DIST_KERNEL_KEY,
-    HEAD_KERNEL_KEY,
-    KEY_BIAS,
-    KEY_KERNEL,
-    LN0_BIAS,
-    LN0_SCALE,
-    LN2_BIAS,
-    LN2_SCALE,
-    LS1_SCALE,
-    LS3_SCALE,
-    MAP_KEY_BIAS,
-    MAP_KEY_KERNEL,
-    MAP_LN_BIAS,
-    MAP_LN_SCALE,
-    MAP_MLP0_BIAS,
-    MAP_MLP0_KERNEL,
-    MAP_MLP1_BIAS,
-    MAP_MLP1_KERNEL,
-    MAP_OUT_BIAS,
-    MAP_OUT_KERNEL,
-    MAP_PROBE,
-    MAP_QUERY_BIAS,
-    MAP_QUERY_KERNEL,
-    MAP_VALUE_BIAS,
-    MAP_VALUE_KERNEL,
-    MLP0_BIAS,
-    MLP0_KERNEL,
-    MLP1_BIAS,
-    MLP1_KERNEL,
-    OUT_BIAS,
-    OUT_KERNEL,
-    POS_EMBED_KEY,
-    PRE_LOGITS_KERNEL_KEY,
-    PRE_NORM_BIAS,
-    PRE_NORM_SCALE,
-    QUERY_BIAS,
-    QUERY_KERNEL,
-    REG_TOKEN_KEY,
-    VALUE_BIAS,
-    VALUE_KERNEL,
-    is_trunk_key,
-    official_arrays,
-)
+from keras_vit.checkpoints.layout import PRE_LOGITS_KERNEL_KEY, is_trunk_key, official_arrays
 from keras_vit.errors import ArgumentError
-from keras_vit.variants import table_variant, timm_variant
+from keras_vit.variants import timm_variant
 
 __all__ = ["FORMAT", "TIMM_ROWS", "timm_to_official", "official_to_timm", "save_safetensors",
            "weights_file", "open_weights"]
@@ -124,9 +63,9 @@ def open_weights(source):
     return None if path is None else source.once("safetensors", lambda: open_safetensors(path))
 
 
-# The fields keras_vit reads from timm's config.json: the architecture's name (variants.py's
-# timm table gives its heads) and pretrained_cfg's mean/std (normalization_from checks them).
-_TIMM_FIELDS = {"architecture": string, "pretrained_cfg": mapping, "model_args": mapping}
+# The fields keras_vit reads from timm's config.json: the architecture's name (timm_names.py's
+# table gives its heads) and pretrained_cfg's mean/std (normalization_from checks them).
+_TIMM_FIELDS = {"architecture": checks.string, "pretrained_cfg": checks.mapping, "model_args": checks.mapping}
 
 # timm's create_model arguments (config.json "model_args", which timm applies when it loads the
 # folder) that change the architecture, as Variant fields; `img_size` is the default resolution.
@@ -154,7 +93,7 @@ def timm_config_variant(config):
     if variant is None or any(k not in _MODEL_ARGS and k not in _NEUTRAL_ARGS for k in args):
         return None
     fields = {_MODEL_ARGS[k]: v for k, v in args.items() if k in _MODEL_ARGS}
-    if any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_WIDTH
+    if any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= checks.MAX_WIDTH
            for v in fields.values()):
         return None
     if "width" in fields or "mlp_ratio" in args:  # the architecture's own ratio unless said
@@ -164,12 +103,7 @@ def timm_config_variant(config):
         fields["mlp_dim"] = int(fields.get("width", variant.width) * ratio)
     if not fields:
         return variant
-    resized = dataclasses.replace(variant, **fields)
-    found = table_variant(resized)
-    if found is not resized:
-        return found
-    sizes = f"{resized.width}x{resized.depth}"
-    return dataclasses.replace(resized, name=f"{architecture.split('.', 1)[0]}-{sizes}")
+    return match_or_name(dataclasses.replace(variant, **fields))
 
 
 def _recognises(source):
@@ -178,37 +112,17 @@ def _recognises(source):
                                     or _HYBRID_STEM in weights.shapes)
 
 
-class TimmReader(CheckpointReader):
+class TimmReader(RowTableReader):
     def __init__(self, source):
-        super().__init__(source, FORMAT)
-        self._weights = open_weights(source)
+        # The loader may ask for a few keys at a time (loader.py reads a large file row by
+        # row): only the timm tensors that hold them are read.
+        super().__init__(source, FORMAT, open_weights(source),
+                         lambda sd, heads: timm_to_official(sd, heads, source=source.path),
+                         reads_in_parts=True)
         config = source.json("config.json") if source.is_dir else None
         path = f"{source.folder}/config.json"
-        self._config = check_fields(path, check_object(path, config), _TIMM_FIELDS) \
+        self._config = checks.check_fields(path, checks.check_object(path, config), _TIMM_FIELDS) \
             if config is not None else {}
-
-    def headers(self, heads=None):
-        shapes = timm_to_official(shape_stand_ins(self._weights.shapes), heads, source=self.path)
-        return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
-
-    # The loader may ask for a few keys at a time (loader.py reads a large file row by row):
-    # only the timm tensors that hold `keys` are read.
-    reads_in_parts = True
-
-    def read(self, keys, heads=None):
-        owners = self._owners()
-        names = list(dict.fromkeys(owners[k] for k in keys))
-        arrays = timm_to_official(self._weights.read(names), heads, source=self.path)
-        return {k: arrays[k] for k in keys}
-
-    def _owners(self):
-        """{official key: the timm tensor it comes from}, from the names and shapes alone."""
-        if getattr(self, "_owner_map", None) is None:
-            stand_ins = shape_stand_ins(self._weights.shapes)
-            self._owner_map = {
-                official: name for name, array in stand_ins.items()
-                for official in timm_to_official({name: array}, source=self.path)}
-        return self._owner_map
 
     def info(self):
         variant = timm_config_variant(self._config) if self._config else None
@@ -217,7 +131,7 @@ class TimmReader(CheckpointReader):
         if "mean" in pretrained and "std" in pretrained:
             normalization = normalization_from(f"{self.source.folder}/config.json",
                                                pretrained["mean"], pretrained["std"])
-        return CheckpointInfo({k: h.shape for k, h in self.headers().items()}, format="timm",
+        return CheckpointInfo(self.shapes(), format="timm",
                               heads=variant.heads if variant is not None else None,
                               normalization=normalization, variant=variant)
 
@@ -231,53 +145,43 @@ FORMAT = CheckpointFormat(
     position_resize="bicubic")
 
 
-# timm's VisionTransformer state dict, row by row (formats/rows.py applies it both ways).
-TIMM_ROWS = (
-    KeyRow("patch_embed.proj.weight", EMBEDDING_KERNEL, CONV),
-    KeyRow("patch_embed.proj.bias", EMBEDDING_BIAS),
-    KeyRow("cls_token", CLS_KEY),
-    KeyRow("pos_embed", POS_EMBED_KEY),
-    KeyRow("blocks.{i}.norm1.weight", LN0_SCALE),
-    KeyRow("blocks.{i}.norm1.bias", LN0_BIAS),
-    KeyRow("blocks.{i}.attn.qkv.weight", (QUERY_KERNEL, KEY_KERNEL, VALUE_KERNEL), FUSED_QKV),
-    KeyRow("blocks.{i}.attn.qkv.bias", (QUERY_BIAS, KEY_BIAS, VALUE_BIAS), FUSED_QKV_BIAS),
-    KeyRow("blocks.{i}.attn.proj.weight", OUT_KERNEL, HEADS_OUT),
-    KeyRow("blocks.{i}.attn.proj.bias", OUT_BIAS),
-    KeyRow("blocks.{i}.norm2.weight", LN2_SCALE),
-    KeyRow("blocks.{i}.norm2.bias", LN2_BIAS),
-    KeyRow("blocks.{i}.mlp.fc1.weight", MLP0_KERNEL, LINEAR),
-    KeyRow("blocks.{i}.mlp.fc1.bias", MLP0_BIAS),
-    KeyRow("blocks.{i}.mlp.fc2.weight", MLP1_KERNEL, LINEAR),
-    KeyRow("blocks.{i}.mlp.fc2.bias", MLP1_BIAS),
-    KeyRow("norm.weight", ENCODER_NORM_SCALE),
-    KeyRow("norm.bias", ENCODER_NORM_BIAS),
-    KeyRow("head.weight", HEAD_KERNEL_KEY, LINEAR),
-    KeyRow("head.bias", HEAD_BIAS_KEY),
-    # The families (keras_vit/variants.py FAMILIES): DeiT's distillation token and head,
-    # DINOv2's registers, LayerScale (ls1 after attention, ls2 after the MLP), CLIP's norm_pre,
-    # and SigLIP's attention pooling (attn_pool, timm's AttentionPoolLatent).
-    KeyRow("dist_token", DIST_TOKEN_KEY),
-    KeyRow("reg_token", REG_TOKEN_KEY),
-    KeyRow("norm_pre.weight", PRE_NORM_SCALE),
-    KeyRow("norm_pre.bias", PRE_NORM_BIAS),
-    KeyRow("blocks.{i}.ls1.gamma", LS1_SCALE),
-    KeyRow("blocks.{i}.ls2.gamma", LS3_SCALE),
-    KeyRow("head_dist.weight", HEAD_DIST_KERNEL_KEY, LINEAR),
-    KeyRow("head_dist.bias", HEAD_DIST_BIAS_KEY),
-    KeyRow("attn_pool.latent", MAP_PROBE),
-    KeyRow("attn_pool.q.weight", MAP_QUERY_KERNEL, HEADS_IN),
-    KeyRow("attn_pool.q.bias", MAP_QUERY_BIAS, HEADS_BIAS),
-    KeyRow("attn_pool.kv.weight", (MAP_KEY_KERNEL, MAP_VALUE_KERNEL), FUSED_KV),
-    KeyRow("attn_pool.kv.bias", (MAP_KEY_BIAS, MAP_VALUE_BIAS), FUSED_KV_BIAS),
-    KeyRow("attn_pool.proj.weight", MAP_OUT_KERNEL, HEADS_OUT),
-    KeyRow("attn_pool.proj.bias", MAP_OUT_BIAS),
-    KeyRow("attn_pool.norm.weight", MAP_LN_SCALE),
-    KeyRow("attn_pool.norm.bias", MAP_LN_BIAS),
-    KeyRow("attn_pool.mlp.fc1.weight", MAP_MLP0_KERNEL, LINEAR),
-    KeyRow("attn_pool.mlp.fc1.bias", MAP_MLP0_BIAS),
-    KeyRow("attn_pool.mlp.fc2.weight", MAP_MLP1_KERNEL, LINEAR),
-    KeyRow("attn_pool.mlp.fc2.bias", MAP_MLP1_BIAS),
+# timm's VisionTransformer state dict, row by row (formats/rows.py applies them both ways), by
+# feature: the plain ViT's embedding, blocks and final norm, its classifier, and what the
+# families (keras_vit/variants.py FAMILIES) add: DeiT's distillation token and head, DINOv2's
+# registers, LayerScale (ls1 after attention, ls2 after the MLP), CLIP's norm_pre and SigLIP's
+# attention pooling (attn_pool, timm's AttentionPoolLatent). DINOv2's release files are these
+# groups under a few names of their own (dinov2.py).
+_BLOCK = "blocks.{i}."
+TIMM_EMBEDDING = (*g.dense("patch_embed.proj", g.PATCH, CONV), KeyRow("cls_token", g.CLS),
+                  KeyRow("pos_embed", g.POSITIONS))
+TIMM_BLOCKS = (
+    *g.norm(_BLOCK + "norm1", g.NORM1),
+    *g.fused_qkv(_BLOCK + "attn.qkv.weight", _BLOCK + "attn.qkv.bias"),
+    *g.dense(_BLOCK + "attn.proj", g.OUT, HEADS_OUT),
+    *g.norm(_BLOCK + "norm2", g.NORM2),
+    *g.dense(_BLOCK + "mlp.fc1", g.MLP_IN),
+    *g.dense(_BLOCK + "mlp.fc2", g.MLP_OUT),
+    *g.norm("norm", g.ENCODER_NORM),
 )
+TIMM_HEAD = g.dense("head", g.HEAD)
+TIMM_DISTILLATION = (KeyRow("dist_token", g.DIST_TOKEN), *g.dense("head_dist", g.HEAD_DIST))
+TIMM_REGISTERS = (KeyRow("reg_token", g.REGISTERS),)
+TIMM_PRE_NORM = g.norm("norm_pre", g.PRE_NORM)
+TIMM_LAYER_SCALE = (KeyRow(_BLOCK + "ls1.gamma", g.LAYER_SCALE1),
+                    KeyRow(_BLOCK + "ls2.gamma", g.LAYER_SCALE2))
+_MAP_QUERY, _MAP_KEY, _MAP_VALUE, _MAP_OUT = g.MAP_ATTENTION
+TIMM_MAP_HEAD = (
+    KeyRow("attn_pool.latent", g.MAP_PROBE),
+    *g.dense("attn_pool.q", _MAP_QUERY, HEADS_IN),
+    KeyRow("attn_pool.kv.weight", (_MAP_KEY.kernel, _MAP_VALUE.kernel), FUSED_KV),
+    KeyRow("attn_pool.kv.bias", (_MAP_KEY.bias, _MAP_VALUE.bias), FUSED_KV_BIAS),
+    *g.dense("attn_pool.proj", _MAP_OUT, HEADS_OUT),
+    *g.norm("attn_pool.norm", g.MAP_NORM),
+    *g.dense("attn_pool.mlp.fc1", g.MAP_MLP_IN),
+    *g.dense("attn_pool.mlp.fc2", g.MAP_MLP_OUT),
+)
+TIMM_ROWS = (*TIMM_EMBEDDING, *TIMM_BLOCKS, *TIMM_HEAD, *TIMM_DISTILLATION, *TIMM_REGISTERS,
+             *TIMM_PRE_NORM, *TIMM_LAYER_SCALE, *TIMM_MAP_HEAD)
 
 
 def timm_to_official(sd, heads=None, source="the checkpoint"):

@@ -10,75 +10,24 @@ spelling (`vit.encoder.layer.N.attention.attention.query`) and transformers 5's
 in-memory one (`vit.layers.N.attention.q_proj`) are read.
 """
 
-import dataclasses
 import os
 
-import numpy as np
-
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.checkpoints.formats import config_values as checks
+from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import (
-    ArrayHeader,
     CheckpointFormat,
     CheckpointInfo,
-    CheckpointReader,
+    RowTableReader,
     normalization_from,
-    shape_stand_ins,
 )
-from keras_vit.checkpoints.formats.config_values import (
-    MAX_HEADS,
-    MAX_LAYERS,
-    MAX_PIXELS,
-    MAX_WIDTH,
-    check_fields,
-    check_object,
-    count,
-    epsilon,
-    optional,
-)
-from keras_vit.checkpoints.formats.rows import (
-    CONV,
-    HEADS_BIAS,
-    HEADS_IN,
-    HEADS_OUT,
-    LINEAR,
-    KeyRow,
-    from_official,
-    to_official,
-)
+from keras_vit.checkpoints.formats.config_variant import match_or_name
+from keras_vit.checkpoints.formats.rows import CONV, KeyRow, to_official
 from keras_vit.checkpoints.formats.timm import open_weights
-from keras_vit.checkpoints.layout import (
-    CLS_KEY,
-    EMBEDDING_BIAS,
-    EMBEDDING_KERNEL,
-    ENCODER_NORM_BIAS,
-    ENCODER_NORM_SCALE,
-    HEAD_BIAS_KEY,
-    HEAD_KERNEL_KEY,
-    KEY_BIAS,
-    KEY_KERNEL,
-    LN0_BIAS,
-    LN0_SCALE,
-    LN2_BIAS,
-    LN2_SCALE,
-    MLP0_BIAS,
-    MLP0_KERNEL,
-    MLP1_BIAS,
-    MLP1_KERNEL,
-    OUT_BIAS,
-    OUT_KERNEL,
-    POS_EMBED_KEY,
-    PRE_LOGITS_BIAS_KEY,
-    PRE_LOGITS_KERNEL_KEY,
-    QUERY_BIAS,
-    QUERY_KERNEL,
-    VALUE_BIAS,
-    VALUE_KERNEL,
-)
-from keras_vit.variants import Variant, table_variant
+from keras_vit.variants import Variant
 
 __all__ = ["FORMAT", "TRANSFORMERS_ROWS", "read_config", "transformers_to_official",
-           "official_to_transformers", "processor_normalization",
-           "TRANSFORMERS_FIELDS"]
+           "processor_normalization", "TRANSFORMERS_FIELDS"]
 
 
 def _recognises(source):
@@ -87,43 +36,57 @@ def _recognises(source):
         n.endswith("embeddings.patch_embeddings.projection.weight") for n in weights.shapes)
 
 
-class TransformersReader(CheckpointReader):
+class TransformersReader(RowTableReader):
     def __init__(self, source):
-        super().__init__(source, FORMAT)
-        self._config = read_config(source)
-        self._weights = open_weights(source)
-
-    def headers(self, heads=None):
-        shapes = transformers_to_official(shape_stand_ins(self._weights.shapes), heads)
-        return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
-
-    def read(self, keys, heads=None):
-        arrays = transformers_to_official(self._weights.read(), heads)
-        return {k: arrays[k] for k in keys}
+        config = read_config(source)
+        super().__init__(source, FORMAT, open_weights(source), transformers_to_official)
+        self._config = config
 
     def info(self):
-        config = self._config
-        return CheckpointInfo({k: h.shape for k, h in self.headers().items()},
-                              format="transformers",
-                              layer_norm_epsilon=config.get("layer_norm_eps", 1e-12),
-                              approximate_gelu=config.get("hidden_act", "gelu") != "gelu",
-                              heads=config.get("num_attention_heads"),
-                              normalization=processor_normalization(self.source),
-                              variant=vit_config_variant(config))
+        return folder_info(self, self._config, vit_config_variant(self._config))
+
+
+# transformers' tanh GELUs (hidden_act); "gelu" is erf.
+TANH_GELU = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
+
+
+def folder_info(reader, config, variant, **fields):
+    """The `CheckpointInfo` of a transformers folder: the headers' shapes, the config's
+    numerics and heads (transformers' defaults where absent), the saved processor's mean/std."""
+    return CheckpointInfo(reader.shapes(), format=reader.format.name,
+                          layer_norm_epsilon=config.get("layer_norm_eps", 1e-12),
+                          approximate_gelu=config.get("hidden_act", "gelu") in TANH_GELU,
+                          heads=config.get("num_attention_heads"),
+                          normalization=processor_normalization(reader.source), variant=variant,
+                          **fields)
+
+
+def folder_config(source, weights, model_type, refusal):
+    """(path, config) of the folder's config.json, read once, where it names `model_type`;
+    else a one-line refusal (`weights`: what the folder's weights are; `refusal`: what follows
+    the model type it names instead)."""
+    path = os.path.join(source.folder, "config.json")
+    config = source.json("config.json")
+    if config is None:
+        raise CheckpointError(f"{source.path} holds transformers {weights} weights; pass the "
+                              "directory holding it and its config.json, which sets the numerics.")
+    checks.check_object(path, config)
+    if config.get("model_type") != model_type:
+        raise CheckpointError(f"{path} describes a {config.get('model_type')!r} model{refusal}")
+    return path, config
 
 
 def vit_config_variant(config):
     """The `Variant` a checked ViT config.json describes (transformers' ViTConfig defaults
     where a field is absent): the table's row where it is one (ViT-B_16 for
     google/vit-base-patch16-224), else one named after its sizes."""
-    width, depth = config.get("hidden_size", 768), config.get("num_hidden_layers", 12)
-    variant = Variant(f"ViT-{width}x{depth}_{config.get('patch_size', 16)}", width=width,
-                      depth=depth, mlp_dim=config.get("intermediate_size", 3072),
+    variant = Variant("", width=config.get("hidden_size", 768),
+                      depth=config.get("num_hidden_layers", 12),
+                      mlp_dim=config.get("intermediate_size", 3072),
                       heads=config.get("num_attention_heads", 12),
                       patch_size=config.get("patch_size", 16),
                       image_size=config.get("image_size", 224))
-    found = table_variant(dataclasses.replace(variant, image_size=224))
-    return found if found.name != variant.name else variant
+    return match_or_name(variant, ignore=("image_size",))
 
 
 def processor_normalization(source):
@@ -133,7 +96,7 @@ def processor_normalization(source):
     if config is None:
         return None
     path = os.path.join(source.folder, "preprocessor_config.json")
-    check_object(path, config)
+    checks.check_object(path, config)
     # The processor computes (x * rescale_factor - mean) / std on x in [0, 255].
     rescale = config.get("rescale_factor", 1 / 255) if config.get("do_rescale", True) else 1.0
     mean, std = config.get("image_mean", 0.5), config.get("image_std", 0.5)
@@ -154,23 +117,15 @@ FORMAT = CheckpointFormat(
 
 def read_config(source):
     """The folder's config.json, read once and checked to be a plain ViT's."""
-    path = os.path.join(source.folder, "config.json")
-    config = source.json("config.json")
-    if config is None:
-        raise CheckpointError(f"{source.path} holds transformers ViT weights; pass the directory "
-                              "holding it and its config.json, which sets the numerics.")
-    check_object(path, config)
-    if config.get("model_type") != "vit":
-        raise CheckpointError(f"{path} describes a {config.get('model_type')!r} model; keras_vit "
-                              "reads transformers' plain 'vit' models (ViTModel, "
-                              "ViTForImageClassification).")
+    path, config = folder_config(source, "ViT", "vit", "; keras_vit reads transformers' plain "
+                                 "'vit' models (ViTModel, ViTForImageClassification).")
     act = config.get("hidden_act", "gelu")
     if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"{path}: hidden_act {act!r} is not a GELU; keras_vit's ViT "
                               "computes GELU only.")
     # A plain ViT's architecture is the model's (its shapes are checked against the weights');
     # its config's numbers are checked all the same, null left to transformers' default.
-    check_fields(path, config, {field: optional(check)
+    checks.check_fields(path, config, {field: checks.optional(check)
                                 for field, check in TRANSFORMERS_FIELDS.items()})
     return config
 
@@ -178,32 +133,22 @@ def read_config(source):
 # The numbers keras_vit reads from a transformers ViT config.json (ViTHybrid's too), checked for
 # type and range before anything is built.
 TRANSFORMERS_FIELDS = {
-    "hidden_size": count(MAX_WIDTH), "num_hidden_layers": count(MAX_LAYERS),
-    "num_attention_heads": count(MAX_HEADS), "intermediate_size": count(MAX_WIDTH),
-    "image_size": count(MAX_PIXELS), "patch_size": count(MAX_PIXELS),
-    "num_channels": count(MAX_WIDTH), "layer_norm_eps": epsilon,
+    "hidden_size": checks.WIDTH, "num_hidden_layers": checks.LAYERS,
+    "num_attention_heads": checks.HEADS, "intermediate_size": checks.WIDTH,
+    "image_size": checks.PIXELS, "patch_size": checks.PIXELS,
+    "num_channels": checks.WIDTH, "layer_norm_eps": checks.epsilon,
 }
 
 
 def _block_rows(layer, names, read_only=False):
-    """The rows of one encoder block, `layer` its key prefix; `names` maps each official
-    part to transformers' name of it (the released names, or transformers 5's)."""
-    parts = ((names[0], QUERY_KERNEL, QUERY_BIAS, HEADS_IN),
-             (names[1], KEY_KERNEL, KEY_BIAS, HEADS_IN),
-             (names[2], VALUE_KERNEL, VALUE_BIAS, HEADS_IN),
-             (names[3], OUT_KERNEL, OUT_BIAS, HEADS_OUT),
-             (names[4], MLP0_KERNEL, MLP0_BIAS, LINEAR),
-             (names[5], MLP1_KERNEL, MLP1_BIAS, LINEAR))
-    rows = []
-    for name, kernel, bias, transform in parts:
-        rows += [KeyRow(f"{layer}.{name}.weight", kernel, transform, read_only),
-                 KeyRow(f"{layer}.{name}.bias", bias, HEADS_BIAS if transform is HEADS_IN else None,
-                        read_only)]
-    for name, scale, bias in (("layernorm_before", LN0_SCALE, LN0_BIAS),
-                              ("layernorm_after", LN2_SCALE, LN2_BIAS)):
-        rows += [KeyRow(f"{layer}.{name}.weight", scale, read_only=read_only),
-                 KeyRow(f"{layer}.{name}.bias", bias, read_only=read_only)]
-    return rows
+    """The rows of one encoder block, `layer` its key prefix; `names` transformers' names of
+    query, key, value, output projection, MLP in and MLP out (as released, or transformers
+    5's)."""
+    return (*g.attention(layer, names[:4], read_only=read_only),
+            *g.dense(layer + names[4], g.MLP_IN, read_only=read_only),
+            *g.dense(layer + names[5], g.MLP_OUT, read_only=read_only),
+            *g.norm(layer + "layernorm_before", g.NORM1, read_only=read_only),
+            *g.norm(layer + "layernorm_after", g.NORM2, read_only=read_only))
 
 
 # query, key, value, output projection, MLP in, MLP out: as released (and written), then as
@@ -217,20 +162,16 @@ _V5_NAMES = ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attent
 # transformers' ViT, row by row (formats/rows.py), keys without the classifier model's "vit."
 # prefix (`transformers_to_official` removes it).
 TRANSFORMERS_ROWS = (
-    KeyRow("embeddings.patch_embeddings.projection.weight", EMBEDDING_KERNEL, CONV),
-    KeyRow("embeddings.patch_embeddings.projection.bias", EMBEDDING_BIAS),
-    KeyRow("embeddings.cls_token", CLS_KEY),
-    KeyRow("embeddings.position_embeddings", POS_EMBED_KEY),
-    *_block_rows("encoder.layer.{i}", _RELEASED_NAMES),
+    *g.dense("embeddings.patch_embeddings.projection", g.PATCH, CONV),
+    KeyRow("embeddings.cls_token", g.CLS),
+    KeyRow("embeddings.position_embeddings", g.POSITIONS),
+    *_block_rows("encoder.layer.{i}.", _RELEASED_NAMES),
     # transformers 5's in-memory names: read, never written (its norms are named as released).
-    *_block_rows("layers.{i}", _V5_NAMES, read_only=True),
-    KeyRow("layernorm.weight", ENCODER_NORM_SCALE),
-    KeyRow("layernorm.bias", ENCODER_NORM_BIAS),
+    *_block_rows("layers.{i}.", _V5_NAMES, read_only=True),
+    *g.norm("layernorm", g.ENCODER_NORM),
     # ViTModel's tanh pooler is the official pre_logits (the in21k files were converted so).
-    KeyRow("pooler.dense.weight", PRE_LOGITS_KERNEL_KEY, LINEAR),
-    KeyRow("pooler.dense.bias", PRE_LOGITS_BIAS_KEY),
-    KeyRow("classifier.weight", HEAD_KERNEL_KEY, LINEAR),
-    KeyRow("classifier.bias", HEAD_BIAS_KEY),
+    *g.dense("pooler.dense", g.PRE_LOGITS),
+    *g.dense("classifier", g.HEAD),
 )
 
 
@@ -243,9 +184,3 @@ def transformers_to_official(sd, heads=None):
     # An unknown key is named as stored, "vit." included.
     return {(f"transformers:{stripped[k[len('transformers:'):]]}"
              if k.startswith("transformers:") else k): v for k, v in out.items()}
-
-
-def official_to_transformers(arrays):
-    """Official-key arrays -> transformers ViT keys (as `ViTModel` stores them, and its
-    classifier's `classifier`)."""
-    return from_official(TRANSFORMERS_ROWS, arrays, "transformers")

@@ -18,41 +18,18 @@ exact erf GELU for `hidden_act` "gelu". A config describing anything else (a
 pre-activation or dilated trunk, other padding, another group count) is refused.
 """
 
-import dataclasses
-import os
-
-import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
-from keras_vit.checkpoints.formats.base import (
-    ArrayHeader,
-    CheckpointFormat,
-    CheckpointInfo,
-    CheckpointReader,
-    shape_stand_ins,
-)
-from keras_vit.checkpoints.formats.config_values import (
-    MAX_LAYERS,
-    MAX_PIXELS,
-    MAX_STAGES,
-    MAX_WIDTH,
-    check_architecture,
-    check_fields,
-    check_object,
-    count,
-    counts,
-    flag,
-    number,
-    optional,
-    string,
-    strings,
-)
-from keras_vit.checkpoints.formats.rows import CONV, KeyRow, from_official, to_official
+from keras_vit.checkpoints.formats import config_values as checks
+from keras_vit.checkpoints.formats.base import CheckpointFormat, RowTableReader
+from keras_vit.checkpoints.formats.config_variant import match_or_name
+from keras_vit.checkpoints.formats.rows import CONV, KeyRow, to_official
 from keras_vit.checkpoints.formats.timm import open_weights
 from keras_vit.checkpoints.formats.transformers import (
     TRANSFORMERS_FIELDS,
     TRANSFORMERS_ROWS,
-    processor_normalization,
+    folder_config,
+    folder_info,
     transformers_to_official,
 )
 from keras_vit.checkpoints.layout import (
@@ -63,10 +40,10 @@ from keras_vit.checkpoints.layout import (
     UNIT_NORM,
     UNIT_PARTS,
 )
-from keras_vit.variants import VARIANTS, Variant
+from keras_vit.variants import Variant
 
 __all__ = ["FORMAT", "TRUNK_NUMERICS", "read_hybrid_config", "hybrid_variant",
-           "vit_hybrid_to_official", "official_to_vit_hybrid", "HYBRID_ROWS"]
+           "vit_hybrid_to_official", "HYBRID_ROWS"]
 
 # The trunk's numerics in transformers' BiT backbone (modeling_bit.py), as ResNetTrunk's
 # arguments: BitGroupNormActivation's default eps; WeightStandardizedConv2d, built with
@@ -96,30 +73,15 @@ def _recognises(source):
     return weights is not None and any(n.endswith(_STEM_KEY) for n in weights.shapes)
 
 
-class TransformersHybridReader(CheckpointReader):
+class TransformersHybridReader(RowTableReader):
     def __init__(self, source):
-        super().__init__(source, FORMAT)
-        self._config = read_hybrid_config(source)
-        self._weights = open_weights(source)
-
-    def headers(self, heads=None):
-        shapes = vit_hybrid_to_official(shape_stand_ins(self._weights.shapes), heads)
-        return {k: ArrayHeader(v.shape, np.dtype("float32")) for k, v in shapes.items()}
-
-    def read(self, keys, heads=None):
-        arrays = vit_hybrid_to_official(self._weights.read(), heads)
-        return {k: arrays[k] for k in keys}
+        config = read_hybrid_config(source)
+        super().__init__(source, FORMAT, open_weights(source), vit_hybrid_to_official)
+        self._config = config
 
     def info(self):
-        config = self._config
-        return CheckpointInfo({k: h.shape for k, h in self.headers().items()},
-                              format=FORMAT.name,
-                              layer_norm_epsilon=config["layer_norm_eps"],
-                              approximate_gelu=config["hidden_act"] != "gelu",
-                              heads=config["num_attention_heads"],
-                              normalization=processor_normalization(self.source),
-                              trunk_numerics=dict(TRUNK_NUMERICS),
-                              variant=hybrid_variant(config))
+        return folder_info(self, self._config, hybrid_variant(self._config),
+                           trunk_numerics=dict(TRUNK_NUMERICS))
 
 
 FORMAT = CheckpointFormat(
@@ -132,23 +94,18 @@ FORMAT = CheckpointFormat(
 def read_hybrid_config(source):
     """The folder's config.json, with transformers' defaults filled in, checked to describe
     a hybrid keras_vit computes exactly; else a one-line refusal naming the file and field."""
-    path = os.path.join(source.folder, "config.json")
-    config = source.json("config.json")
-    if config is None:
-        raise CheckpointError(f"{source.path} holds transformers ViTHybrid weights; pass the "
-                              "directory holding it and its config.json, which sets the numerics.")
-    check_object(path, config)
-    if config.get("model_type") != "vit-hybrid":
-        raise CheckpointError(f"{path} describes a {config.get('model_type')!r} model, but the "
-                              "weights hold a BiT backbone; keras_vit reads them as transformers' "
-                              "'vit-hybrid' (ViTHybridModel, ViTHybridForImageClassification).")
+    path, config = folder_config(
+        source, "ViTHybrid", "vit-hybrid", ", but the weights hold a BiT backbone; keras_vit "
+        "reads them as transformers' 'vit-hybrid' (ViTHybridModel, "
+        "ViTHybridForImageClassification).")
     if config.get("backbone") or config.get("use_timm_backbone"):
         raise CheckpointError(f"{path} names a backbone {config.get('backbone')!r} to load by "
                               "name; keras_vit reads ViTHybrid folders whose backbone_config "
                               "describes the BiT trunk.")
     config = {**_VIT_DEFAULTS, **config}
     # Every field has a value now (transformers' default where absent): null is refused.
-    check_fields(path, config, {**TRANSFORMERS_FIELDS, "hidden_act": string, "qkv_bias": flag})
+    checks.check_fields(path, config, {**TRANSFORMERS_FIELDS, "hidden_act": checks.string,
+                                       "qkv_bias": checks.flag})
     act = config["hidden_act"]
     if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"{path}: hidden_act {act!r} is not a GELU; keras_vit's ViT "
@@ -167,7 +124,7 @@ def read_hybrid_config(source):
     config["backbone_config"] = _check_backbone(path, {**_BIT_DEFAULTS, **backbone})
     # The architecture it describes, against memory, before anything is built (a million
     # layers is within the caps' reach of no machine, and would build for hours).
-    check_architecture(path, hybrid_variant(config), config["image_size"])
+    checks.check_architecture(path, hybrid_variant(config), config["image_size"])
     return config
 
 
@@ -175,13 +132,15 @@ def read_hybrid_config(source):
 # checked for type and range before any is used (null values were filled with the defaults:
 # a null left is refused where a value is needed).
 _BIT_FIELDS = {
-    "embedding_size": count(MAX_WIDTH), "num_groups": count(MAX_WIDTH),
-    "output_stride": count(MAX_PIXELS), "num_channels": count(MAX_WIDTH),
-    "depths": counts(MAX_LAYERS, MAX_STAGES), "hidden_sizes": counts(MAX_WIDTH, MAX_STAGES),
-    "width_factor": number(0, 64), "layer_type": string, "hidden_act": string,
-    "global_padding": optional(string), "embedding_dynamic_padding": flag,
-    "out_features": optional(strings), "out_indices": optional(counts(MAX_STAGES, MAX_STAGES + 1,
-                                                                      low=-MAX_STAGES - 1)),
+    "embedding_size": checks.WIDTH, "num_groups": checks.WIDTH,
+    "output_stride": checks.PIXELS, "num_channels": checks.WIDTH,
+    "depths": checks.counts(checks.MAX_LAYERS, checks.MAX_STAGES),
+    "hidden_sizes": checks.counts(checks.MAX_WIDTH, checks.MAX_STAGES),
+    "width_factor": checks.number(0, 64), "layer_type": checks.string, "hidden_act": checks.string,
+    "global_padding": checks.optional(checks.string), "embedding_dynamic_padding": checks.flag,
+    "out_features": checks.optional(checks.strings),
+    "out_indices": checks.optional(checks.counts(checks.MAX_STAGES, checks.MAX_STAGES + 1,
+                                                 low=-checks.MAX_STAGES - 1)),
 }
 
 
@@ -192,7 +151,7 @@ def _check_backbone(path, bit):
 
     if bit.get("model_type", "bit") != "bit":
         refuse("model_type", "keras_vit reads ViTHybrid's BiT backbone only.")
-    check_fields(path, bit, _BIT_FIELDS, prefix="backbone_config.")
+    checks.check_fields(path, bit, _BIT_FIELDS, prefix="backbone_config.")
     depths = bit["depths"]
     if bit["layer_type"] != "bottleneck":
         refuse("layer_type", "the hybrids' trunk is post-activation 'bottleneck' units "
@@ -245,15 +204,11 @@ def hybrid_variant(config):
     bit = config["backbone_config"]
     stages = tuple(bit["depths"])
     variant = Variant(
-        f"R{'-'.join(map(str, stages))}+ViT-{config['hidden_size']}x{config['num_hidden_layers']}",
-        width=config["hidden_size"], depth=config["num_hidden_layers"],
+        "", width=config["hidden_size"], depth=config["num_hidden_layers"],
         mlp_dim=config["intermediate_size"], heads=config["num_attention_heads"],
         patch_size=config["patch_size"], classifier="token", resnet_stages=stages,
         resnet_width=bit["embedding_size"] // 64)
-    for official in VARIANTS.values():
-        if dataclasses.replace(variant, name=official.name) == official:
-            return official
-    return variant
+    return match_or_name(variant)
 
 
 def _trunk_rows():
@@ -290,8 +245,3 @@ def vit_hybrid_to_official(sd, heads=None):
     stored = set(trunk.values())
     out.update(transformers_to_official({k: a for k, a in sd.items() if k not in stored}, heads))
     return out
-
-
-def official_to_vit_hybrid(arrays):
-    """Official-key arrays -> ViTHybrid keys (as `ViTHybridModel` stores them)."""
-    return from_official(HYBRID_ROWS, arrays, "transformers ViTHybrid")

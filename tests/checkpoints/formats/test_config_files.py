@@ -12,7 +12,7 @@ import pytest
 
 import keras_vit
 from keras_vit.variants import get_variant
-from tests.checkpoints.test_formats import _assert_refused, _hf
+from tests.checkpoints.formats.test_formats import _assert_refused, _hf
 
 TINY = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny")
 HF = dict(hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768,

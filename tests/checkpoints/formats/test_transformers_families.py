@@ -18,12 +18,10 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints.formats import inspect_checkpoint, read_checkpoint
-from keras_vit.checkpoints.formats.transformers_families import (
-    family_to_official,
-    official_to_family,
-)
+from keras_vit.checkpoints.formats.transformers_families import family_to_official
 from keras_vit.checkpoints.layout import official_arrays
-from tests.checkpoints.test_formats import _images, _randomise, _torch
+from tests.checkpoints.formats.test_formats import _images, _randomise, _torch
+from tests.checkpoints.formats.writers import official_to_family
 
 RELATIVE_TOLERANCE = 1e-4
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,

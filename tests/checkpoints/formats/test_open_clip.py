@@ -17,8 +17,8 @@ from safetensors.numpy import save_file
 import keras_vit
 from keras_vit import CheckpointError
 from keras_vit.checkpoints.formats import detect_format
-from tests.checkpoints.test_formats import _images, _randomise
-from tests.checkpoints.test_timm_families import _assert_close
+from tests.checkpoints.formats.test_formats import _images, _randomise
+from tests.checkpoints.formats.test_timm_families import _assert_close
 from tests.oracle import import_open_clip, import_timm, run_timm
 
 ARCHITECTURE, SIZE, EMBEDDING = "vit_base_patch16_clip_quickgelu_224", 32, 24
@@ -129,10 +129,7 @@ def test_a_partial_or_foreign_tower_is_refused_naming_the_key(written, tmp_path,
 def test_the_row_table_serves_both_directions():
     """official -> open_clip -> official is the identity on a CLIP layout (class token, pre-norm,
     a bias-free projection head); a head with a bias has no place in open_clip's layout."""
-    from keras_vit.checkpoints.formats.open_clip import (
-        official_to_open_clip,
-        open_clip_to_official,
-    )
+    from keras_vit.checkpoints.formats.open_clip import open_clip_to_official
     from keras_vit.checkpoints.layout import (
         EMBEDDING_BIAS,
         HEAD_BIAS_KEY,
@@ -140,7 +137,8 @@ def test_the_row_table_serves_both_directions():
         PRE_NORM_SCALE,
     )
     from keras_vit.errors import ArgumentError
-    from tests.checkpoints.test_row_tables import HEADS, D, assert_same, official_vit
+    from tests.checkpoints.formats.test_row_tables import HEADS, D, assert_same, official_vit
+    from tests.checkpoints.formats.writers import official_to_open_clip
 
     official = official_vit()
     del official[EMBEDDING_BIAS]  # CLIP's patch embedding has no bias

@@ -112,7 +112,7 @@ def test_a_pickled_file_is_refused_unread(tmp_path):
     import pickle
 
     # Only torch's weights-only loader opens a pickle (for DINOv2's release files,
-    # tests/checkpoints/test_dinov2_release.py), and it refuses this one's code.
+    # tests/checkpoints/formats/test_dinov2_release.py), and it refuses this one's code.
     for name in ("pytorch_model.bin", "model.pth"):
         path = tmp_path / name
         path.write_bytes(pickle.dumps(Exploit()))

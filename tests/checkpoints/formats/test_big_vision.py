@@ -17,8 +17,8 @@ import pytest
 import keras_vit
 from keras_vit import CheckpointError
 from keras_vit.checkpoints.formats import detect_format, inspect_checkpoint
-from tests.checkpoints.test_formats import _images, _randomise
-from tests.checkpoints.test_timm_families import _assert_close
+from tests.checkpoints.formats.test_formats import _images, _randomise
+from tests.checkpoints.formats.test_timm_families import _assert_close
 from tests.oracle import import_timm, run_timm
 
 ARCHITECTURE, SIZE, CLASSES = "vit_base_patch16_siglip_224", 32, 16
@@ -202,11 +202,9 @@ def test_a_member_that_is_not_an_array_is_one_line(written, tmp_path):
 def test_the_row_table_serves_both_directions():
     """official -> big_vision -> official is the identity (every key, bit for bit), and the
     big_vision side is big_vision's spelling (Linen block names, a top-level pos_embedding)."""
-    from keras_vit.checkpoints.formats.big_vision import (
-        big_vision_to_official,
-        official_to_big_vision,
-    )
-    from tests.checkpoints.test_row_tables import assert_same, official_vit
+    from keras_vit.checkpoints.formats.big_vision import big_vision_to_official
+    from tests.checkpoints.formats.test_row_tables import assert_same, official_vit
+    from tests.checkpoints.formats.writers import official_to_big_vision
 
     official = official_vit()
     written = official_to_big_vision(official)

@@ -28,7 +28,7 @@ from keras_vit.errors import SizeError
 from keras_vit.memory import check_fits
 from keras_vit.models import vit as vit_module
 from keras_vit.variants import Variant
-from tests.checkpoints.test_transformers_hybrid import FOLDER, TINY, _edited_copy
+from tests.checkpoints.formats.test_transformers_hybrid import FOLDER, TINY, _edited_copy
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ The file is written here by inverting timm's `_convert_dinov2` on a timm model's
 timm reads. The reference output is timm's model at 224 px built from the 518-pixel release
 file through that same filter (what timm.create_model(..., img_size=224, pretrained=True)
 runs): keras_vit at 224 must compute it within the issue's relative 1e-4 (float32; see
-tests/checkpoints/test_timm_families.py for why 1e-4 separates rounding from a wrong mapping).
+tests/checkpoints/formats/test_timm_families.py for why 1e-4 separates rounding from a wrong mapping).
 """
 
 import dataclasses
@@ -22,12 +22,13 @@ import keras_vit
 from keras_vit import CheckpointError
 from keras_vit.checkpoints.formats import detect_format, inspect_checkpoint
 from keras_vit.checkpoints.formats.base import shape_stand_ins
-from keras_vit.checkpoints.formats.dinov2 import dinov2_to_official, official_to_dinov2
+from keras_vit.checkpoints.formats.dinov2 import dinov2_to_official
 from keras_vit.checkpoints.formats.timm import timm_to_official
 from keras_vit.checkpoints.layout import official_arrays
 from keras_vit.models.pretrained import recorded_variant
-from tests.checkpoints.test_formats import _images, _randomise
-from tests.checkpoints.test_timm_families import _assert_close
+from tests.checkpoints.formats.test_formats import _images, _randomise
+from tests.checkpoints.formats.test_timm_families import _assert_close
+from tests.checkpoints.formats.writers import official_to_dinov2
 from tests.oracle import import_timm, run_timm
 
 DEPTH = 2

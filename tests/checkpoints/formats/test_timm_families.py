@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from tests.checkpoints.test_formats import _images, _randomise
+from tests.checkpoints.formats.test_formats import _images, _randomise
 from tests.oracle import import_timm, run_timm
 
 RELATIVE_TOLERANCE = 1e-4

@@ -5,17 +5,11 @@ import numpy as np
 import pytest
 
 from keras_vit.checkpoints.formats.base import shape_stand_ins
-from keras_vit.checkpoints.formats.keras_hub import keras_hub_to_official, official_to_keras_hub
+from keras_vit.checkpoints.formats.keras_hub import keras_hub_to_official
 from keras_vit.checkpoints.formats.rows import KeyRow, from_official, to_official
 from keras_vit.checkpoints.formats.timm import official_to_timm, timm_to_official
-from keras_vit.checkpoints.formats.transformers import (
-    official_to_transformers,
-    transformers_to_official,
-)
-from keras_vit.checkpoints.formats.transformers_hybrid import (
-    official_to_vit_hybrid,
-    vit_hybrid_to_official,
-)
+from keras_vit.checkpoints.formats.transformers import transformers_to_official
+from keras_vit.checkpoints.formats.transformers_hybrid import vit_hybrid_to_official
 from keras_vit.checkpoints.layout import (
     CLS_KEY,
     EMBEDDING_BIAS,
@@ -51,6 +45,11 @@ from keras_vit.checkpoints.layout import (
     VALUE_KERNEL,
 )
 from keras_vit.errors import ArgumentError
+from tests.checkpoints.formats.writers import (
+    official_to_keras_hub,
+    official_to_transformers,
+    official_to_vit_hybrid,
+)
 
 # A small ViT: width 8 in 2 heads, MLP 16, 2 blocks, patch 4, a 2 x 2 grid plus the class token.
 D, HEADS, MLP, DEPTH, PATCH, TOKENS, CLASSES, PRE = 8, 2, 16, 2, 4, 5, 3, 6

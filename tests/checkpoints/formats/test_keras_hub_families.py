@@ -4,7 +4,7 @@ each class with random weights and writes it with its own `save_to_preset`;
 keras-hub's own forward computes on the same pixels.
 
 Tolerance: relative (to the largest output) 1e-4 in float32, the families' bound
-(tests/checkpoints/test_timm_families.py). Both sides are Keras float32 on the same backend,
+(tests/checkpoints/formats/test_timm_families.py). Both sides are Keras float32 on the same backend,
 the same operations in nearly the same order: rounding of ~1e-7 relative per operation over
 sums of at most a few hundred terms, so 1e-4 leaves orders of magnitude, while a wrong
 mapping (a transposed kernel, tanh for erf GELU, the probe in the wrong place) moves the
@@ -21,7 +21,7 @@ from keras_vit import CheckpointError
 from keras_vit.checkpoints.formats import inspect_checkpoint
 from keras_vit.checkpoints.formats.npz_metadata import VARIANT_ATTRIBUTE
 from keras_vit.variants import FAMILIES
-from tests.checkpoints.test_formats import _images
+from tests.checkpoints.formats.test_formats import _images
 
 RELATIVE_TOLERANCE = 1e-4
 SIZE, PATCH = 32, 8

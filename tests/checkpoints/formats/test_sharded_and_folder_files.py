@@ -12,7 +12,15 @@ import pytest
 
 import keras_vit
 from keras_vit.variants import get_variant
-from tests.checkpoints.test_formats import TOL, _assert_refused, _hf, _images, _run_hf, _timm_model, run_timm
+from tests.checkpoints.formats.test_formats import (
+    TOL,
+    _assert_refused,
+    _hf,
+    _images,
+    _run_hf,
+    _timm_model,
+    run_timm,
+)
 
 TINY = dataclasses.replace(get_variant("Ti/16"), depth=2, name="tiny")
 
@@ -76,7 +84,7 @@ def test_a_broken_index_is_refused_in_one_line(tmp_path, break_it, match):
 
 
 def test_upper_case_pickle_suffixes_are_pickles_too(tmp_path):
-    """Only torch's weights-only loader opens a pickle (tests/checkpoints/test_formats.py shows
+    """Only torch's weights-only loader opens a pickle (tests/checkpoints/formats/test_formats.py shows
     that it runs none of the file's code); a file it cannot read is refused in one line."""
     for name in ("PYTORCH_MODEL.BIN", "Model.Pth"):
         path = tmp_path / name

@@ -11,7 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit.variants import get_variant
-from tests.checkpoints.test_formats import _assert_refused
+from tests.checkpoints.formats.test_formats import _assert_refused
 
 TINY = dataclasses.replace(get_variant("Ti/16"), depth=1, name="tiny")
 GOOD = {"patch_embed.proj.weight": {"dtype": "F32", "shape": [2, 1, 1, 1], "data_offsets": [0, 8]},

@@ -40,7 +40,7 @@ from keras_vit.variants import VARIANTS, Variant
 from tests.checkpoints.test_loader import _assert_unchanged, _weights
 from tests.oracle import official_hybrid_shapes
 
-DATA = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+DATA = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
 FOLDER = DATA / "vit_hybrid_tiny"
 TOL = 1e-4
 TINY = Variant("R1-1+ViT-32x2", width=32, depth=2, mlp_dim=64, heads=2, patch_size=1,
