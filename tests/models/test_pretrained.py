@@ -269,7 +269,7 @@ def test_a_keras_hub_preset_is_built_by_keras_hub_once(tmp_path, monkeypatch):
     """keras-hub builds its model to give its weights: from_pretrained has it do so once, for
     the variant and the weights alike."""
     keras_hub = pytest.importorskip("keras_hub")
-    from tests.checkpoints.test_keras_hub_families import TOWER
+    from tests.checkpoints.formats.test_keras_hub_families import TOWER
 
     directory = str(tmp_path / "siglip")
     keras_hub.models.SigLIPVisionEncoder(**TOWER).save_to_preset(directory)
