@@ -18,13 +18,13 @@ Keras alone: `import keras_vit` registers the optimizers that use it.
 import re
 
 from keras_vit._support.private_keras import check_private_keras
-from keras_vit.checkpoints.layout import CLS_KEY
+from keras_vit.layer_names import CLS, EMBEDDING, POSEMBED_INPUT, PREPROCESSING, RESNET
 
 __all__ = ["LayerDecay", "layer_id", "layer_scales", "EMBEDDING_LAYERS"]
 
 _BLOCK = re.compile(r"(?:^|/)encoderblock_(\d+)(?:/|$)")
 # The layers before the first block (keras_vit/models/vit.py names them so).
-EMBEDDING_LAYERS = ("preprocessing", "resnet", "embedding", CLS_KEY, "posembed_input")
+EMBEDDING_LAYERS = (PREPROCESSING, RESNET, EMBEDDING, CLS, POSEMBED_INPUT)
 
 
 def layer_id(path, depth):
