@@ -6,12 +6,15 @@ decay, precision and checkpoint code that find layers by role.
 
 The models are built at a width of 16 and one block: names and roles do not depend on size."""
 
+import ast
 import dataclasses
+import pathlib
 
 import keras
 import pytest
 
 import keras_vit
+from keras_vit import layer_names
 from keras_vit.layer_names import Role, block_index, block_name, role_of
 from keras_vit.variants import FAMILIES, get_variant
 
@@ -81,3 +84,53 @@ def test_the_blocks_are_named_and_counted_from_zero():
                                                            "encoderblock_2"]
     assert [block_index(name) for name in blocks] == [0, 1, 2]
     assert block_index("encoderblock_x") is None and block_index("encoder_norm") is None
+
+
+PACKAGE = pathlib.Path(keras_vit.__file__).parent
+# The declared names, but the input's "images", a word that also names signatures' inputs and
+# records' counts; and the blocks' prefix.
+DECLARED = {getattr(layer_names, n) for n in layer_names.__all__
+            if isinstance(getattr(layer_names, n), str)} - {layer_names.IMAGES}
+# Strings that are a layer's name but mean something else where they are spelled.
+NOT_LAYER_NAMES = {
+    ("__init__.py", "preprocessing"),  # the submodule keras_vit.preprocessing
+    ("checkpoints/layout.py", "cls"),  # the official checkpoint keys
+    ("checkpoints/layout.py", "dist_token"),
+    ("checkpoints/layout.py", "reg_token"),
+    ("checkpoints/formats/timm.py", "dist_token"),  # timm's parameter names
+    ("checkpoints/formats/timm.py", "reg_token"),
+    ("checkpoints/formats/keras_hub_families.py", "embedding"),  # keras-hub's layer names
+    ("checkpoints/formats/keras_hub_families.py", "head"),
+    ("checkpoints/formats/npz_metadata.py", "pre_norm"),  # a Variant field
+    ("layers/tokens.py", "cls"),  # the class token's weight, named as its official key
+}
+
+
+def spelled_names(source):
+    """(text, line) of every string literal of Python `source`, docstrings aside, that is a
+    declared layer name or an encoder block's."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.value, node.lineno) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and (node.value in DECLARED or node.value.startswith("encoderblock_"))]
+
+
+def test_layer_names_are_spelled_in_layer_names_py_only():
+    spelled = [f"{path.relative_to(PACKAGE).as_posix()}:{line}: {text!r}"
+               for path in sorted(PACKAGE.rglob("*.py")) if path.name != "layer_names.py"
+               for text, line in spelled_names(path.read_text("utf-8"))
+               if (path.relative_to(PACKAGE).as_posix(), text) not in NOT_LAYER_NAMES]
+    assert spelled == []
+
+
+def test_the_scan_sees_a_spelled_layer_name():
+    source = ('"""The "head" layer."""\n'
+              'x = model.get_layer("head")\n'
+              'y = f"encoderblock_{i}"\n'
+              'z = keras.layers.Dense(3, name="pre_logits")\n')
+    assert spelled_names(source) == [("head", 2), ("encoderblock_", 3), ("pre_logits", 4)]
