@@ -196,7 +196,7 @@ def layout(model):
     if layer_names.RESNET in names:
         rows += trunk_rows(model.get_layer(layer_names.RESNET))
     if layer_names.EMBEDDING in names:
-        dense(EMBEDDING_KERNEL.rsplit("/", 1)[0], model.get_layer(layer_names.EMBEDDING))
+        dense(_scope(EMBEDDING_KERNEL), model.get_layer(layer_names.EMBEDDING))
     if layer_names.CLS in names:
         rows.append(Row((CLS_KEY,), model.get_layer(layer_names.CLS).cls))
     for layer, key in ((layer_names.DIST_TOKEN, DIST_TOKEN_KEY),
@@ -207,7 +207,7 @@ def layout(model):
         rows.append(Row((POS_EMBED_KEY,),
                         model.get_layer(layer_names.POSEMBED_INPUT).pos_embedding))
     if layer_names.PRE_NORM in names:
-        norm(PRE_NORM_SCALE.rsplit("/", 1)[0], model.get_layer(layer_names.PRE_NORM))
+        norm(_scope(PRE_NORM_SCALE), model.get_layer(layer_names.PRE_NORM))
     block = 0
     while layer_names.block_name(block) in names:
         layer = model.get_layer(layer_names.block_name(block))
@@ -222,17 +222,22 @@ def layout(model):
                 rows.append(Row((f"{prefix}/{scale.name}/scale",), scale.scale))
         block += 1
     if layer_names.ENCODER_NORM in names:
-        norm(ENCODER_NORM_SCALE.rsplit("/", 1)[0], model.get_layer(layer_names.ENCODER_NORM))
+        norm(_scope(ENCODER_NORM_SCALE), model.get_layer(layer_names.ENCODER_NORM))
     if layer_names.MAP_POOL in names:
         rows += _map_head_rows(model.get_layer(layer_names.MAP_POOL))
     for name, key in ((layer_names.PRE_LOGITS, PRE_LOGITS_KERNEL_KEY),
                       (layer_names.HEAD, HEAD_KERNEL_KEY), (layer_names.HEAD_DIST, HEAD_DIST_KERNEL_KEY)):
         if name in names:
-            dense(key.rsplit("/", 1)[0], model.get_layer(name))
+            dense(_scope(key), model.get_layer(name))
     for row in rows:
         if row.shapes is None:
             row.shapes = (tuple(row.variable.shape),)
     return rows
+
+
+def _scope(key):
+    """The scope a key's array sits in: "Transformer/encoder_norm/scale" -> "Transformer/encoder_norm"."""
+    return key.rsplit("/", 1)[0]
 
 
 def trunk_rows(trunk):
