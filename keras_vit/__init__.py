@@ -51,8 +51,8 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["enable_lora", "merge_lora"], "keras_vit.lora"),
 }
 _SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "evaluation",
-               "execution", "export", "export_quantized", "inference", "labels", "layers",
-               "lora", "memory", "model_io", "models", "normalization", "precision",
+               "execution", "export", "export_quantized", "inference", "labels", "layer_names",
+               "layers", "lora", "memory", "model_io", "models", "normalization", "precision",
                "preprocessing", "reports", "training", "variants")
 
 __getattr__, __dir__, __all__ = _lazy.attach(__name__, {**_CORE, **_ON_FIRST_USE}, _SUBMODULES)

@@ -43,6 +43,7 @@ from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folde
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.execution import check_execution
 from keras_vit.labels import imagenet_label_names, read_labels
+from keras_vit.layer_names import EMBEDDING, POSEMBED_INPUT
 from keras_vit.lora import merge_lora
 from keras_vit.model_io import has_softmax_head, model_input
 from keras_vit.precision import bfloat16_model, check_precision
@@ -381,15 +382,15 @@ def _image_size(model):
 def _takes_any_size(model):
     """Whether `model` resizes its position embeddings to each image at call time."""
     try:
-        return bool(getattr(model.get_layer("posembed_input"), "dynamic_grid", False))
+        return bool(getattr(model.get_layer(POSEMBED_INPUT), "dynamic_grid", False))
     except ValueError:
         return False
 
 
 def _stored_size(model):
     """(height, width) in pixels of the grid a dynamic-size model's embeddings are stored for."""
-    grid = model.get_layer("posembed_input").grid_size
-    patch = model.get_layer("embedding").patch_size
+    grid = model.get_layer(POSEMBED_INPUT).grid_size
+    patch = model.get_layer(EMBEDDING).patch_size
     return grid[0] * patch, grid[1] * patch
 
 

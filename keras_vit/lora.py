@@ -18,6 +18,7 @@ import numpy as np
 
 from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError
+from keras_vit.layer_names import HEAD
 from keras_vit.layers.transformer import (
     LORA_TARGETS as ATTENTION_TARGETS,
 )
@@ -30,7 +31,6 @@ __all__ = ["enable_lora", "merge_lora", "has_lora", "parameter_counts", "LORA_TA
 
 # "mlp" adapts both of the MLP's Dense layers (Keras' own Dense.enable_lora).
 LORA_TARGETS = (*ATTENTION_TARGETS, "mlp")
-HEAD_LAYER = "head"
 
 
 def enable_lora(model, rank, targets=("query", "value"), lora_alpha=None):
@@ -132,6 +132,6 @@ def _lora_layers(block):
 
 def _head_weights(model):
     try:
-        return model.get_layer(HEAD_LAYER).weights
+        return model.get_layer(HEAD).weights
     except ValueError:
         return []

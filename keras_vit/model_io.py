@@ -5,6 +5,7 @@ export.py so that the quantised export does not import the exporter that calls i
 
 import keras
 
+from keras_vit.layer_names import HEAD, PREPROCESSING
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization, normalize_pixels
 from keras_vit.preprocessing import preprocess_input
 
@@ -14,7 +15,7 @@ __all__ = ["has_softmax_head", "model_input"]
 def has_softmax_head(model):
     """Whether `model`'s "head" layer ends in a softmax (it returns probabilities, not logits)."""
     try:
-        head = model.get_layer("head")
+        head = model.get_layer(HEAD)
     except ValueError:
         return False
     return getattr(head, "activation", None) is keras.activations.softmax
@@ -25,7 +26,7 @@ def model_input(model):
     `include_preprocessing=True` (its "preprocessing" layer does it), else the normalisation
     its weights expect (keras_vit.normalization: [-1, 1] unless its source said otherwise)."""
     try:
-        layer = model.get_layer("preprocessing")
+        layer = model.get_layer(PREPROCESSING)
     except ValueError:
         layer = None
     if isinstance(layer, keras.layers.Rescaling):

@@ -11,6 +11,8 @@ predict and the training pipeline normalise by it.
 
 import numpy as np
 
+from keras_vit.layer_names import EMBEDDING, PREPROCESSING
+
 __all__ = ["OFFICIAL_NORMALIZATION", "IMAGENET_MEAN_STD", "rescaling_arguments",
            "input_normalization", "describe_normalization", "normalize_pixels"]
 
@@ -40,7 +42,7 @@ def _from_rescaling(layer):
 def input_normalization(model):
     """The normalisation `model`'s weights expect: its "preprocessing" layer's, else its patch
     embedding's record, else the official one."""
-    preprocessing, embedding = _layer(model, "preprocessing"), _layer(model, "embedding")
+    preprocessing, embedding = _layer(model, PREPROCESSING), _layer(model, EMBEDDING)
     if preprocessing is not None:
         return _from_rescaling(preprocessing)
     recorded = getattr(embedding, "input_normalization", None)

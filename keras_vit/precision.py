@@ -27,15 +27,13 @@ import statistics
 import time
 
 from keras_vit.errors import ArgumentError, PathError
+from keras_vit.layer_names import FLOAT32_LAYERS
 
 __all__ = ["PRECISIONS", "MIN_AGREEMENT", "check_precision", "bfloat16_native",
            "bfloat16_model", "choose_precision", "PrecisionChoice"]
 
 PRECISIONS = ("float32", "bfloat16", "auto")
 MIN_AGREEMENT = 0.995  # top-1 agreement with float32 below which auto keeps float32
-# Layers that stay float32 under mixed_bfloat16: the ones keras_vit's models build with
-# dtype="float32" (keras_vit.models.vit), so the logits keep float32's resolution.
-FLOAT32_LAYERS = ("head", "head_dist", "distilled_logits", "predictions")
 _KEY_PREFIX = "precision | "  # its entries in execution.json, beside the execution choices
 
 

@@ -21,6 +21,7 @@ from keras_vit.analysis.plots import (
 from keras_vit.analysis.probe import AttentionProbe
 from keras_vit.atomic import atomic_open
 from keras_vit.errors import ArgumentError
+from keras_vit.layer_names import EMBEDDING
 from keras_vit.model_io import model_input
 from keras_vit.preprocessing import MAX_PIXELS, image_paths, load_image
 
@@ -66,7 +67,7 @@ def analyze(model, images, output_dir, max_images=128, rollout_images=6, batch_s
     written.append(plot_position_embedding_similarity(
         os.path.join(output_dir, "position_embedding_similarity.png"),
         position_embedding_similarity(model), title=f"{model.name} position embedding similarity"))
-    kernel_shape = model.get_layer("embedding").kernel.shape
+    kernel_shape = model.get_layer(EMBEDDING).kernel.shape
     components = None
     if kernel_shape[2] in (1, 3):  # the components are shown as images
         components = patch_embedding_components(

@@ -15,6 +15,7 @@ from keras_vit._support.checks import positive_int
 from keras_vit.analysis.distance import mean_attention_distance
 from keras_vit.analysis.rollout import attention_rollout
 from keras_vit.errors import ArgumentError, ArgumentTypeError
+from keras_vit.layer_names import GAP_POOL, MAP_POOL, PRE_LOGITS, TOKEN_POOL
 from keras_vit.layers import AddPositionEmbedding, ClassToken, PrefixTokens, TransformerBlock
 
 __all__ = ["AttentionProbe", "ProbeOutputs", "pooled_features"]
@@ -224,7 +225,7 @@ def feature_model(model):
     """`model` up to the pooled representation its head reads (the output of "pre_logits",
     "token_pool", "gap_pool" or SigLIP's attention pooling "map_pool"), sharing its weights."""
     names = [layer.name for layer in model.layers]
-    for name in ("pre_logits", "token_pool", "gap_pool", "map_pool"):
+    for name in (PRE_LOGITS, TOKEN_POOL, GAP_POOL, MAP_POOL):
         if name in names:
             return keras.Model(model.inputs, model.get_layer(name).output,
                                name=f"{model.name}_features")

@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 
+from keras_vit import layer_names
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.variants import FAMILIES, VARIANTS
 
@@ -192,23 +193,25 @@ def layout(model):
         rows.append(Row((f"{prefix}/scale",), layer.gamma))
         rows.append(Row((f"{prefix}/bias",), layer.beta))
 
-    if "resnet" in names:
-        rows += trunk_rows(model.get_layer("resnet"))
-    if "embedding" in names:
-        dense("embedding", model.get_layer("embedding"))
-    if "cls" in names:
-        rows.append(Row(("cls",), model.get_layer("cls").cls))
-    for key in (DIST_TOKEN_KEY, REG_TOKEN_KEY):  # the layers carry the keys' names
-        if key in names:
-            rows.append(Row((key,), model.get_layer(key).tokens))
-    if "posembed_input" in names:
-        rows.append(Row((POS_EMBED_KEY,), model.get_layer("posembed_input").pos_embedding))
-    if "pre_norm" in names:
-        norm("Transformer/pre_norm", model.get_layer("pre_norm"))
+    if layer_names.RESNET in names:
+        rows += trunk_rows(model.get_layer(layer_names.RESNET))
+    if layer_names.EMBEDDING in names:
+        dense(_scope(EMBEDDING_KERNEL), model.get_layer(layer_names.EMBEDDING))
+    if layer_names.CLS in names:
+        rows.append(Row((CLS_KEY,), model.get_layer(layer_names.CLS).cls))
+    for layer, key in ((layer_names.DIST_TOKEN, DIST_TOKEN_KEY),
+                       (layer_names.REG_TOKEN, REG_TOKEN_KEY)):
+        if layer in names:
+            rows.append(Row((key,), model.get_layer(layer).tokens))
+    if layer_names.POSEMBED_INPUT in names:
+        rows.append(Row((POS_EMBED_KEY,),
+                        model.get_layer(layer_names.POSEMBED_INPUT).pos_embedding))
+    if layer_names.PRE_NORM in names:
+        norm(_scope(PRE_NORM_SCALE), model.get_layer(layer_names.PRE_NORM))
     block = 0
-    while f"encoderblock_{block}" in names:
-        layer = model.get_layer(f"encoderblock_{block}")
-        prefix = f"Transformer/encoderblock_{block}"
+    while layer_names.block_name(block) in names:
+        layer = model.get_layer(layer_names.block_name(block))
+        prefix = BLOCK.format(i=block)
         norm(f"{prefix}/LayerNorm_0", layer.norm_0)
         rows += _attention_rows(f"{prefix}/MultiHeadDotProductAttention_1", layer.attention)
         norm(f"{prefix}/LayerNorm_2", layer.norm_2)
@@ -218,17 +221,23 @@ def layout(model):
             if scale is not None:
                 rows.append(Row((f"{prefix}/{scale.name}/scale",), scale.scale))
         block += 1
-    if "encoder_norm" in names:
-        norm("Transformer/encoder_norm", model.get_layer("encoder_norm"))
-    if "map_pool" in names:
-        rows += _map_head_rows(model.get_layer("map_pool"))
-    for name in ("pre_logits", "head", "head_dist"):
+    if layer_names.ENCODER_NORM in names:
+        norm(_scope(ENCODER_NORM_SCALE), model.get_layer(layer_names.ENCODER_NORM))
+    if layer_names.MAP_POOL in names:
+        rows += _map_head_rows(model.get_layer(layer_names.MAP_POOL))
+    for name, key in ((layer_names.PRE_LOGITS, PRE_LOGITS_KERNEL_KEY),
+                      (layer_names.HEAD, HEAD_KERNEL_KEY), (layer_names.HEAD_DIST, HEAD_DIST_KERNEL_KEY)):
         if name in names:
-            dense(name, model.get_layer(name))
+            dense(_scope(key), model.get_layer(name))
     for row in rows:
         if row.shapes is None:
             row.shapes = (tuple(row.variable.shape),)
     return rows
+
+
+def _scope(key):
+    """The scope a key's array sits in: "Transformer/encoder_norm/scale" -> "Transformer/encoder_norm"."""
+    return key.rsplit("/", 1)[0]
 
 
 def trunk_rows(trunk):
@@ -249,16 +258,16 @@ def trunk_rows(trunk):
 
 def is_bit_model(model):
     """Whether `model` is a BiT ResNetV2 (`keras_vit.BiT`): it has BiT's root block."""
-    return "root_block" in {layer.name for layer in model.layers}
+    return layer_names.ROOT_BLOCK in {layer.name for layer in model.layers}
 
 
 def bit_rows(model):
     """The rows of a `keras_vit.BiT` model, in big_transfer's release layout:
     resnet/root_block, resnet/block{s}/unit{uu}/{a,b,c}/{standardized_conv2d,group_norm},
     a/proj in a stage's first unit, resnet/group_norm and the 1x1 conv head."""
-    pairs = [(BIT_ROOT_KEY, model.get_layer("root_block").kernel)]
+    pairs = [(BIT_ROOT_KEY, model.get_layer(layer_names.ROOT_BLOCK).kernel)]
     for layer in model.layers:
-        if not re.fullmatch(r"block\d+_unit\d+", layer.name):
+        if not layer_names.is_bit_unit(layer.name):
             continue
         prefix = "resnet/" + layer.name.replace("_", "/")  # block1_unit01 -> resnet/block1/unit01
         for part in "abc":
@@ -269,11 +278,11 @@ def bit_rows(model):
                       (f"{prefix}/{part}/group_norm/beta", norm.beta)]
         if layer.a_proj is not None:
             pairs.append((f"{prefix}/a/proj/standardized_conv2d/kernel", layer.a_proj.kernel))
-    norm = model.get_layer("group_norm")
+    norm = model.get_layer(layer_names.GROUP_NORM)
     pairs += [("resnet/group_norm/gamma", norm.gamma), ("resnet/group_norm/beta", norm.beta)]
     rows = [Row((key,), variable, shapes=(tuple(variable.shape),)) for key, variable in pairs]
-    if "head" in {layer.name for layer in model.layers}:
-        head = model.get_layer("head")  # the 1x1 conv on the pooled features is this Dense
+    if layer_names.HEAD in {layer.name for layer in model.layers}:
+        head = model.get_layer(layer_names.HEAD)  # the 1x1 conv on the pooled features is this Dense
         rows += [Row((BIT_HEAD_KERNEL_KEY,), head.kernel, shapes=((1, 1, *head.kernel.shape),)),
                  Row(("resnet/head/conv2d/bias",), head.bias, shapes=(tuple(head.bias.shape),))]
     return rows

@@ -27,6 +27,7 @@ from keras_vit.checkpoints.layout import (
     layout,
     square_grid,
 )
+from keras_vit.layer_names import EMBEDDING, POSEMBED_INPUT, PREPROCESSING, RESNET, block_name
 from keras_vit.layers.patching import resample_patch_embedding
 from keras_vit.layers.tokens import resize_position_embedding
 from keras_vit.normalization import (
@@ -189,7 +190,7 @@ def _row_value(model, reader, row, arrays, num_prefix, metadata, resample_patche
     source = reader.path
     value = row.value(arrays)
     if row.keys[0] == POS_EMBED_KEY:
-        posembed = model.get_layer("posembed_input")
+        posembed = model.get_layer(POSEMBED_INPUT)
         grid = _file_grid(value.shape[1] - num_prefix, metadata.get("grid"), model, source)
         if value.shape != tuple(row.variable.shape) or tuple(grid) != tuple(posembed.grid_size):
             value = resize_position_embedding(value, grid, posembed.grid_size, num_prefix,
@@ -205,9 +206,9 @@ def _warn_if_computed_otherwise(model, reader):
     `model`'s trunk (transformers' GroupNorm epsilon loaded into an official-numerics trunk):
     a model built with the weights (`keras_vit.ViT(..., weights=path)`) computes the source's."""
     expected = reader.info().trunk_numerics
-    if not expected or "resnet" not in {layer.name for layer in model.layers}:
+    if not expected or RESNET not in {layer.name for layer in model.layers}:
         return
-    config = model.get_layer("resnet").get_config()
+    config = model.get_layer(RESNET).get_config()
     given = {k: config.get(k) for k in expected}
     if given != expected:
         warnings.warn(f"{reader.path} was computed with the ResNet numerics {expected}; this "
@@ -240,7 +241,7 @@ def _warn_if_normalized_otherwise(model, reader):
     expected = reader.info().normalization
     if expected is None:  # the source does not record it
         return
-    has_layer = "preprocessing" in {layer.name for layer in model.layers}
+    has_layer = PREPROCESSING in {layer.name for layer in model.layers}
     given = input_normalization(model) if has_layer else OFFICIAL_NORMALIZATION
     if np.allclose(given, expected, rtol=1e-6, atol=1e-7):
         return
@@ -256,7 +257,8 @@ def _heads(model):
     """The attention heads of `model`'s blocks (None without blocks): formats that store
     (D, D) attention kernels are split into the official (D, heads, head_dim)."""
     names = {layer.name for layer in model.layers}
-    return model.get_layer("encoderblock_0").num_heads if "encoderblock_0" in names else None
+    first = block_name(0)
+    return model.get_layer(first).num_heads if first in names else None
 
 
 def _non_finite(array):
@@ -326,7 +328,7 @@ def _position_resize(reader):
 
 def _num_prefix_tokens(model):
     names = {layer.name for layer in model.layers}
-    return model.get_layer("posembed_input").num_prefix_tokens if "posembed_input" in names else 0
+    return model.get_layer(POSEMBED_INPUT).num_prefix_tokens if POSEMBED_INPUT in names else 0
 
 
 def _file_grid(tokens, recorded, model, source):
@@ -335,7 +337,7 @@ def _file_grid(tokens, recorded, model, source):
     A non-square count that the model's grid does not fit could be several grids: one line."""
     if recorded is not None:
         return tuple(recorded)
-    model_grid = tuple(model.get_layer("posembed_input").grid_size)
+    model_grid = tuple(model.get_layer(POSEMBED_INPUT).grid_size)
     if model_grid[0] * model_grid[1] == tokens:
         return model_grid
     square = square_grid(tokens)
@@ -350,7 +352,7 @@ def _file_grid(tokens, recorded, model, source):
 def _posembed_problem(found, expected, num_prefix, file_grid, model):
     if len(found) != 3 or found[0] != 1 or found[2] != expected[2]:
         return "width differs"
-    model_grid = tuple(model.get_layer("posembed_input").grid_size)
+    model_grid = tuple(model.get_layer(POSEMBED_INPUT).grid_size)
     if file_grid is not None:  # recorded by save_npz
         rows, cols = file_grid
         if rows * cols + num_prefix != found[1]:
@@ -373,9 +375,9 @@ def _image_size_for(model, grid):
     """The (height, width) in pixels at which `model` has `grid` tokens."""
     height, width = model.input_shape[1:3]
     if height is None or width is None:  # dynamic_image_size: sized by its stored grid
-        patch = model.get_layer("embedding").patch_size
+        patch = model.get_layer(EMBEDDING).patch_size
         return (grid[0] * patch, grid[1] * patch)
-    rows, cols = model.get_layer("posembed_input").grid_size
+    rows, cols = model.get_layer(POSEMBED_INPUT).grid_size
     return (grid[0] * height // rows, grid[1] * width // cols)
 
 

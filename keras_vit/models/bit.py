@@ -6,6 +6,7 @@ import inspect
 
 import keras
 
+from keras_vit import layer_names as names
 from keras_vit._support.checks import positive_int
 from keras_vit.checkpoints import load_weights, resolve_weights
 from keras_vit.errors import ArgumentError
@@ -99,33 +100,33 @@ def BiT(variant, weights=None, image_size=None, include_top=True, classes=None, 
 def _build(variant, image_size, channels, include_top, classes, pooling, activation, name,
            input_tensor, include_preprocessing):
     if input_tensor is None:
-        images = x = keras.Input((*image_size, channels), name="images")
+        images = x = keras.Input((*image_size, channels), name=names.IMAGES)
     else:  # as keras.applications: the model starts at the tensor's own inputs
         images, x = keras.utils.get_source_inputs(input_tensor), input_tensor
     if include_preprocessing:
         scale, offset = rescaling_arguments(OFFICIAL_NORMALIZATION)
-        x = keras.layers.Rescaling(scale, offset=offset, name="preprocessing")(x)
+        x = keras.layers.Rescaling(scale, offset=offset, name=names.PREPROCESSING)(x)
     root = 64 * variant.width
     # BiT's stem pads symmetrically, as PyTorch (layers/resnet.py's table).
-    x = keras.layers.ZeroPadding2D(3, name="root_pad")(x)
-    x = bit_conv(root, 7, strides=2, name="root_block")(x)
-    x = keras.layers.ZeroPadding2D(1, name="root_pool_pad")(x)
-    x = keras.layers.MaxPooling2D(3, strides=2, name="root_pool")(x)
+    x = keras.layers.ZeroPadding2D(3, name=names.ROOT_PAD)(x)
+    x = bit_conv(root, 7, strides=2, name=names.ROOT_BLOCK)(x)
+    x = keras.layers.ZeroPadding2D(1, name=names.ROOT_POOL_PAD)(x)
+    x = keras.layers.MaxPooling2D(3, strides=2, name=names.ROOT_POOL)(x)
     for s, count in enumerate(variant.units, start=1):
         for u in range(1, count + 1):
             stride = 2 if s > 1 and u == 1 else 1
-            x = PreActBottleneckUnit(root * 2 ** (s - 1), stride, name=f"block{s}_unit{u:02d}")(x)
-    x = bit_group_norm("group_norm")(x)
-    x = keras.layers.ReLU(name="post_relu")(x)  # keras.applications' ResNetV2 name
+            x = PreActBottleneckUnit(root * 2 ** (s - 1), stride, name=names.BIT_UNIT.format(s=s, u=u))(x)
+    x = bit_group_norm(names.GROUP_NORM)(x)
+    x = keras.layers.ReLU(name=names.POST_RELU)(x)  # keras.applications' ResNetV2 name
     if pooling == "avg":
-        x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+        x = keras.layers.GlobalAveragePooling2D(name=names.AVG_POOL)(x)
     elif pooling == "max":
-        x = keras.layers.GlobalMaxPooling2D(name="max_pool")(x)
+        x = keras.layers.GlobalMaxPooling2D(name=names.MAX_POOL)(x)
     if include_top:
         # BiT's 1x1 conv on the pooled features, as a Dense: zero-initialised and float32
         # under mixed precision, as the ViTs' head (big_transfer also starts it at zero).
         x = keras.layers.Dense(classes, kernel_initializer="zeros", activation=activation,
-                               dtype="float32", name="head")(x)
+                               dtype="float32", name=names.HEAD)(x)
     return keras.Model(images, x, name=name)
 
 

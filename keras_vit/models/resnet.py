@@ -4,6 +4,7 @@ import contextlib
 
 import keras
 
+from keras_vit import layer_names as names
 from keras_vit._support.checks import positive_int
 from keras_vit.checkpoints import load_resnet_weights, resolve_weights
 from keras_vit.errors import ArgumentError
@@ -42,13 +43,13 @@ def ResNetV2(variant="R50+ViT-B_16", weights=None, image_size=None, channels=3, 
     channels = positive_int(channels, "channels")
     name_argument(name)
     shape = (None, None) if image_size is None else image_size
-    images = keras.Input((*shape, channels), name="images")
+    images = keras.Input((*shape, channels), name=names.IMAGES)
     source = resolve_weights(variant, weights)
     with contextlib.closing(source) if source is not None else contextlib.nullcontext():
         # The trunk computes what its weights' library computes (ResNetTrunk saves it).
         numerics = (source.trunk_numerics if source is not None else None) or {}
         trunk = ResNetTrunk(variant.resnet_stages, variant.resnet_width, **numerics,
-                            name="resnet")
+                            name=names.RESNET)
         features = trunk(images, return_stages=True)
         prefix = variant.name.split("+")[0]
         model = keras.Model(images, features, name=name or f"{prefix}_resnet")

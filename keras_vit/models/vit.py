@@ -6,6 +6,7 @@ import inspect
 
 import keras
 
+from keras_vit import layer_names as names
 from keras_vit._support.checks import positive_int
 from keras_vit.checkpoints import load_weights, resolve_weights
 from keras_vit.checkpoints.formats.npz_metadata import VARIANT_ATTRIBUTE
@@ -282,28 +283,28 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
            drop_path_rate=0.0):
     if input_tensor is None:
         shape = (None, None) if dynamic else image_size
-        images = x = keras.Input((*shape, channels), name="images")
+        images = x = keras.Input((*shape, channels), name=names.IMAGES)
     else:  # as keras.applications: the model starts at the tensor's own inputs
         images, x = keras.utils.get_source_inputs(input_tensor), input_tensor
     if include_preprocessing:
         # Keras' own layer: a .keras file of this model loads without custom objects.
         # Officially x * (1 / 127.5) - 1: [0, 255] -> [-1, 1], as keras_vit.preprocess_input.
         scale, offset = rescaling_arguments(normalization)
-        x = keras.layers.Rescaling(scale, offset=offset, name="preprocessing")(x)
+        x = keras.layers.Rescaling(scale, offset=offset, name=names.PREPROCESSING)(x)
     if variant.is_hybrid:
         # The trunk computes what its weights' library computes (ResNetTrunk saves it).
         x = ResNetTrunk(variant.resnet_stages, variant.resnet_width, **(trunk_numerics or {}),
-                        name="resnet")(x)
+                        name=names.RESNET)(x)
     recorded = None if normalization == OFFICIAL_NORMALIZATION else normalization
     # Any image size: the patches keep their grid, whose shape sizes the position embedding.
     x = grid = PatchEncoder(variant.width, variant.patch_size, input_normalization=recorded,
                             use_bias=variant.patch_bias, flatten=not dynamic, pad=dynamic,
-                            name="embedding")(x)
+                            name=names.EMBEDDING)(x)
     if dynamic:
-        x = keras.layers.Reshape((-1, variant.width), name="patch_tokens")(grid)
+        x = keras.layers.Reshape((-1, variant.width), name=names.PATCH_TOKENS)(grid)
     position_embedding = AddPositionEmbedding(
         variant.token_grid(image_size), num_prefix_tokens=variant.position_prefix_tokens,
-        dynamic_grid=dynamic, name="posembed_input")
+        dynamic_grid=dynamic, name=names.POSEMBED_INPUT)
 
     def embed(tokens):
         return position_embedding(tokens, grid=grid) if dynamic else position_embedding(tokens)
@@ -313,9 +314,9 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
     x = _prefix_tokens(variant, x)
     if variant.embed_prefix_tokens:
         x = embed(x)
-    x = keras.layers.Dropout(dropout)(x)
+    x = keras.layers.Dropout(dropout, name=names.EMBEDDING_DROPOUT)(x)
     if variant.pre_norm:  # CLIP: a LayerNorm before the encoder
-        x = keras.layers.LayerNormalization(epsilon=epsilon, name="pre_norm")(x)
+        x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.PRE_NORM)(x)
     activation = "swiglu" if variant.feed_forward == "swiglu" else variant.activation
     for i in range(variant.depth):
         block = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
@@ -323,28 +324,28 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
                                  approximate_gelu=approximate_gelu, layer_norm_epsilon=epsilon,
                                  drop_path=drop_path_rates(drop_path_rate, variant.depth)[i],
                                  activation=activation, layer_scale=variant.layer_scale,
-                                 name=f"encoderblock_{i}")
+                                 name=names.block_name(i))
         # Class-token pooling reads one token of the last block; computing only that one
         # gives the same output for ~7% less work (ViT-B/16). pooling=None keeps them all;
         # a distilled model reads its second token too.
         last = i == variant.depth - 1
         x = block(x, first_token_only=last and head.pooling == "token" and not variant.distilled)
-    x = keras.layers.LayerNormalization(epsilon=epsilon, name="encoder_norm")(x)
+    x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.ENCODER_NORM)(x)
     if variant.distilled and head.pooling == "token":
         return keras.Model(images, _distilled_head(variant, x, head), name=name)
     if head.pooling == "map":
         x = MAPHead(variant.heads, variant.mlp_dim, approximate_gelu=approximate_gelu,
-                    activation=activation, layer_norm_epsilon=epsilon, name="map_pool")(x)
+                    activation=activation, layer_norm_epsilon=epsilon, name=names.MAP_POOL)(x)
     elif head.pooling is not None:
         x = TokenPooling(head.pooling, num_prefix_tokens=variant.num_prefix_tokens,
-                         name=f"{head.pooling}_pool")(x)
+                         name=names.pooling_name(head.pooling))(x)
     if head.include_top:
         if head.representation_size:
             x = keras.layers.Dense(head.representation_size, activation="tanh",
-                                   name="pre_logits")(x)
+                                   name=names.PRE_LOGITS)(x)
         # Zero-initialised and float32 under mixed precision, as the official head.
         x = keras.layers.Dense(head.classes, kernel_initializer="zeros",
-                               activation=head.activation, dtype="float32", name="head")(x)
+                               activation=head.activation, dtype="float32", name=names.HEAD)(x)
     return keras.Model(images, x, name=name)
 
 
@@ -358,11 +359,11 @@ def _prefix_tokens(variant, x):
     """Prepends the tokens before the patches, in timm's order: class, distillation,
     registers (each layer prepends, so the last added comes first)."""
     if variant.register_tokens:
-        x = PrefixTokens(variant.register_tokens, name="reg_token")(x)
+        x = PrefixTokens(variant.register_tokens, name=names.REG_TOKEN)(x)
     if variant.distilled:
-        x = PrefixTokens(1, name="dist_token")(x)
+        x = PrefixTokens(1, name=names.DIST_TOKEN)(x)
     if variant.has_class_token:
-        x = ClassToken(name="cls")(x)
+        x = ClassToken(name=names.CLS)(x)
     return x
 
 
@@ -372,19 +373,19 @@ def _distilled_head(variant, tokens, head):
     layer outputs (`model.get_layer("head_dist").output`), for a distillation loss in training.
     Without the top, the features are the two tokens' average (timm's `pre_logits`)."""
     prefix = variant.num_prefix_tokens
-    cls = TokenPooling("token", num_prefix_tokens=prefix, name="token_pool")(tokens)
-    dist = TokenPooling("distillation", num_prefix_tokens=prefix, name="distillation_pool")(tokens)
+    cls = TokenPooling("token", num_prefix_tokens=prefix, name=names.TOKEN_POOL)(tokens)
+    dist = TokenPooling("distillation", num_prefix_tokens=prefix, name=names.DISTILLATION_POOL)(tokens)
     if not head.include_top:
-        return keras.layers.Average(name="distilled_features")([cls, dist])
+        return keras.layers.Average(name=names.DISTILLED_FEATURES)([cls, dist])
     if head.representation_size:
         raise ArgumentError("A distilled DeiT has no pre_logits layer; build it with "
                             "representation_size=None.")
     logits = [keras.layers.Dense(head.classes, kernel_initializer="zeros", dtype="float32",
                                  name=layer)(features)
-              for layer, features in (("head", cls), ("head_dist", dist))]
-    x = keras.layers.Average(name="distilled_logits", dtype="float32")(logits)
+              for layer, features in zip(names.HEADS, (cls, dist))]
+    x = keras.layers.Average(name=names.DISTILLED_LOGITS, dtype="float32")(logits)
     if head.activation is not None:
-        x = keras.layers.Activation(head.activation, dtype="float32", name="predictions")(x)
+        x = keras.layers.Activation(head.activation, dtype="float32", name=names.PREDICTIONS)(x)
     return x
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.errors import ArgumentError, PathNotFoundError
+from keras_vit.layer_names import HEAD, HEAD_DIST, HEADS, PREPROCESSING
 from keras_vit.normalization import input_normalization, rescaling_arguments
 
 __all__ = ["KINDS", "DEFAULT_TEMPERATURE", "DEFAULT_ALPHA", "HardDistillation", "TokenDistiller",
@@ -61,8 +62,8 @@ class TokenDistiller(keras.distillation.Distiller):
 
     def __init__(self, teacher, student, distillation_losses, **kwargs):
         super().__init__(teacher, student, distillation_losses, **kwargs)
-        self.heads = keras.Model(student.inputs, [student.get_layer("head").output,
-                                                  student.get_layer("head_dist").output],
+        self.heads = keras.Model(student.inputs, [student.get_layer(HEAD).output,
+                                                  student.get_layer(HEAD_DIST).output],
                                  name=f"{student.name}_heads")
 
     def call(self, inputs, training=None):
@@ -93,7 +94,7 @@ class TokenDistiller(keras.distillation.Distiller):
 def has_distillation_token(model):
     """Whether `model` is a distilled DeiT with its two heads ("head" and "head_dist")."""
     names = {layer.name for layer in model.layers}
-    return {"head", "head_dist"} <= names
+    return set(HEADS) <= names
 
 
 def check_distillation(kind, temperature, alpha, distilled_student):
@@ -176,7 +177,7 @@ def check_teacher(teacher, name, classes, dataset):
 
 
 def _has_preprocessing(model):
-    return any(layer.name == "preprocessing" for layer in model.layers)
+    return any(layer.name == PREPROCESSING for layer in model.layers)
 
 
 def teacher_input_adapter(teacher, student):

@@ -1,13 +1,15 @@
 """Layer-wise learning-rate decay (as BEiT, MAE and DINOv2 fine-tune), for the recipes' optimizers.
 
 Each variable's learning rate is the schedule's times `decay ** (L + 1 - layer_id)`,
-where L is the number of encoder blocks and the layer ids are: 0 for what comes
-before the first block (the patch embedding, class token, position embedding, a
-hybrid's ResNet trunk), i + 1 for `encoderblock_i`, L + 1 for what follows the
-last block (the final LayerNorm, pre_logits, the head). So the head trains at the
-full rate and each block below it at `decay` times the rate of the one above.
-The ids come from the variables' paths (the layer names the checkpoint layout
-fixes), so an optimizer finds them when it is built, and its config holds `decay` alone.
+where L is the number of encoder blocks and the layer ids are timm's
+(`param_groups_layer_decay` with its ViTs' `group_matcher`): 0 for the stem, every
+layer before the first block (the patch embedding, class, distillation and register
+tokens, position embedding, CLIP's pre-norm, a hybrid's ResNet trunk); i + 1 for
+`encoderblock_i`, and for the final LayerNorm with the last block; L + 1 for what
+follows (pooling, pre_logits, the head). So the head trains at the full rate and each
+block below it at `decay` times the rate of the one above. The ids come from the
+variables' paths, through the layers' roles (keras_vit/layer_names.py), so an
+optimizer finds them when it is built, and its config holds `decay` alone.
 
 Keras' optimizers have no per-variable rate; `LayerDecay` scales the rate its
 `update_step` receives, by the variable's index (the lookup Keras' own optimizers use
@@ -15,33 +17,32 @@ for their slots, which finds a variable under a tf.distribute strategy too). Imp
 Keras alone: `import keras_vit` registers the optimizers that use it.
 """
 
-import re
-
 from keras_vit._support.private_keras import check_private_keras
-from keras_vit.checkpoints.layout import CLS_KEY
+from keras_vit.layer_names import Role, block_index, role_of
 
-__all__ = ["LayerDecay", "layer_id", "layer_scales", "EMBEDDING_LAYERS"]
-
-_BLOCK = re.compile(r"(?:^|/)encoderblock_(\d+)(?:/|$)")
-# The layers before the first block (keras_vit/models/vit.py names them so).
-EMBEDDING_LAYERS = ("preprocessing", "resnet", "embedding", CLS_KEY, "posembed_input")
+__all__ = ["LayerDecay", "layer_id", "layer_scales"]
 
 
 def layer_id(path, depth):
-    """A variable's layer id, from its path ("encoderblock_3/LayerNorm_0/gamma" -> 4)."""
-    block = _BLOCK.search(path)
-    if block:
-        return int(block.group(1)) + 1
-    if any(part in EMBEDDING_LAYERS for part in path.split("/")):
-        return 0
+    """A variable's layer id, from its path ("encoderblock_3/LayerNorm_0/gamma" -> 4), by the
+    role of the first layer named in it; `depth` is the model's number of blocks."""
+    for part in path.split("/"):
+        role = role_of(part)
+        if role is Role.BLOCK:
+            return block_index(part) + 1
+        if role is Role.STEM:
+            return 0
+        if role is Role.ENCODER_NORM:  # timm's group_matcher: "final norm w/ last block"
+            return depth
+        if role is not None:
+            break
     return depth + 1
 
 
 def layer_scales(variables, decay):
     """Each variable's learning-rate factor, `decay ** (L + 1 - layer_id)`, in order."""
-    depth = 1 + max((int(block.group(1)) for block in map(_BLOCK.search,
-                                                          (v.path for v in variables)) if block),
-                    default=-1)
+    depth = 1 + max((index for v in variables for index in map(block_index, v.path.split("/"))
+                     if index is not None), default=-1)
     return tuple(float(decay) ** (depth + 1 - layer_id(v.path, depth)) for v in variables)
 
 

@@ -23,6 +23,7 @@ from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import normalization_from
 from keras_vit.checkpoints.formats.config_values import MAX_PIXELS
 from keras_vit.checkpoints.layout import is_bit_model
+from keras_vit.layer_names import ENCODER_NORM, POSEMBED_INPUT, is_block
 from keras_vit.normalization import input_normalization
 from keras_vit.variants import Variant, table_variant
 
@@ -41,10 +42,10 @@ def model_metadata(model):
     normalization = [list(part) for part in input_normalization(model)]
     if is_bit_model(model):
         return {"normalization": normalization}
-    block = next(layer for layer in model.layers if layer.name.startswith("encoderblock_"))
+    block = next(layer for layer in model.layers if is_block(layer.name))
     record = {"approximate_gelu": bool(block.mlp.approximate_gelu),
-              "layer_norm_epsilon": float(model.get_layer("encoder_norm").epsilon),
-              "grid": list(model.get_layer("posembed_input").grid_size),
+              "layer_norm_epsilon": float(model.get_layer(ENCODER_NORM).epsilon),
+              "grid": list(model.get_layer(POSEMBED_INPUT).grid_size),
               "normalization": normalization}
     variant = getattr(model, VARIANT_ATTRIBUTE, None)  # a model keras_vit.ViT built (not reloaded)
     if variant is not None:
