@@ -99,6 +99,11 @@ NOT_LAYER_NAMES = {
     ("checkpoints/layout.py", "reg_token"),
     ("checkpoints/formats/timm.py", "dist_token"),  # timm's parameter names
     ("checkpoints/formats/timm.py", "reg_token"),
+    ("checkpoints/formats/timm.py", "head"),
+    ("checkpoints/formats/timm.py", "head_dist"),
+    ("checkpoints/formats/dinov2.py", "reg_token"),  # timm's name, renamed to DINOv2's
+    ("checkpoints/formats/keras_hub.py", "pre_logits"),  # keras-hub's classifier's names
+    ("checkpoints/formats/keras_hub.py", "predictions"),
     ("checkpoints/formats/keras_hub_families.py", "embedding"),  # keras-hub's layer names
     ("checkpoints/formats/keras_hub_families.py", "head"),
     ("checkpoints/formats/npz_metadata.py", "pre_norm"),  # a Variant field
