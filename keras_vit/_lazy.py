@@ -65,6 +65,13 @@ RENAMED = {
     "keras_vit.resnet": "keras_vit.models.resnet",
     "keras_vit.report": "keras_vit.reports",
     "keras_vit.training.report": "keras_vit.reports",
+    "keras_vit.execution": "keras_vit.runtime.execution",
+    "keras_vit.precision": "keras_vit.runtime.precision",
+    "keras_vit.inference": "keras_vit.runtime.inference",
+    "keras_vit.evaluation": "keras_vit.runtime.evaluation",
+    "keras_vit.export_quantized": "keras_vit.export.quantized",
+    "keras_vit.data.augment": "keras_vit.data.augreg",
+    "keras_vit.data.files": "keras_vit.data.image_files",
 }
 
 
@@ -73,6 +80,8 @@ MOVED = {
     ("keras_vit.preprocessing", "decode_predictions"): "keras_vit.labels",
     ("keras_vit.preprocessing", "imagenet_labels"): "keras_vit.labels",
     ("keras_vit.models", "TokenPooling"): "keras_vit.layers",
+    ("keras_vit.export", "model_input"): "keras_vit.normalization",
+    ("keras_vit.export", "has_softmax_head"): "keras_vit.models.vit",
 }
 
 # Old name -> new name, in every module that has the new one and asks `moved_name`.

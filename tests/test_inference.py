@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from keras_vit import inference
+from keras_vit.runtime import inference
 from tests.test_export import softmax, tiny_classifier
 
 SIZE = 32  # tiny_classifier's input size

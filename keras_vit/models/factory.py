@@ -3,7 +3,7 @@ user names (an architecture, a `.keras` file, an exported SavedModel folder).
 
 Every caller that turns a user's string into a model comes here: the command line
 (`keras_vit.cli.common.load_model`), streaming prediction and evaluation
-(`keras_vit.inference`), `compare`. So a `.keras` file is read by one function, with one
+(`keras_vit.runtime.inference`), `compare`. So a `.keras` file is read by one function, with one
 set of errors (tests/models/test_factory.py checks no second `keras.saving.load_model`
 call site appears in the package).
 """

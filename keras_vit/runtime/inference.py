@@ -1,5 +1,5 @@
 """Streaming prediction: `predict_images`, one result per image, memory bounded by the batch
-(`keras_vit.evaluation` runs a held-out split through the same runners).
+(`keras_vit.runtime.evaluation` runs a held-out split through the same runners).
 
 Images flow through `tf.data` (files read and decoded in parallel by
 `keras_vit.preprocessing`'s one decode path, batched, prefetched) into a Keras
@@ -17,9 +17,9 @@ import numpy as np
 
 from keras_vit._support.files import read_file
 from keras_vit.errors import ArgumentError, ImageError
-from keras_vit.execution import check_execution
-from keras_vit.precision import check_precision
 from keras_vit.preprocessing import IMAGE_EXTENSIONS, IMAGE_FORMATS, MAX_PIXELS
+from keras_vit.runtime.execution import check_execution
+from keras_vit.runtime.precision import check_precision
 
 __all__ = ["ImagePrediction", "ImageFiles", "Predictions", "predict_images", "image_files"]
 
@@ -102,7 +102,7 @@ def _folder_images(folder):
 
 class Predictions:
     """`predict_images`' results: an iterator of `ImagePrediction`s. `precision`: the record
-    of the precision the model ran in (`keras_vit.precision`; with bfloat16, its agreement with
+    of the precision the model ran in (`keras_vit.runtime.precision`; with bfloat16, its agreement with
     float32 on the first batch), once the first batch has run; None before, or for a
     SavedModel."""
 
@@ -131,11 +131,11 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     heads, the SavedModel's own, else "class <index>"). Images are decoded in parallel and
     run `batch_size` at a time; a file that cannot be read becomes a result with `error`.
     `execution`: how TensorFlow runs a Keras model on a CPU, "auto" (the faster of
-    "graph" and "xla" on this machine, `keras_vit.execution`), "graph" or "xla".
+    "graph" and "xla" on this machine, `keras_vit.runtime.execution`), "graph" or "xla".
     `precision`: what a Keras model computes in, "float32" (the default), "bfloat16"
     (mixed_bfloat16; its top-1 agreement and largest logit difference with float32 on the
     first batch are measured) or "auto" (bfloat16 where it is native, faster and in
-    agreement: `keras_vit.precision`); the returned `Predictions` records it.
+    agreement: `keras_vit.runtime.precision`); the returned `Predictions` records it.
     """
     check_positive(batch_size=batch_size, top=top)
     check_execution(execution)
@@ -152,7 +152,7 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
 
 def check_positive(**values):
     """Raises ArgumentError for any of `values` that is not a positive int (shared with
-    keras_vit.evaluation)."""
+    keras_vit.runtime.evaluation)."""
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
             raise ArgumentError(f"{name} must be a positive int, got {value!r}.")
@@ -170,7 +170,7 @@ def model_runner(model, batch_size, max_pixels, small=False, execution=None, ima
                  precision=None, compare_images=None):
     """The runner for `model` (a Keras model, a `.keras` file or a SavedModel folder, loaded
     through keras_vit.models.factory): `run_files` / `run_examples` give (outputs, error) per
-    image. Shared with keras_vit.evaluation. `precision` and `compare_images` as KerasRunner's."""
+    image. Shared with keras_vit.runtime.evaluation. `precision` and `compare_images` as KerasRunner's."""
     from keras_vit.models.factory import is_saved_model, load_keras
 
     if isinstance(model, (str, os.PathLike)):
@@ -228,14 +228,15 @@ def _names_dict(names):
 class KerasRunner:
     """Pixels decoded and resized in tf.data, then the Keras model, one batch at a time.
 
-    `precision` as `keras_vit.precision.choose_precision` takes it, chosen at the first batch
+    `precision` as `keras_vit.runtime.precision.choose_precision` takes it, chosen at the first batch
     (which calibrates "auto"). Run in bfloat16, the first `compare_images` images (None: all)
     also run in float32, and `precision_record["agreement"]` holds the two's top-1 agreement
     and largest logit difference (not for `outputs="raw"`: features have no classes)."""
 
     def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
                  execution=None, images=0, precision=None, compare_images=None):
-        from keras_vit.model_io import has_softmax_head, model_input
+        from keras_vit.models.vit import has_softmax_head
+        from keras_vit.normalization import model_input
 
         self.model, self.batch_size, self.max_pixels = model, batch_size, max_pixels
         self.size, self.channels = tuple(model.input_shape[1:3]), model.input_shape[-1]
@@ -272,7 +273,7 @@ class KerasRunner:
     def run_files(self, paths):
         import tensorflow as tf
 
-        from keras_vit.data.files import load_batches
+        from keras_vit.data.image_files import load_batches
         from keras_vit.preprocessing import (
             JPEG_EXTENSIONS,
             decode_image,
@@ -344,7 +345,7 @@ class KerasRunner:
         """The precision, model and mode to run, from the first batch's inputs `x`."""
         import keras
 
-        from keras_vit import precision as precisions
+        from keras_vit.runtime import precision as precisions
 
         if self.small or not isinstance(self.model, keras.Model):
             # A handful of images, or a stand-in: a direct call, nothing timed.
@@ -383,7 +384,7 @@ class KerasRunner:
         """Runs the first images left to compare in float32 too, and adds their agreement."""
         import keras
 
-        from keras_vit.precision import agreement, merge_agreements
+        from keras_vit.runtime.agreement import agreement, merge_agreements
 
         count = int(min(self._compare_left, len(scores)))
         if self._reference is None:
@@ -416,7 +417,7 @@ class SavedModelRunner:
     def run_files(self, paths):
         import tensorflow as tf
 
-        from keras_vit.data.files import load_batches
+        from keras_vit.data.image_files import load_batches
 
         for chunk in _chunks(load_batches(paths, tf.io.read_file, self.batch_size),
                              self.batch_size):

@@ -95,8 +95,8 @@ def test_the_loader_scan_sees_a_second_loader(tmp_path):
 
 def test_the_command_and_the_library_load_through_the_factory(tmp_path, monkeypatch):
     """cli.common.load_model and predict_images' runner both call factory.load_keras."""
-    from keras_vit import inference
     from keras_vit.cli import common
+    from keras_vit.runtime import inference
 
     model = factory.build("demo", image_size=32, classes=2)
     model.save(tmp_path / "m.keras")
