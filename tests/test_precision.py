@@ -262,10 +262,11 @@ def test_predict_in_bfloat16_records_its_agreement_with_float32(tiny, cli, tmp_p
 
 
 def test_a_saved_model_is_not_run_in_another_precision(tmp_path):
+    from keras_vit.runtime.runners import model_runner
+
     with pytest.raises(ArgumentError, match="SavedModel computes in the precision it was "
                                             "exported with"):
-        keras_vit.runtime.inference.model_runner(str(_a_saved_model(tmp_path)), 4, 100,
-                                         precision="bfloat16")
+        model_runner(str(_a_saved_model(tmp_path)), 4, 100, precision="bfloat16")
 
 
 def _a_saved_model(tmp_path):

@@ -14,8 +14,8 @@ from keras_vit.errors import ArgumentError, DatasetError
 from keras_vit.preprocessing import MAX_PIXELS
 from keras_vit.reports import classification_summary, plot_confusion, write_json
 from keras_vit.runtime.execution import check_execution
-from keras_vit.runtime.inference import DEFAULT_BATCH_SIZE, KerasRunner, check_positive, model_runner
 from keras_vit.runtime.precision import check_precision
+from keras_vit.runtime.runners import DEFAULT_BATCH_SIZE, KerasRunner, check_positive, model_runner
 
 __all__ = ["evaluate"]
 

@@ -96,7 +96,7 @@ def test_the_loader_scan_sees_a_second_loader(tmp_path):
 def test_the_command_and_the_library_load_through_the_factory(tmp_path, monkeypatch):
     """cli.common.load_model and predict_images' runner both call factory.load_keras."""
     from keras_vit.cli import common
-    from keras_vit.runtime import inference
+    from keras_vit.runtime import runners
 
     model = factory.build("demo", image_size=32, classes=2)
     model.save(tmp_path / "m.keras")
@@ -107,6 +107,6 @@ def test_the_command_and_the_library_load_through_the_factory(tmp_path, monkeypa
     args = type("Args", (), {"model": str(tmp_path / "m.keras"), "weights": None,
                              "image_size": None, "classes": None})()
     common.load_model(args)
-    inference.model_runner(str(tmp_path / "m.keras"), 1, 10 ** 6)
+    runners.model_runner(str(tmp_path / "m.keras"), 1, 10 ** 6)
     assert calls == [str(tmp_path / "m.keras")] * 2
 
