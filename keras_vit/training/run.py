@@ -49,7 +49,7 @@ import tensorflow as tf
 from keras_vit import reports as report
 from keras_vit.data import load_dataset, make_pipeline
 from keras_vit.data.augreg import Augmentation
-from keras_vit.errors import DatasetError, RunConflictError
+from keras_vit.errors import ArgumentTypeError, DatasetError, RunConflictError
 from keras_vit.memory import peak_memory
 from keras_vit.models import ViT
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
@@ -199,7 +199,7 @@ def train(dataset=None, *, settings=None, **options):
     if settings is None:
         settings = TrainSettings(**options)
     elif not isinstance(settings, TrainSettings):
-        raise TypeError(f"settings must be a TrainSettings, got {type(settings).__name__}.")
+        raise ArgumentTypeError(f"settings must be a TrainSettings, got {type(settings).__name__}.")
     elif options:
         settings = dataclasses.replace(settings, **options)
     if dataset is not None:
