@@ -5,8 +5,8 @@ module's `__getattr__`, `__dir__` and `__all__`, in the manner of
 scientific-python's `lazy_loader.attach`: a name's module is imported the first
 time the name is read, and the value is then kept as a plain attribute. A name
 that left the module in 0.2 is still found, with a DeprecationWarning
-(`moved_name`, below). Used by keras_vit/__init__.py and
-keras_vit/training/__init__.py.
+(`moved_name`, below). Used by keras_vit/__init__.py and the packages' own
+(training/, data/, export/).
 """
 
 import importlib
