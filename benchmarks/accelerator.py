@@ -19,7 +19,7 @@ Three settings, each for both libraries:
   library's default: JAX's lets float32 products use TF32 on Ampere and later GPUs, and
   torch's lets its convolutions (the patch embedding) use TF32.
 - tf32: TF32 products allowed in both ("tensorfloat32"; both torch switches on).
-- bfloat16: keras_vit's `precision="bfloat16"` (`keras_vit.precision.bfloat16_model`: the
+- bfloat16: keras_vit's `precision="bfloat16"` (`keras_vit.runtime.precision.bfloat16_model`: the
   model under `mixed_bfloat16`, its head float32) and timm under
   `torch.autocast(device, torch.bfloat16)`; TF32 allowed in both, as in the tf32 setting.
 
@@ -216,7 +216,7 @@ def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch
     import torch
 
     from benchmarks.device_memory import torch_peak, xla_peak
-    from keras_vit.precision import bfloat16_model
+    from keras_vit.runtime.precision import bfloat16_model
 
     ours, theirs = build_models(architecture, image_size, tiny, folder, torch_device)
     ours, ours_bf16 = force_attention(ours, bfloat16_model(ours))
@@ -292,7 +292,7 @@ def build_training(architecture, image_size, tiny, folder, images, jax_device, t
     import torch
 
     from benchmarks.device_memory import torch_peak, xla_peak
-    from keras_vit.precision import bfloat16_model
+    from keras_vit.runtime.precision import bfloat16_model
 
     ours, theirs = build_models(architecture, image_size, tiny, folder, torch_device)
     labels = np.arange(len(images)) % theirs.num_classes
@@ -455,7 +455,7 @@ def measure_model(calls, batch, repeats, torch_device, memory=None):
                                 f"by {row['parity_relative_difference']} of the largest, over "
                                 f"the bound {RELATIVE_TOLERANCE}; not timed")
         return row
-    from keras_vit.export_quantized import agreement
+    from keras_vit.runtime.agreement import agreement
 
     timed = _both(calls, outputs, SETTINGS)
     # Against the library's own full-float32 outputs (keras_vit-jit's and timm-compiled's:

@@ -4,7 +4,7 @@ Every candidate builds the same architecture with random weights and a
 1000-class (or `classes`) head: keras_vit's `ViT`, keras-hub's `ViTBackbone`
 plus a class-token head, and timm's `VisionTransformer`. Keras models run
 under `tf.function`, as a graph, XLA-compiled (`jit_compile`), or for keras_vit
-also in the mode keras_vit.execution chooses on this machine ("auto").
+also in the mode keras_vit.runtime.execution chooses on this machine ("auto").
 """
 
 import dataclasses
@@ -86,7 +86,7 @@ def keras_hub_candidates(arch, modes=("graph", "xla")):
 
 
 def _keras_candidate(name, model, arch, mode):
-    """`mode`: "graph", "xla", or "auto": what keras_vit.execution chooses for each call and
+    """`mode`: "graph", "xla", or "auto": what keras_vit.runtime.execution chooses for each call and
     batch shape on this machine (timed at the first call, the runner's warm-up)."""
     import keras
 
@@ -125,7 +125,7 @@ def _keras_candidate(name, model, arch, mode):
         if (kind, batch) not in functions:
             jit = mode == "xla"
             if mode == "auto":
-                from keras_vit.execution import choose_jit_compile
+                from keras_vit.runtime.execution import choose_jit_compile
 
                 jit = bool(choose_jit_compile(model, batch_inputs(batch)[0].shape, "auto",
                                               training=kind == "train"))

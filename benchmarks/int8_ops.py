@@ -6,7 +6,7 @@ Calibrates on 200 images of the digits training split and measures on the 360 te
 (which calibration never sees): for each set of ops kept in float (TFLite's quantisation
 debugger, `denylisted_ops`), the top-1 agreement with the float model, the largest logit
 difference and the file's size against float32's. The last row is what `--quantize int8`
-exports (`keras_vit.export_quantized.FLOAT_OPS`).
+exports (`keras_vit.export.quantized.FLOAT_OPS`).
 """
 
 import argparse
@@ -34,8 +34,8 @@ def main(argv=None):
 
     import keras
 
-    from keras_vit import export_quantized as quantized
-    from keras_vit.export import export_tflite
+    from keras_vit.export import export_tflite, quantized
+    from keras_vit.runtime.agreement import agreement
 
     model = keras.saving.load_model(args.model, compile=False)
     size = tuple(model.input_shape[1:3])
@@ -51,7 +51,7 @@ def main(argv=None):
         for name, ops in ROWS:
             path = os.path.join(folder, "int8.tflite")
             _export(model, path, calibration, quantized.FLOAT_OPS if ops == "FLOAT_OPS" else ops)
-            measured = quantized.agreement(reference, quantized.tflite_logits(path, test))
+            measured = agreement(reference, quantized.tflite_logits(path, test))
             print(f"| {name} | {measured['top1_agreement']:.3f} | "
                   f"{measured['max_logit_difference']:.2f} | "
                   f"{os.path.getsize(path) / float_size:.1%} |", flush=True)
@@ -59,8 +59,7 @@ def main(argv=None):
 
 def _export(model, path, calibration, float_ops):
     """export_tflite's int8 file with `float_ops` (a list, or None) kept in float."""
-    from keras_vit import export_quantized as quantized
-    from keras_vit.export import export_tflite
+    from keras_vit.export import export_tflite, quantized
 
     kept = quantized.FLOAT_OPS
     quantized.FLOAT_OPS = tuple(float_ops or ())

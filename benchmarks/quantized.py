@@ -47,8 +47,8 @@ def measure(name, image_size, reps, count, calibration_count):
     import tensorflow as tf
 
     import keras_vit
-    from keras_vit import export_quantized as quantized
-    from keras_vit.export import export_tflite
+    from keras_vit.export import export_tflite, quantized
+    from keras_vit.runtime.agreement import agreement
 
     keras.utils.set_random_seed(0)
     model = keras_vit.ViT(name, image_size=image_size, classes=1000)
@@ -69,7 +69,7 @@ def measure(name, image_size, reps, count, calibration_count):
                                         calibration=calibration)
         runners = {mode: tf.lite.Interpreter(model_path=path).get_signature_runner()
                    for mode, path in paths.items()}
-        measured = {mode: quantized.agreement(reference, quantized.tflite_logits(path, images))
+        measured = {mode: agreement(reference, quantized.tflite_logits(path, images))
                     for mode, path in paths.items()}
         times = {mode: [] for mode in MODES}
         one = images[:1]

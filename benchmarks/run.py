@@ -38,7 +38,7 @@ def parse_args(argv=None):
     parser.add_argument("--only", default="keras_vit,keras_hub,timm", help="candidates to run")
     parser.add_argument("--modes", default="graph,xla,auto",
                         help="Keras execution modes: graph, xla, and for keras_vit auto (the mode "
-                             "keras_vit.execution chooses here, timed afresh in this run)")
+                             "keras_vit.runtime.execution chooses here, timed afresh in this run)")
     parser.add_argument("--bf16", action="store_true",
                         help="also time keras_vit under mixed_bfloat16 and timm under "
                              "torch.autocast(\"cpu\", torch.bfloat16)")
@@ -334,7 +334,7 @@ def to_markdown(report):
 
 
 def _stored_timings(home):
-    """The seconds per call keras_vit.execution measured for each choice in this run."""
+    """The seconds per call keras_vit.runtime.execution measured for each choice in this run."""
     try:
         with open(os.path.join(home, "keras_vit", "execution.json")) as f:
             return {key.rsplit(" | ", 1)[-1]: value for key, value in json.load(f).items()}

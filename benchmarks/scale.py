@@ -164,7 +164,7 @@ def measure(spec):
 
 def _model(spec):
     import keras_vit
-    from keras_vit.export import model_input
+    from keras_vit.normalization import model_input
 
     variant = _variant(spec["variant"])
     build = time.perf_counter()
@@ -202,7 +202,7 @@ def _variant(name):
 def _child_env():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    # The graph, not "auto": timing graph against XLA (keras_vit.execution) on a machine's
+    # The graph, not "auto": timing graph against XLA (keras_vit.runtime.execution) on a machine's
     # first predict would land in the data path's numbers, which are about the data.
     return {**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2",
             "KERAS_VIT_EXECUTION": "graph"}

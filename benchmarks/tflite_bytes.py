@@ -104,8 +104,7 @@ def main(argv=None):
 
     import keras
 
-    from keras_vit import export_quantized as quantized
-    from keras_vit.export import export_tflite
+    from keras_vit.export import export_tflite, quantized
 
     model = keras.saving.load_model(args.model, compile=False)
     calibration, _ = quantized.calibration_pixels("digits", tuple(model.input_shape[1:3]),

@@ -291,7 +291,7 @@ def run_method(method, shots, augment, seed, source, folder, steps=None,
     `learning_rate`: None, TRANSFER_LR (scratch: its preset's). `validate`: the selection's
     run: train on `selection_split`'s training part and score its validation part instead."""
     from keras_vit.analysis.few_shot import few_shot_indices
-    from keras_vit.evaluation import evaluate
+    from keras_vit.runtime.evaluation import evaluate
     from keras_vit.training import train
 
     labels = target_labels()

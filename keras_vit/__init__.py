@@ -43,17 +43,16 @@ _CORE = {
 }
 # Loaded on first use, always.
 _ON_FIRST_USE = {
-    **dict.fromkeys(["export_saved_model", "export_tflite"], "keras_vit.export"),
-    **dict.fromkeys(["train", "Recipe", "RECIPES", "get_recipe"], "keras_vit.training"),
+    **dict.fromkeys(["export_saved_model", "export_tflite"], "keras_vit.export.saved_model"),
+    **dict.fromkeys(["train", "TrainSettings", "Recipe", "RECIPES", "get_recipe"], "keras_vit.training"),
     **dict.fromkeys(["load_dataset", "make_pipeline"], "keras_vit.data"),
-    **dict.fromkeys(["predict_images", "ImagePrediction"], "keras_vit.inference"),
-    "evaluate": "keras_vit.evaluation",
+    **dict.fromkeys(["predict_images", "ImagePrediction"], "keras_vit.runtime.inference"),
+    "evaluate": "keras_vit.runtime.evaluation",
     **dict.fromkeys(["enable_lora", "merge_lora"], "keras_vit.lora"),
 }
-_SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "evaluation",
-               "execution", "export", "export_quantized", "inference", "labels", "layer_names",
-               "layers", "lora", "memory", "model_io", "models", "normalization", "precision",
-               "preprocessing", "reports", "training", "variants")
+_SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "export", "labels",
+               "layer_names", "layers", "lora", "memory", "models", "normalization",
+               "preprocessing", "reports", "runtime", "training", "variants")
 
 __getattr__, __dir__, __all__ = _lazy.attach(__name__, {**_CORE, **_ON_FIRST_USE}, _SUBMODULES)
 

@@ -5,8 +5,8 @@ module's `__getattr__`, `__dir__` and `__all__`, in the manner of
 scientific-python's `lazy_loader.attach`: a name's module is imported the first
 time the name is read, and the value is then kept as a plain attribute. A name
 that left the module in 0.2 is still found, with a DeprecationWarning
-(`moved_name`, below). Used by keras_vit/__init__.py and
-keras_vit/training/__init__.py.
+(`moved_name`, below). Used by keras_vit/__init__.py and the packages' own
+(training/, data/, export/).
 """
 
 import importlib
@@ -65,6 +65,13 @@ RENAMED = {
     "keras_vit.resnet": "keras_vit.models.resnet",
     "keras_vit.report": "keras_vit.reports",
     "keras_vit.training.report": "keras_vit.reports",
+    "keras_vit.execution": "keras_vit.runtime.execution",
+    "keras_vit.precision": "keras_vit.runtime.precision",
+    "keras_vit.inference": "keras_vit.runtime.inference",
+    "keras_vit.evaluation": "keras_vit.runtime.evaluation",
+    "keras_vit.export_quantized": "keras_vit.export.quantized",
+    "keras_vit.data.augment": "keras_vit.data.augreg",
+    "keras_vit.data.files": "keras_vit.data.image_files",
 }
 
 
@@ -73,6 +80,8 @@ MOVED = {
     ("keras_vit.preprocessing", "decode_predictions"): "keras_vit.labels",
     ("keras_vit.preprocessing", "imagenet_labels"): "keras_vit.labels",
     ("keras_vit.models", "TokenPooling"): "keras_vit.layers",
+    ("keras_vit.export", "model_input"): "keras_vit.normalization",
+    ("keras_vit.export", "has_softmax_head"): "keras_vit.models.vit",
 }
 
 # Old name -> new name, in every module that has the new one and asks `moved_name`.

@@ -14,7 +14,7 @@ import numpy as np
 from keras_vit.layer_names import EMBEDDING, PREPROCESSING
 
 __all__ = ["OFFICIAL_NORMALIZATION", "IMAGENET_MEAN_STD", "rescaling_arguments",
-           "input_normalization", "describe_normalization", "normalize_pixels"]
+           "input_normalization", "describe_normalization", "normalize_pixels", "model_input"]
 
 # The official code feeds pixels in [-1, 1]: (x / 255 - 0.5) / 0.5.
 OFFICIAL_NORMALIZATION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -76,3 +76,24 @@ def normalize_pixels(pixels, normalization):
     import tensorflow as tf
 
     return tf.cast(pixels, tf.float32) * tf.constant(scale, tf.float32) + tf.constant(offset, tf.float32)
+
+
+def model_input(model):
+    """What turns [0, 255] pixels into `model`'s input: nothing for a model built with
+    `include_preprocessing=True` (its "preprocessing" layer does it), else the normalisation
+    its weights expect ([-1, 1] unless its source said otherwise). Export, prediction,
+    evaluation and the quantised exports feed a model through it."""
+    import keras
+
+    from keras_vit.preprocessing import preprocess_input
+
+    try:
+        layer = model.get_layer(PREPROCESSING)
+    except ValueError:
+        layer = None
+    if isinstance(layer, keras.layers.Rescaling):
+        return lambda pixels: pixels
+    normalization = input_normalization(model)
+    if normalization == OFFICIAL_NORMALIZATION:
+        return preprocess_input
+    return lambda pixels: normalize_pixels(pixels, normalization)

@@ -10,7 +10,7 @@ and, by who wrote it, `model`, `weights`, `recipe`,
 `parameters`, `gflops_per_image`, `train_seconds`, `images_per_second`, `epochs_logged`,
 `top5_accuracy`, `image_count`, `few_shot_probe`, `teacher` (a distilled run's teacher: its
 `model` path or name, `distillation` kind, `temperature`, `alpha`, `classes`; null without
-one), `precision` (keras_vit.precision's record); a training run's `parameter_counts`
+one), `precision` (keras_vit.runtime.precision's record); a training run's `parameter_counts`
 {trainable, total} (LoRA's factors and head against every weight), `lora`, `step_seconds`
 {median, batches_timed, first: seconds of a training batch, the first (tracing) aside} and
 `peak_memory` {bytes, measure: the process's peak resident set, keras_vit.memory}.

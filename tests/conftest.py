@@ -8,7 +8,7 @@ import pytest
 
 # Quiet TensorFlow's start-up banner in test logs.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Graph execution throughout (keras_vit.execution): the suite's numbers must not depend on
+# Graph execution throughout (keras_vit.runtime.execution): the suite's numbers must not depend on
 # whether this CPU runs a model faster under XLA, and timing both would cost every new shape
 # a few seconds. tests/test_execution.py sets the mode it tests.
 os.environ["KERAS_VIT_EXECUTION"] = "graph"

@@ -209,7 +209,7 @@ def test_the_attention_flag_sets_every_attention_layer_of_both_models(monkeypatc
     leaves each layer to keras_vit's own choice (None)."""
     import keras_vit
     from keras_vit.layers import MultiHeadSelfAttention
-    from keras_vit.precision import bfloat16_model
+    from keras_vit.runtime.precision import bfloat16_model
 
     variant = keras_vit.Variant("ViT-tiny_8", width=32, depth=2, mlp_dim=64, heads=2, patch_size=8)
     model = keras_vit.ViT(variant, image_size=16, classes=3)

@@ -84,7 +84,7 @@ def test_a_few_shot_probe_is_the_papers_probe_on_the_models_features(digits_run,
 
     from keras_vit.analysis import few_shot_linear_eval, pooled_features
     from keras_vit.data import load_dataset
-    from keras_vit.export import model_input
+    from keras_vit.normalization import model_input
     from keras_vit.preprocessing import resize_image
 
     run, _ = digits_run
@@ -136,9 +136,9 @@ def test_a_few_shot_probe_of_a_saved_model_is_refused_in_one_line(cli, tmp_path)
 
 
 def test_evaluation_has_its_own_module_and_inference_streams_only():
-    """`keras_vit.evaluate` (and the few-shot probe) live in keras_vit.evaluation; inference.py
+    """`keras_vit.evaluate` (and the few-shot probe) live in keras_vit.runtime.evaluation; inference.py
     keeps streaming prediction only."""
-    from keras_vit import evaluation, inference
+    from keras_vit.runtime import evaluation, inference
 
     assert keras_vit.evaluate is evaluation.evaluate
     assert not hasattr(inference, "evaluate") and not hasattr(inference, "_few_shot_probe")

@@ -1,4 +1,4 @@
-"""Graph or XLA (keras_vit.execution): the choice, where it is remembered, and every path that
+"""Graph or XLA (keras_vit.runtime.execution): the choice, where it is remembered, and every path that
 uses it: predict, evaluate, training and export.
 
 The suite runs with KERAS_VIT_EXECUTION=graph (conftest.py), so that its numbers do not depend
@@ -16,8 +16,8 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import execution
 from keras_vit.errors import ArgumentError
+from keras_vit.runtime import execution
 from keras_vit.variants import DEMO_VARIANT
 
 SHAPE = (4, 32, 32, 3)
@@ -196,12 +196,13 @@ def test_training_compiles_with_the_chosen_mode(cache_home, timed, tmp_path):
     from keras_vit.training import run as run_module
     from keras_vit.training.placement import get_placement
     from keras_vit.training.recipes import get_recipe
+    from keras_vit.training.settings import Run
     from keras_vit.variants import get_architecture
 
     calls = timed(graph=1.0, xla=0.5)
     recipe = get_recipe("scratch", batch_size=16, image_size=32, epochs=1)
-    run = run_module._Run("digits", get_architecture("demo"), None, recipe, "none", "float32",
-                          str(tmp_path), None, 0, 0)
+    run = Run("digits", get_architecture("demo"), None, recipe, "none", "float32",
+              str(tmp_path), None, 0, 0)
     model, _ = run_module._compiled_model(run, get_placement("none", run.variant),
                                           load_dataset("digits"))
     assert model.jit_compile is True and calls == [((16, 32, 32, 3), True)]
@@ -221,7 +222,7 @@ def test_a_digits_run_trains_under_xla(tmp_path):
 
 @pytest.mark.slow  # test_timing_runs_both_modes_and_they_compute_the_same compiles with XLA by default
 def test_export_compiles_the_model_with_xla_only_when_asked(tmp_path, monkeypatch):
-    from keras_vit import export
+    from keras_vit.export import saved_model as export
 
     model = tiny_classifier()
     pixels = tf.random.uniform((2, 32, 32, 3), 0, 255, seed=2)

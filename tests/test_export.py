@@ -508,7 +508,7 @@ def test_staging_folders_of_dead_exports_are_cleaned(exported, tmp_path, monkeyp
     """An export first removes what exports that died left in its folder. The export itself is
     stopped where it starts tracing (keras_vit.export._archive, after the cleaning): writing
     the SavedModel, 5 CPU-seconds, is the other export tests' subject."""
-    from keras_vit import export
+    from keras_vit.export import saved_model as export
 
     model, _ = exported
     base = tmp_path / "vit"

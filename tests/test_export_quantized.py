@@ -9,10 +9,10 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit import export_quantized as quantized
 from keras_vit.cli.main import main
 from keras_vit.errors import ArgumentError
-from keras_vit.export import export_tflite
+from keras_vit.export import export_tflite, quantized
+from keras_vit.runtime.agreement import agreement
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_int8_tflite_keeps_int8_weights_and_the_attention_in_float(digits_model,
     assert len(kernels) >= 4 * 4 + 2 and all(constants[name] == np.int8 for name in kernels)
     softmax = [name for name in dtypes if name.endswith("/Softmax")]
     assert softmax and all(dtypes[name] == np.float32 for name in softmax)
-    measured = quantized.agreement(quantized.keras_logits(model, test),
+    measured = agreement(quantized.keras_logits(model, test),
                                    quantized.tflite_logits(path, test))
     print(f"int8 of the two-epoch digits model: {measured}")
     assert measured["images"] == 360 and 0.0 <= measured["top1_agreement"] <= 1.0
@@ -124,7 +124,7 @@ def test_int8_tflite_of_the_digits_model_agrees_with_float(tmp_path):
     calibration, test = quantized.calibration_pixels("digits", (16, 16), 200)
     path = export_tflite(model, str(tmp_path / "int8.tflite"), quantize="int8",
                          calibration=calibration)
-    measured = quantized.agreement(quantized.keras_logits(model, test),
+    measured = agreement(quantized.keras_logits(model, test),
                                    quantized.tflite_logits(path, test))
     print(f"int8: {measured}")
     assert measured["top1_agreement"] >= 0.99, measured
@@ -171,7 +171,7 @@ def test_int8_without_calibration_images_is_refused():
 def test_agreement_counts_top1_and_the_largest_logit_gap():
     reference = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 1.0]])
     logits = np.array([[0.5, 0.0], [1.0, 0.5], [3.0, 1.25]])
-    assert quantized.agreement(reference, logits) == {
+    assert agreement(reference, logits) == {
         "images": 3, "top1_agreement": 2 / 3, "max_logit_difference": 1.5}
 
 

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from keras_vit import inference
+from keras_vit.runtime import image_sources, inference
 from tests.test_export import softmax, tiny_classifier
 
 SIZE = 32  # tiny_classifier's input size
@@ -93,7 +93,7 @@ def test_predict_folder_walks_the_folder_once(model_file, tmp_path, cli, monkeyp
     def counting(top, *args, **kwargs):
         walks.append(os.fspath(top))
         return walk(top, *args, **kwargs)
-    monkeypatch.setattr(inference.os, "walk", counting)
+    monkeypatch.setattr(image_sources.os, "walk", counting)
     out = tmp_path / "preds.csv"
     result = cli(["predict", str(tmp_path / "photos"), "--model", path, "--output", str(out)])
     assert result.returncode == 0, result.stderr
@@ -115,7 +115,7 @@ def test_a_list_file_is_read_through_the_one_read_path(tmp_path, monkeypatch):
     listed.write_text("a.png\nb.png\n")
     reads = []
     read_file = files.read_file
-    monkeypatch.setattr(inference, "read_file",
+    monkeypatch.setattr(image_sources, "read_file",
                         lambda p, *a, **k: reads.append(p) or read_file(p, *a, **k))
     assert inference.image_files(str(listed)) == ["a.png", "b.png"]
     assert reads == [str(listed)]

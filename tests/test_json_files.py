@@ -182,10 +182,10 @@ def test_an_unreadable_run_record_or_pin_file_is_not_a_traceback(tmp_path, monke
     """run.json read by a re-run: unreadable means "not a run keras_vit can resume", and the
     command says so; the checksum pins: unreadable means none pinned yet."""
     from keras_vit.checkpoints import cache
-    from keras_vit.training.run import RUN_FILE, _read_run_file
+    from keras_vit.training.run_folder import RUN_FILE, read_run_file
 
     (tmp_path / RUN_FILE).write_text(DEEP)
-    assert _read_run_file(str(tmp_path)) is None
+    assert read_run_file(str(tmp_path)) is None
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
     os.makedirs(os.path.dirname(cache._pins_path()))
     pathlib.Path(cache._pins_path()).write_text(DEEP)

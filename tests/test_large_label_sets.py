@@ -15,10 +15,11 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from keras_vit import evaluation, reports
+from keras_vit import reports
 from keras_vit.analysis import compare_runs
 from keras_vit.cli.common import report_errors
 from keras_vit.errors import OutOfMemoryError
+from keras_vit.runtime import evaluation
 
 CLASSES = 10_000
 GROUP = range(5000, 5000 + reports.FIGURE_CLASSES)  # the planted most-confused classes

@@ -1,7 +1,9 @@
-"""Layers point down: analysis/, inference.py and evaluation.py stand below training (they read
-report.json through keras_vit.reports and load models through keras_vit.models.factory), and
-execution.py below the checkpoints package (its cache folder comes from _support/paths.py); no
-two modules import each other. Checked on the source, so an import inside a function counts too."""
+"""Layers point down: analysis/, runtime/ and export/ stand below training (they read
+report.json through keras_vit.reports and load models through keras_vit.models.factory),
+runtime/ below export/ (the agreement metric both report is runtime/agreement.py's), and
+runtime/execution.py below the checkpoints package (its cache folder comes from
+_support/paths.py); no two modules import each other. Checked on the source, so an import
+inside a function counts too."""
 
 import ast
 import pathlib
@@ -9,8 +11,9 @@ import pathlib
 import keras_vit
 
 PACKAGE = pathlib.Path(keras_vit.__file__).parent
-BELOW_TRAINING = [*sorted((PACKAGE / "analysis").rglob("*.py")), PACKAGE / "inference.py",
-                  PACKAGE / "evaluation.py"]
+RUNTIME = sorted((PACKAGE / "runtime").rglob("*.py"))
+BELOW_TRAINING = [*sorted((PACKAGE / "analysis").rglob("*.py")), *RUNTIME,
+                  *sorted((PACKAGE / "export").rglob("*.py"))]
 
 
 def imported_modules(source):
@@ -33,10 +36,16 @@ def _from_training(source):
     return _from("keras_vit.training", source)
 
 
-def test_analysis_inference_and_evaluation_import_nothing_from_training():
+def test_analysis_runtime_and_export_import_nothing_from_training():
     reaching_up = {path.relative_to(PACKAGE).as_posix(): _from_training(path.read_text("utf-8"))
                    for path in BELOW_TRAINING}
     assert {path: modules for path, modules in reaching_up.items() if modules} == {}
+
+
+def test_runtime_imports_nothing_from_export():
+    reaching_up = {path.relative_to(PACKAGE).as_posix(): _from("keras_vit.export", path.read_text("utf-8"))
+                   for path in RUNTIME}
+    assert RUNTIME and {path: modules for path, modules in reaching_up.items() if modules} == {}
 
 
 def test_the_import_scan_sees_an_import_inside_a_function():
@@ -52,7 +61,7 @@ def test_the_import_scan_sees_an_import_inside_a_function():
 
 
 def test_execution_imports_nothing_from_the_checkpoints_package():
-    assert _from("keras_vit.checkpoints", (PACKAGE / "execution.py").read_text("utf-8")) == []
+    assert _from("keras_vit.checkpoints", (PACKAGE / "runtime" / "execution.py").read_text("utf-8")) == []
     assert _from("keras_vit.checkpoints", "from keras_vit.checkpoints.cache import x") != []
 
 

@@ -1,4 +1,4 @@
-"""float32 or bfloat16 inference (keras_vit.precision): the bfloat16 copy, the "auto" choice with
+"""float32 or bfloat16 inference (keras_vit.runtime.precision): the bfloat16 copy, the "auto" choice with
 planted timings and capabilities (as tests/test_execution.py plants the execution timings), and
 predict, evaluate and export recording bfloat16's agreement with float32, each checked against
 an agreement computed here from a float32 run and a model built under mixed_bfloat16 by Keras.
@@ -16,9 +16,9 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import execution
-from keras_vit import precision as precisions
 from keras_vit.errors import ArgumentError
+from keras_vit.runtime import execution
+from keras_vit.runtime import precision as precisions
 from keras_vit.variants import DEMO_VARIANT
 
 SHAPE = (8, 32, 32, 3)
@@ -262,10 +262,11 @@ def test_predict_in_bfloat16_records_its_agreement_with_float32(tiny, cli, tmp_p
 
 
 def test_a_saved_model_is_not_run_in_another_precision(tmp_path):
+    from keras_vit.runtime.runners import model_runner
+
     with pytest.raises(ArgumentError, match="SavedModel computes in the precision it was "
                                             "exported with"):
-        keras_vit.inference.model_runner(str(_a_saved_model(tmp_path)), 4, 100,
-                                         precision="bfloat16")
+        model_runner(str(_a_saved_model(tmp_path)), 4, 100, precision="bfloat16")
 
 
 def _a_saved_model(tmp_path):
@@ -296,7 +297,7 @@ def test_evaluate_in_bfloat16_records_its_agreement_on_every_image(tiny, cli, tm
 
 
 def test_export_in_bfloat16_records_its_agreement(tiny, cli, tmp_path):
-    from keras_vit.export_quantized import calibration_pixels
+    from keras_vit.export.quantized import calibration_pixels
 
     model, path, _, _ = tiny
     output = str(tmp_path / "bf16.keras")

@@ -22,7 +22,7 @@ from keras_vit.analysis.probe import AttentionProbe
 from keras_vit.atomic import atomic_open
 from keras_vit.errors import ArgumentError
 from keras_vit.layer_names import EMBEDDING
-from keras_vit.model_io import model_input
+from keras_vit.normalization import model_input
 from keras_vit.preprocessing import MAX_PIXELS, image_paths, load_image
 
 __all__ = ["analyze"]

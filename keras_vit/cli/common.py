@@ -188,8 +188,8 @@ def add_max_pixels_option(parser, what="images"):
 
 
 def add_execution_option(parser, what="the model"):
-    """--execution: graph or XLA on a CPU with TensorFlow (keras_vit.execution)."""
-    from keras_vit.execution import ENVIRONMENT_VARIABLE, EXECUTION_MODES
+    """--execution: graph or XLA on a CPU with TensorFlow (keras_vit.runtime.execution)."""
+    from keras_vit.runtime.execution import ENVIRONMENT_VARIABLE, EXECUTION_MODES
 
     parser.add_argument("--execution", choices=EXECUTION_MODES, default=None,
                         help=f"how TensorFlow runs {what} on a CPU: auto times graph and XLA "
@@ -198,8 +198,8 @@ def add_execution_option(parser, what="the model"):
 
 
 def add_precision_option(parser, what="the model", auto_help=None):
-    """--precision: float32, bfloat16 (mixed_bfloat16) or auto (keras_vit.precision)."""
-    from keras_vit.precision import PRECISIONS
+    """--precision: float32, bfloat16 (mixed_bfloat16) or auto (keras_vit.runtime.precision)."""
+    from keras_vit.runtime.precision import PRECISIONS
 
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help=f"what {what} computes in: bfloat16 runs it under Keras' "

@@ -58,7 +58,7 @@ def _add_arguments(parser):
 
 
 def run(args):
-    from keras_vit.evaluation import evaluate
+    from keras_vit.runtime.evaluation import evaluate
 
     if args.saved_model:
         given = given_model_options(args)

@@ -60,7 +60,7 @@ def add_parser(commands):
 
 
 def _add_quantize_arguments(parser):
-    """Quantised exports (keras_vit/export_quantized.py), measured against the float model."""
+    """Quantised exports (keras_vit/export/quantized.py), measured against the float model."""
     parser.add_argument("--quantize", choices=("float16", "dynamic", "int8"), default=None,
                         help="tflite: float16 weights, dynamic-range int8 weights, or int8 "
                              "full-integer (calibrated on --calibration-data); keras: int8 "
@@ -112,7 +112,7 @@ def _check_arguments(args):
 
 
 def _export(args):
-    from keras_vit import export
+    from keras_vit.export import saved_model as export
 
     _check_arguments(args)
     model = load_model(args)
@@ -170,9 +170,10 @@ def _export_bfloat16(args, model):
     agreement with the float32 model on the data's test split (from the written file for a
     saved_model), printed and written to OUTPUT.agreement.json (saved_model: VERSION.agreement.json
     beside the version folder, which TF Serving ignores)."""
-    from keras_vit import export
-    from keras_vit import export_quantized as quantized
-    from keras_vit.precision import bfloat16_model
+    from keras_vit.export import quantized
+    from keras_vit.export import saved_model as export
+    from keras_vit.runtime.agreement import agreement
+    from keras_vit.runtime.precision import bfloat16_model
 
     held_out = None
     if args.calibration_data:
@@ -195,7 +196,7 @@ def _export_bfloat16(args, model):
     return _record_agreement(written, {"format": args.format, "precision": "bfloat16",
                                        "calibration_data": args.calibration_data,
                                        "held_out": "the calibration data's test split",
-                                       **quantized.agreement(reference, logits)}, "bfloat16")
+                                       **agreement(reference, logits)}, "bfloat16")
 
 
 def _saved_model_logits(folder, pixels, batch_size=64):
@@ -224,7 +225,8 @@ def _record_agreement(written, record, what):
 def _export_quantized(args, model):
     """A quantised tflite or keras file, and its agreement with the float model on held-out
     images (the calibration data's test split), printed and written to OUTPUT.agreement.json."""
-    from keras_vit import export_quantized as quantized
+    from keras_vit.export import quantized
+    from keras_vit.runtime.agreement import agreement
 
     size = model.input_shape[1:3]
     calibration, held_out = (None, None)
@@ -233,7 +235,7 @@ def _export_quantized(args, model):
             args.calibration_data, size, args.calibration_images)
     reference = None if held_out is None else quantized.keras_logits(model, held_out)
     if args.format == "tflite":
-        from keras_vit import export
+        from keras_vit.export import saved_model as export
 
         export.export_tflite(model, args.output, top_k=args.top_k, quantize=args.quantize,
                              calibration=calibration)
@@ -247,5 +249,5 @@ def _export_quantized(args, model):
               "calibration_data": args.calibration_data,
               "calibration_images": int(len(calibration)),
               "held_out": "the calibration data's test split",
-              **quantized.agreement(reference, logits)}
+              **agreement(reference, logits)}
     return _record_agreement(args.output, record, args.quantize)

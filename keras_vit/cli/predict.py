@@ -190,7 +190,7 @@ def _reporting_precision(results, output):
 
 def predict(args):
     """`keras_vit.predict_images`' results (`ImagePrediction`s) for `args.images`, a stream."""
-    from keras_vit.inference import image_files, predict_images
+    from keras_vit.runtime.inference import image_files, predict_images
 
     if args.top <= 0:
         raise CommandError(f"--top must be positive, got {args.top}.")

@@ -37,7 +37,9 @@ def _add_arguments(train):
     from keras_vit.cli.common import add_execution_option
     from keras_vit.data.presets import PRESETS
     from keras_vit.data.splitting import SPLIT_SEED, VALIDATION_FRACTION
-    from keras_vit.training.recipes import PRECISIONS, RECIPES
+    from keras_vit.runtime.precision import POLICY_NAMES
+    from keras_vit.training.recipes import RECIPES
+    from keras_vit.training.settings import PRECISIONS
     from keras_vit.training.strategies import STRATEGIES
 
     finetune = RECIPES["finetune"]
@@ -82,9 +84,10 @@ def _add_arguments(train):
              "multi-worker (TF_CONFIG), several GPUs, else one device). JAX: data-parallel, "
              "model-parallel (keras.distribution; auto is data-parallel over several "
              "devices) (default: auto)")
-    add("--precision", choices=PRECISIONS, default="float32",
-        help="dtype policy: mixed_bfloat16 on A100/H100/TPU, mixed_float16 on T4/V100 "
-             "(default: float32)")
+    add("--precision", choices=(*PRECISIONS, *POLICY_NAMES), default="float32",
+        metavar="{" + ",".join(PRECISIONS) + "}",
+        help="bfloat16 on A100/H100/TPU, float16 on T4/V100 (Keras' mixed_bfloat16 and "
+             "mixed_float16 policies; those names are taken too) (default: float32)")
     add("--output", default="runs/keras_vit",
         help="folder for every output; re-run the same command to resume (default: runs/keras_vit)")
     add("--overwrite", action="store_true",
@@ -109,7 +112,7 @@ def _add_arguments(train):
 
 def _add_augreg_arguments(train):
     """AugReg's regularisation and augmentation ("How to train your ViT")."""
-    from keras_vit.data.augment import AUGREG
+    from keras_vit.data.augreg import AUGREG
 
     group = train.add_argument_group(
         "regularisation, augmentation (AugReg) and weight averaging",

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit._support.progress import Progress
-from keras_vit.data.files import load_batches, skip_failed
+from keras_vit.data.image_files import load_batches, skip_failed
 from keras_vit.data.splitting import (
     HELD_OUT,
     HELD_OUT_FRACTION,

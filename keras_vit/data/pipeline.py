@@ -10,7 +10,7 @@ import random
 import tensorflow as tf
 
 from keras_vit.data.datasets import to_rgb
-from keras_vit.data.files import graph_function, load_files, record_failures
+from keras_vit.data.image_files import graph_function, load_files, record_failures
 from keras_vit.errors import ArgumentError
 from keras_vit.normalization import normalize_pixels
 from keras_vit.preprocessing import (
@@ -70,7 +70,7 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
     """Batches of `(images float32 (batch, size, size, 3) in [-1, 1], labels int32 (batch,))`.
 
     `num_classes`: labels come one-hot, float32 (batch, num_classes), as MixUp and
-    CutMix need. `augmentation`: an `Augmentation` (keras_vit/data/augment.py) the
+    CutMix need. `augmentation`: an `Augmentation` (keras_vit/data/augreg.py) the
     training pipeline applies after its crop and flip: RandAugment on each image,
     MixUp or CutMix on each batch (these need `num_classes`).
 
@@ -106,7 +106,7 @@ def make_pipeline(dataset, image_size, batch_size, training, crop_area=(0.05, 1.
         seed = random.randrange(2**31)
     augmenter = None
     if training and augmentation is not None and augmentation.active:
-        from keras_vit.data.augmenter import Augmenter
+        from keras_vit.data.augment_layers import Augmenter
 
         if augmentation.mixes and num_classes is None:
             raise ArgumentError("MixUp and CutMix mix labels: give make_pipeline num_classes.")

@@ -4,7 +4,7 @@ exported SavedModel folder).
 
 Every caller that turns a user's model argument into a model comes here: the command line
 (`keras_vit.cli.common.load_model`), streaming prediction and evaluation
-(`keras_vit.inference.model_runner`), a distillation teacher
+(`keras_vit.runtime.runners.model_runner`), a distillation teacher
 (`keras_vit.training.distillation.load_teacher`), a run started from an earlier run
 (`keras_vit.training.transfer`), `compare`. Each checks first what only it refuses (the
 command line names its flags, a teacher needs weights). So a `.keras` file is read by one

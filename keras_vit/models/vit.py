@@ -266,6 +266,16 @@ def _check_head_arguments(variant, include_top, pooling, classifier_activation):
         raise ArgumentError("classifier_activation applies to the head; it needs include_top=True.")
 
 
+def has_softmax_head(model):
+    """Whether `model`'s "head" layer ends in a softmax (it returns probabilities, not logits;
+    `classifier_activation="softmax"`)."""
+    try:
+        head = model.get_layer(names.HEAD)
+    except ValueError:
+        return False
+    return getattr(head, "activation", None) is keras.activations.softmax
+
+
 @dataclasses.dataclass(frozen=True)
 class _Head:
     """What follows the encoder: pooling, and the optional pre_logits and head layers."""

@@ -6,7 +6,9 @@
     distribute.py   strategies; multi_worker_fit
     placement.py    Placement: one interface over a tf.distribute strategy or a keras.distribution
     jax_distribution.py  keras.distribution on the JAX backend (data and model parallel)
+    settings.py     TrainSettings: a train() call's choices, resolved into the run and run.json's config
     run.py          train(): fit with resumable state, checkpoints and logs
+    run_folder.py   the run's folder: its outputs, run.json compared before anything is written
     report.py       report.json, curves.png, confusion.png
 
 Each name below loads its module on first use (keras_vit/_lazy.py), so
@@ -18,7 +20,7 @@ other training names load the rest on first use.
 from keras_vit import _lazy
 
 __getattr__, __dir__, __all__ = _lazy.attach(__name__, {
-    **dict.fromkeys(["Recipe", "RECIPES", "PRECISIONS", "get_recipe", "learning_rate_schedule",
+    **dict.fromkeys(["Recipe", "RECIPES", "get_recipe", "learning_rate_schedule",
                      "make_optimizer", "accumulation_steps"], "keras_vit.training.recipes"),
     **dict.fromkeys(["SGD", "AdamW"], "keras_vit.training.optimizers"),
     **dict.fromkeys(["get_strategy", "strategy_name", "multi_worker_fit"],
@@ -26,6 +28,7 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, {
     "STRATEGIES": "keras_vit.training.strategies",
     **dict.fromkeys(["Placement", "get_placement"], "keras_vit.training.placement"),
     **dict.fromkeys(["build_model", "train"], "keras_vit.training.run"),
+    **dict.fromkeys(["TrainSettings", "PRECISIONS"], "keras_vit.training.settings"),
     "DEMO_VARIANT": "keras_vit.variants",  # its home; kept here, where 0.1 had it
 }, submodules=("distribute", "jax_distribution", "optimizers", "placement", "recipes", "report", "resume",
-               "run", "strategies"))
+               "run", "run_folder", "settings", "strategies"))

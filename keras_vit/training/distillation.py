@@ -164,7 +164,7 @@ def load_teacher(teacher, weights=None):
 
 def check_teacher(teacher, name, classes, dataset):
     """`teacher`, refused in one line unless it returns logits of the dataset's classes."""
-    from keras_vit.model_io import has_softmax_head
+    from keras_vit.models.vit import has_softmax_head
 
     scored = teacher.output_shape[-1]
     if scored != classes:

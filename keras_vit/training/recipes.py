@@ -12,9 +12,7 @@ from keras_vit.errors import ArgumentError
 # themselves are data that `keras-vit train --help` quotes without starting TensorFlow.
 
 __all__ = ["Recipe", "RECIPES", "get_recipe", "accumulation_steps", "learning_rate_schedule",
-           "make_optimizer", "PRECISIONS"]
-
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+           "make_optimizer"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +37,7 @@ class Recipe:
     dropout: float = 0.0
     crop_area: tuple | None = (0.05, 1.0)  # inception crop area range; None: no crop
     flip: bool = True
-    # AugReg's regularisation and augmentation (keras_vit/data/augment.py): stochastic depth
+    # AugReg's regularisation and augmentation (keras_vit/data/augreg.py): stochastic depth
     # of the last block (ViT's blocks rise linearly from 0 to it), the setting's name, and
     # what it resolves to (or what --randaugment, --mixup, --cutmix gave instead).
     drop_path_rate: float = 0.0

@@ -12,8 +12,12 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints.formats import inspect_checkpoint
-from keras_vit.export import model_input
-from keras_vit.normalization import IMAGENET_MEAN_STD, OFFICIAL_NORMALIZATION, input_normalization
+from keras_vit.normalization import (
+    IMAGENET_MEAN_STD,
+    OFFICIAL_NORMALIZATION,
+    input_normalization,
+    model_input,
+)
 from keras_vit.variants import timm_variant
 from tests.checkpoints.formats.test_formats import TOL, _randomise
 from tests.oracle import import_timm

@@ -111,7 +111,7 @@ def test_the_probes_features_are_timms_pre_logits(families, name, layer):
 
     from keras_vit.analysis import pooled_features
     from keras_vit.analysis.probe import feature_model
-    from keras_vit.model_io import model_input
+    from keras_vit.normalization import model_input
 
     family = families[name]
     pixels = np.random.default_rng(5).uniform(0, 255, (2, family.size, family.size, 3))
@@ -241,7 +241,7 @@ def test_save_npz_of_siglip_is_what_timms_big_vision_loader_reads(families, tmp_
     `save_safetensors` writes them, tests/checkpoints/formats/test_timm_families.py.)"""
     import keras
 
-    from keras_vit.model_io import model_input
+    from keras_vit.normalization import model_input
 
     timm = import_timm()
     family = families["siglip"]
@@ -274,8 +274,7 @@ def test_train_export_predict_and_write_back_to_timm(families, name, tmp_path, c
     import torch
     from safetensors.torch import load_file
 
-    from keras_vit.model_io import model_input
-    from keras_vit.normalization import input_normalization
+    from keras_vit.normalization import input_normalization, model_input
     from keras_vit.training.recipes import get_recipe
 
     family = families[name]

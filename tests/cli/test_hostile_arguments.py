@@ -183,15 +183,15 @@ def test_a_refused_train_writes_nothing_and_a_never_started_run_blocks_nothing(u
     is no run: another command's configuration in that --output goes on. The corrected command
     trained there: the slow test below."""
     from keras_vit.errors import RunConflictError
-    from keras_vit.training.run import _check_previous_run
+    from keras_vit.training.run_folder import check_previous_run
 
     _, output = _refused_train(user_files, cli)
     output.mkdir()
     (output / "run.json").write_text(json.dumps({"config": {"model": "other"}, "finished": False}))
-    assert _check_previous_run(str(output), {"model": "demo"}) is None
+    assert check_previous_run(str(output), {"model": "demo"}) is None
     (output / "log.csv").write_text("epoch,loss\n0,1.0\n")  # an epoch was logged: a run
     with pytest.raises(RunConflictError, match="model 'other' -> 'demo'"):
-        _check_previous_run(str(output), {"model": "demo"})
+        check_previous_run(str(output), {"model": "demo"})
 
 
 @pytest.mark.slow  # a training run, ~25 CPU-s; the refusal alone is the default test above

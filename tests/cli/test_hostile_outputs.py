@@ -16,8 +16,9 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from keras_vit import atomic, inference
+from keras_vit import atomic
 from keras_vit._support.outputs import spreadsheet_cell
+from keras_vit.runtime import inference
 from tests.test_export import CLASSES, SIZE, tiny_classifier
 
 cli_main = importlib.import_module("keras_vit.cli.main")  # the module (the package exports main)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_vit import data
-from keras_vit.data.augment import AUGREG, Augmentation, get_augmentation, parse_randaugment
+from keras_vit.data.augreg import AUGREG, Augmentation, get_augmentation, parse_randaugment
 from keras_vit.errors import ArgumentError
 
 

@@ -97,8 +97,8 @@ def test_the_command_and_the_library_load_through_the_factory(tmp_path, monkeypa
     """The command's load_model, predict_images' runner, a distillation teacher and a run
     started from an earlier run all turn their model argument into a model by factory.load,
     which reads a .keras file by factory.load_keras."""
-    from keras_vit import inference
     from keras_vit.cli import common
+    from keras_vit.runtime import runners
     from keras_vit.training import distillation, transfer
 
     model = factory.build("demo", image_size=32, classes=2)
@@ -121,7 +121,7 @@ def test_the_command_and_the_library_load_through_the_factory(tmp_path, monkeypa
     keras_file, folder = str(tmp_path / "m.keras"), str(run)
     common.load_model(args(keras_file))
     assert common.load_model(args("demo", image_size=32, classes=3)).output_shape == (None, 3)
-    inference.model_runner(keras_file, 1, 10 ** 6)
+    runners.model_runner(keras_file, 1, 10 ** 6)
     distillation.load_teacher(keras_file)
     assert transfer.source_architecture(folder) == keras_vit.variants.get_architecture("demo").name
     assert loads == [keras_file, "demo", keras_file, keras_file, str(run / "model.keras")]

@@ -94,13 +94,17 @@ def test_same_command_finished_then_changed_then_overwritten(tmp_path, cli, trai
 @pytest.mark.parametrize("flag", [["--model", "Ti/16"], ["--seed", "1"]])
 def test_changed_configuration_names_what_differs(tmp_path, flag):
     """Checked from run.json alone, before any data is loaded or file written."""
+    from keras_vit.data import get_preset
     from keras_vit.training import run
+    from keras_vit.training.recipes import get_recipe
+    from keras_vit.training.settings import run_config
+    from keras_vit.variants import get_architecture
 
     output = tmp_path / "run"
     output.mkdir()
-    config = run._run_config("digits", run.get_architecture("demo"), None,
-                             run.get_recipe("scratch", **run.get_preset("digits").overrides("scratch")),
-                             "float32", 0)
+    config = run_config("digits", get_architecture("demo"), None,
+                        get_recipe("scratch", **get_preset("digits").overrides("scratch")),
+                        "float32", 0)
     (output / "run.json").write_text(json.dumps({"config": config, "finished": True}))
     kwargs = {"model": "Ti/16"} if flag[0] == "--model" else {"seed": 1}
     with pytest.raises(run.RunConflictError, match="--overwrite") as error:

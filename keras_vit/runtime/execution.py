@@ -136,7 +136,7 @@ def _cache_key(model, batch_shape, training):
         cpu = platform.processor() or cpu
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     # The layers' policies, not the global one: a float32 model and its mixed_bfloat16 copy
-    # (keras_vit.precision) are two computations.
+    # (keras_vit.runtime.precision) are two computations.
     policy = "+".join(sorted({layer.dtype_policy.name for layer in getattr(model, "layers", ())
                               if hasattr(layer, "dtype_policy")})) \
         or keras.mixed_precision.dtype_policy().name

@@ -1,7 +1,7 @@
 """Evaluation: a model on a dataset's held-out split (`evaluate`), by its head or by the
 paper's few-shot linear probe on its frozen features.
 
-The split streams through `keras_vit.inference`'s runners (the same decode, batching and
+The split streams through `keras_vit.runtime.inference`'s runners (the same decode, batching and
 execution as `predict_images`); the result is a report.json of `keras_vit.reports`' schema,
 which `compare` reads beside a training run's.
 """
@@ -11,11 +11,11 @@ import os
 import numpy as np
 
 from keras_vit.errors import ArgumentError, DatasetError
-from keras_vit.execution import check_execution
-from keras_vit.inference import DEFAULT_BATCH_SIZE, KerasRunner, check_positive, model_runner
-from keras_vit.precision import check_precision
 from keras_vit.preprocessing import MAX_PIXELS
 from keras_vit.reports import classification_summary, plot_confusion, write_json
+from keras_vit.runtime.execution import check_execution
+from keras_vit.runtime.precision import check_precision
+from keras_vit.runtime.runners import DEFAULT_BATCH_SIZE, KerasRunner, check_positive, model_runner
 
 __all__ = ["evaluate"]
 

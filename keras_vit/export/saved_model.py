@@ -41,16 +41,16 @@ from keras_vit._support.checks import positive_int
 from keras_vit._support.private_keras import check_private_keras
 from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folder, write_bytes
 from keras_vit.errors import ArgumentError, PathExistsError
-from keras_vit.execution import check_execution
 from keras_vit.labels import imagenet_label_names, read_labels
 from keras_vit.layer_names import EMBEDDING, POSEMBED_INPUT
 from keras_vit.lora import merge_lora
-from keras_vit.model_io import has_softmax_head, model_input
-from keras_vit.precision import bfloat16_model, check_precision
+from keras_vit.models.vit import has_softmax_head
+from keras_vit.normalization import model_input
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images
+from keras_vit.runtime.execution import check_execution
+from keras_vit.runtime.precision import bfloat16_model, check_precision
 
-__all__ = ["export_saved_model", "export_tflite", "next_version", "has_softmax_head",
-           "model_input"]
+__all__ = ["export_saved_model", "export_tflite", "next_version"]
 
 # A TFLite file is one FlatBuffer, which cannot exceed 2 GiB.
 TFLITE_MAX_BYTES = 2 ** 31
@@ -86,7 +86,7 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
             nothing here, and `KERAS_VIT_EXECUTION` does not apply.
             TensorFlow backend only.
         precision: "bfloat16" exports the model under Keras' mixed_bfloat16
-            policy (`keras_vit.precision`: the same weights, bfloat16 matrix
+            policy (`keras_vit.runtime.precision`: the same weights, bfloat16 matrix
             products, float32 head and outputs), for servers whose processors
             multiply bfloat16 natively; "float32" (the default) and "auto"
             export float32: as for `execution`, the serving machine is not this
@@ -157,7 +157,7 @@ def export_tflite(model, path, top_k=5, quantize=None, calibration=None, precisi
     """Converts `model` to a TFLite file at `path`, with TFLite's builtin ops only.
 
     `quantize`: None (float32), "float16", "dynamic" or "int8" (full-integer, calibrated on
-    `calibration`, pixels `(n, height, width, 3)` in [0, 255]); keras_vit/export_quantized.py.
+    `calibration`, pixels `(n, height, width, 3)` in [0, 255]); keras_vit/export/quantized.py.
 
     The file has one signature, `serving_default`, as the SavedModel's: float32
     pixels `(batch, height, width, 3)` in [0, 255] in; `logits`, `probabilities`
@@ -185,7 +185,7 @@ def export_tflite(model, path, top_k=5, quantize=None, calibration=None, precisi
                                                              signature_keys=["serving_default"])
         # Builtins only: no Flex (TensorFlow) ops, which phones' TFLite runtimes lack.
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        from keras_vit.export_quantized import configure_converter, convert
+        from keras_vit.export.quantized import configure_converter, convert
 
         if quantize is not None:
             configure_converter(converter, quantize, calibration)

@@ -2,7 +2,7 @@
 
 The names `keras-vit train --augment` takes and what each means; plain data that
 `--help` quotes without starting TensorFlow. The Keras layers that apply them
-are keras_vit/data/augmenter.py's.
+are keras_vit/data/augment_layers.py's.
 """
 
 import dataclasses

@@ -15,15 +15,16 @@ Keras (`quantize_keras`): `Model.quantize("int8")`, Keras' own weight quantisati
 `Dense` layers (the MLPs and the head; the attention's fused kernel is not a Dense layer and
 stays float).
 
-`agreement(float_model, quantized, pixels)` is what each export prints and records: the
-share of images whose top-1 class is the float model's, and the largest logit difference.
+What each export prints and records is keras_vit/runtime/agreement.py's `agreement` of the
+float model's logits and the quantised one's: the share of images whose top-1 class is the
+float model's, and the largest logit difference.
 """
 
 import numpy as np
 
 from keras_vit.errors import ArgumentError
 
-__all__ = ["QUANTIZE_MODES", "FLOAT_OPS", "configure_converter", "convert", "agreement",
+__all__ = ["QUANTIZE_MODES", "FLOAT_OPS", "configure_converter", "convert",
            "tflite_logits", "calibration_pixels", "quantize_keras"]
 
 QUANTIZE_MODES = ("float16", "dynamic", "int8")
@@ -97,21 +98,13 @@ def keras_logits(model, pixels, batch_size=64):
     """`model`'s logits on [0, 255] `pixels`, with the input normalisation export uses."""
     import keras
 
-    from keras_vit.model_io import has_softmax_head, model_input
+    from keras_vit.models.vit import has_softmax_head
+    from keras_vit.normalization import model_input
 
     scores = keras.ops.convert_to_numpy(model.predict(
         keras.ops.convert_to_numpy(model_input(model)(np.asarray(pixels, np.float32))),
         batch_size=batch_size, verbose=0))
     return np.log(scores) if has_softmax_head(model) else scores
-
-
-def agreement(reference_logits, logits):
-    """{"images", "top1_agreement", "max_logit_difference"} of `logits` against the float
-    model's `reference_logits`."""
-    reference_logits, logits = np.asarray(reference_logits), np.asarray(logits)
-    same = np.argmax(reference_logits, -1) == np.argmax(logits, -1)
-    return {"images": int(len(same)), "top1_agreement": float(np.mean(same)),
-            "max_logit_difference": float(np.max(np.abs(reference_logits - logits)))}
 
 
 def calibration_pixels(source, image_size, count, held_out=1000, data_dir=None):

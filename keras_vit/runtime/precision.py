@@ -11,13 +11,13 @@ AVX512-BF16 EPYC, docs/performance.md) and slower where it emulates it.
 - the hardware runs it natively: a CPU with AVX512_BF16 or AMX-BF16, or GPUs of compute
   capability 8.0 or above (`bfloat16_native`);
 - it is the fastest: float32 and bfloat16 are timed in each execution mode (graph and XLA,
-  as `keras_vit.execution` times them; on an accelerator, Keras' own choice), and bfloat16
+  as `keras_vit.runtime.execution` times them; on an accelerator, Keras' own choice), and bfloat16
   in its faster mode must beat float32 in its chosen mode by `execution.XLA_MARGIN`;
   the timings are stored with the execution choices (`execution.json`);
 - its top-1 class agrees with float32's on at least `MIN_AGREEMENT` of the calibration
   images (the first batch of the images being run), measured on every run.
 
-Otherwise float32, in the mode `keras_vit.execution` chooses, which is never slower than
+Otherwise float32, in the mode `keras_vit.runtime.execution` chooses, which is never slower than
 float32 as a graph; so is bfloat16 when it is chosen. The choice and what it rested on are
 the record (`PrecisionChoice.record`) that predict, evaluate and export write.
 """
@@ -28,11 +28,36 @@ import time
 
 from keras_vit.errors import ArgumentError, PathError
 from keras_vit.layer_names import FLOAT32_LAYERS
+from keras_vit.runtime.agreement import agreement
 
-__all__ = ["PRECISIONS", "MIN_AGREEMENT", "check_precision", "bfloat16_native",
+__all__ = ["Precision", "PRECISION_TABLE", "PRECISIONS", "TRAINING_PRECISIONS", "POLICY_NAMES",
+           "MIN_AGREEMENT", "check_precision", "training_policy", "bfloat16_native",
            "bfloat16_model", "choose_precision", "PrecisionChoice"]
 
-PRECISIONS = ("float32", "bfloat16", "auto")
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """One precision name: the Keras dtype policy it computes under, and where it applies."""
+
+    name: str
+    policy: str | None  # None: chosen per model and machine
+    inference: bool  # predict, evaluate, export
+    training: bool  # train
+
+
+# The one vocabulary of precisions, for inference and training alike.
+PRECISION_TABLE = {p.name: p for p in (
+    Precision("float32", "float32", inference=True, training=True),
+    Precision("bfloat16", "mixed_bfloat16", inference=True, training=True),
+    # float16 needs loss scaling (Keras' LossScaleOptimizer under mixed_float16): training only.
+    Precision("float16", "mixed_float16", inference=False, training=True),
+    Precision("auto", None, inference=True, training=False),
+)}
+PRECISIONS = tuple(name for name, p in PRECISION_TABLE.items() if p.inference)
+TRAINING_PRECISIONS = tuple(name for name, p in PRECISION_TABLE.items() if p.training)
+# Keras' policy names, which train() took before this vocabulary, still taken there; a run
+# records its policy (run.json, report.json), so both spellings are the same run.
+POLICY_NAMES = {PRECISION_TABLE[name].policy: name for name in ("bfloat16", "float16")}
 MIN_AGREEMENT = 0.995  # top-1 agreement with float32 below which auto keeps float32
 _KEY_PREFIX = "precision | "  # its entries in execution.json, beside the execution choices
 
@@ -43,6 +68,16 @@ def check_precision(precision):
     if precision not in PRECISIONS:
         raise ArgumentError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}.")
     return precision
+
+
+def training_policy(precision):
+    """The Keras dtype policy train() runs `precision` under: a name of TRAINING_PRECISIONS,
+    or the policy's own name (POLICY_NAMES)."""
+    name = POLICY_NAMES.get(precision, precision) if isinstance(precision, str) else None
+    if name not in TRAINING_PRECISIONS:
+        spellings = (*TRAINING_PRECISIONS, *POLICY_NAMES)
+        raise ArgumentError(f"precision must be one of {spellings}, got {precision!r}.")
+    return PRECISION_TABLE[name].policy
 
 
 def bfloat16_native():
@@ -104,7 +139,7 @@ def choose_precision(model, batch_shape, precision=None, execution=None, calibra
                      measure=True, reference=None):
     """The `PrecisionChoice` for running `model` on `batch_shape` inputs.
 
-    "float32" and "bfloat16" are used as asked, each in the mode `keras_vit.execution`
+    "float32" and "bfloat16" are used as asked, each in the mode `keras_vit.runtime.execution`
     chooses for it. "auto" as the module says: `calibration`, model inputs (the first batch),
     measures the agreement; without `measure` (too little work to pay for the timing) and no
     stored timing, float32. `reference(model, jit_compile, x)`: how the caller runs a model
@@ -112,7 +147,7 @@ def choose_precision(model, batch_shape, precision=None, execution=None, calibra
     """
     import keras
 
-    from keras_vit import execution as executions
+    from keras_vit.runtime import execution as executions
 
     precision = check_precision(precision)
     if precision == "float32" or (precision == "auto" and keras.backend.backend() != "tensorflow"):
@@ -148,7 +183,7 @@ def choose_precision(model, batch_shape, precision=None, execution=None, calibra
         return _timed(model, float32_mode, "float32", record,
                       "no calibration images to measure the agreement on")
     run = reference or _compiled_outputs
-    from keras_vit.model_io import has_softmax_head
+    from keras_vit.models.vit import has_softmax_head
 
     measured = agreement(run(model, _jit(float32_mode), calibration),
                          run(copy, _jit(bfloat16_mode), calibration), has_softmax_head(model))
@@ -159,36 +194,8 @@ def choose_precision(model, batch_shape, precision=None, execution=None, calibra
     return _timed(copy, bfloat16_mode, "bfloat16", record, "native, faster and in agreement")
 
 
-def agreement(reference_outputs, outputs, probabilities=False):
-    """export_quantized.agreement of float32 `reference_outputs` and `outputs`: logits, or
-    with `probabilities` a softmax head's, compared as their logs (as the quantised exports'
-    `keras_logits` does)."""
-    import numpy as np
-
-    from keras_vit.export_quantized import agreement as logit_agreement
-
-    reference_outputs = np.asarray(reference_outputs, np.float32)
-    outputs = np.asarray(outputs, np.float32)
-    if probabilities:
-        with np.errstate(divide="ignore"):
-            reference_outputs, outputs = np.log(reference_outputs), np.log(outputs)
-    return logit_agreement(reference_outputs, outputs)
-
-
-def merge_agreements(first, second):
-    """Two agreement records (on disjoint images) as one; either may be None."""
-    if first is None or second is None:
-        return first or second
-    images = first["images"] + second["images"]
-    return {"images": images,
-            "top1_agreement": (first["top1_agreement"] * first["images"]
-                               + second["top1_agreement"] * second["images"]) / images,
-            "max_logit_difference": max(first["max_logit_difference"],
-                                        second["max_logit_difference"])}
-
-
 def _float32(model, batch_shape, asked, execution, measure, reason):
-    from keras_vit.execution import choose_jit_compile
+    from keras_vit.runtime.execution import choose_jit_compile
 
     return PrecisionChoice("float32", model,
                            choose_jit_compile(model, batch_shape, execution, measure=measure),
@@ -205,7 +212,7 @@ def _modes(execution):
     an accelerator or under a strategy, Keras' own choice ("keras")."""
     import tensorflow as tf
 
-    from keras_vit.execution import check_execution
+    from keras_vit.runtime.execution import check_execution
 
     execution = check_execution(execution)
     if any(d.device_type != "CPU" for d in tf.config.list_physical_devices()) \
@@ -220,9 +227,9 @@ def _complete(seconds):
 
 
 def _faster_mode(seconds, precision):
-    """The mode `keras_vit.execution` would choose from these timings: XLA only when it beats
+    """The mode `keras_vit.runtime.execution` would choose from these timings: XLA only when it beats
     the graph by its margin."""
-    from keras_vit.execution import XLA_MARGIN
+    from keras_vit.runtime.execution import XLA_MARGIN
 
     modes = {key.split(" ", 1)[1]: value for key, value in seconds.items()
              if key.startswith(precision + " ")}
@@ -254,7 +261,7 @@ def time_precisions(models, batch_shape, modes, rounds=None):
     after one warm-up each, so that a change of load hits all alike."""
     import tensorflow as tf
 
-    from keras_vit.execution import ROUNDS
+    from keras_vit.runtime.execution import ROUNDS
 
     images = tf.random.uniform(batch_shape, -1.0, 1.0, seed=0)
     calls = {f"{precision} {mode}": _call(model, mode)

@@ -1,4 +1,4 @@
-"""The Keras layers that apply an `Augmentation` (keras_vit/data/augment.py) in tf.data.
+"""The Keras layers that apply an `Augmentation` (keras_vit/data/augreg.py) in tf.data.
 
 RandAugment (`keras.layers.RandAugment`) runs on each image inside the training
 pipeline's parallel map; MixUp and CutMix (`keras.layers.MixUp`, `CutMix`) on each
@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 
 from keras_vit._support.private_keras import check_private_keras
-from keras_vit.data.augment import RANDAUGMENT_MAX_MAGNITUDE
+from keras_vit.data.augreg import RANDAUGMENT_MAX_MAGNITUDE
 
 __all__ = ["Augmenter"]
 

@@ -1,169 +1,32 @@
-"""Streaming prediction: `predict_images`, one result per image, memory bounded by the batch
-(`keras_vit.evaluation` runs a held-out split through the same runners).
-
-Images flow through `tf.data` (files read and decoded in parallel by
-`keras_vit.preprocessing`'s one decode path, batched, prefetched) into a Keras
-model or an exported SavedModel's `serve_bytes` signature; a result leaves as
-soon as its batch is done, so 100,000 images cost what one batch costs. A file
-that cannot be read or decoded becomes a result with its error, and the others
-go on.
+"""The runners that stream images through a model, a batch at a time: `KerasRunner` (pixels
+decoded and resized in tf.data, then a Keras model, in the precision chosen) and
+`SavedModelRunner` (the file bytes into an exported SavedModel's `serve_bytes`);
+`model_runner` picks one. Prediction (runtime/inference.py) and evaluation
+(runtime/evaluation.py) both run through them; memory is bounded by the batch.
 """
 
-import dataclasses
-import glob
 import os
 
 import numpy as np
 
 from keras_vit._support.checks import positive_int
-from keras_vit._support.files import read_file
 from keras_vit.errors import ArgumentError, ImageError
-from keras_vit.execution import check_execution
-from keras_vit.precision import check_precision
-from keras_vit.preprocessing import IMAGE_EXTENSIONS, IMAGE_FORMATS, MAX_PIXELS
+from keras_vit.runtime.precision import check_precision
 
-__all__ = ["ImagePrediction", "ImageFiles", "Predictions", "predict_images", "image_files"]
+__all__ = ["DEFAULT_BATCH_SIZE", "READ_ERRORS", "KerasRunner", "SavedModelRunner", "model_runner",
+           "check_positive", "read_error_message"]
 
-LIST_SUFFIXES = (".txt", ".lst")  # a source with one of these names lists image paths
 DEFAULT_BATCH_SIZE = 32
 # "auto" execution times graph and XLA (about 8 batches' worth) only for at least this many
 # batches of work; less runs as a graph unless a choice for the shape is already stored.
 CALIBRATE_AFTER_BATCHES = 20
 
 
-@dataclasses.dataclass
-class ImagePrediction:
-    """One image's result: its `path` and its `top` classes as (probability, label) pairs,
-    best first, with their `class_ids`; or `error`, why it could not be read (and no classes).
-    `probabilities` holds every class's (None for a failed image)."""
-
-    path: str
-    top: list
-    class_ids: list
-    probabilities: np.ndarray | None = None
-    error: str | None = None
-
-
-class ImageFiles(list):
-    """The image paths `image_files` found: given to it again (or to `predict_images`), they
-    are used as they are, so a folder is walked once however many steps need its files."""
-
-
-def image_files(sources):
-    """The image paths `sources` names, in order: files as given, folders by the image files
-    under them (recursively, sorted), glob patterns by their matches (sorted), and text files
-    (.txt, .lst) by the paths they list, one per line (relative to the working folder), read
-    as file names are: bytes that are not UTF-8 stand for themselves (`os.fsdecode`), so a
-    list made with `ls` or from predict's CSV names the same files.
-
-    Raises `ImageError` for a source that names nothing; a path a list names is kept as
-    given (a missing one becomes a failed result when it is read).
-    """
-    if isinstance(sources, ImageFiles):
-        return sources
-    if isinstance(sources, (str, os.PathLike)):
-        sources = [sources]
-    paths = ImageFiles()
-    for source in map(os.fspath, sources):
-        if os.path.isdir(source):
-            paths += _folder_images(source)
-        elif os.path.isfile(source) and source.lower().endswith(LIST_SUFFIXES):
-            paths += _listed_paths(source)
-        elif os.path.isfile(source):
-            paths.append(source)
-        elif glob.has_magic(source) and glob.glob(source, recursive=True):
-            for match in sorted(glob.glob(source, recursive=True)):
-                paths += _folder_images(match) if os.path.isdir(match) else [match]
-        else:
-            raise ImageError(f"No such image file, folder or pattern: {source}")
-    if not paths:
-        raise ImageError(f"No {IMAGE_FORMATS} images found in {', '.join(sources)}.")
-    return paths
-
-
-def _listed_paths(source):
-    """The paths a list file names, one a line; a binary file (NUL bytes: UTF-16, say) is
-    refused in one line rather than read as paths."""
-    data = read_file(source, "a list of image paths", ImageError)
-    if b"\0" in data:
-        raise ImageError(f"{source} is not a text list of image paths (it holds NUL bytes; "
-                         "save it as UTF-8 text, one path a line).")
-    text = data.decode("utf-8", "surrogateescape")
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
-def _folder_images(folder):
-    found = []
-    for parent, folders, files in os.walk(folder):
-        folders.sort()
-        found += [os.path.join(parent, name) for name in sorted(files)
-                  if name.lower().endswith(IMAGE_EXTENSIONS)]
-    return found
-
-
-class Predictions:
-    """`predict_images`' results: an iterator of `ImagePrediction`s. `precision`: the record
-    of the precision the model ran in (`keras_vit.precision`; with bfloat16, its agreement with
-    float32 on the first batch), once the first batch has run; None before, or for a
-    SavedModel."""
-
-    def __init__(self, results, runner):
-        self._results, self._runner = results, runner
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return next(self._results)
-
-    @property
-    def precision(self):
-        return getattr(self._runner, "precision_record", None)
-
-
-def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=None,
-                   max_pixels=MAX_PIXELS, execution=None, precision=None):
-    """An iterator of `ImagePrediction`s, one per image of `sources` (`image_files`, or the
-    `ImageFiles` it returned), in order.
-
-    `model`: a Keras model, a `.keras` file, or an exported SavedModel folder (a version
-    folder or its base; its `serve_bytes` signature decodes, with the pixel budget it was
-    exported with). `labels`: class names (default: ImageNet's for 1000- and 21843-class
-    heads, the SavedModel's own, else "class <index>"). Images are decoded in parallel and
-    run `batch_size` at a time; a file that cannot be read becomes a result with `error`.
-    `execution`: how TensorFlow runs a Keras model on a CPU, "auto" (the faster of
-    "graph" and "xla" on this machine, `keras_vit.execution`), "graph" or "xla".
-    `precision`: what a Keras model computes in, "float32" (the default), "bfloat16"
-    (mixed_bfloat16; its top-1 agreement and largest logit difference with float32 on the
-    first batch are measured) or "auto" (bfloat16 where it is native, faster and in
-    agreement: `keras_vit.precision`); the returned `Predictions` records it.
-    """
-    check_positive(batch_size=batch_size, top=top)
-    check_execution(execution)
-    check_precision(precision)
-    paths = image_files(sources)  # checked here, not when the first result is asked for
-    runner = model_runner(model, batch_size, max_pixels, small=len(paths) <= batch_size,
-                          execution=execution, images=len(paths), precision=precision,
-                          compare_images=batch_size)
-    names = runner.names(labels)
-    return Predictions((_result(path, probabilities, error, top, names)
-                        for path, (probabilities, error) in zip(paths, runner.run_files(paths))),
-                       runner)
-
-
 def check_positive(**values):
     """Raises ArgumentError for any of `values` that is not a positive int (shared with
-    keras_vit.evaluation)."""
+    keras_vit.runtime.evaluation)."""
     for name, value in values.items():
         positive_int(value, name)
-
-
-def _result(path, probabilities, error, top, names):
-    if error is not None:
-        return ImagePrediction(path, [], [], None, error)
-    best = np.argsort(-probabilities, kind="stable")[:top]
-    return ImagePrediction(path, [(float(probabilities[i]), names.get(int(i), f"class {i}"))
-                                  for i in best], [int(i) for i in best], probabilities)
 
 
 def model_runner(model, batch_size, max_pixels, small=False, execution=None, images=0,
@@ -171,7 +34,7 @@ def model_runner(model, batch_size, max_pixels, small=False, execution=None, ima
     """The runner for `model` (a Keras model, a `.keras` file or a training run's folder, loaded
     by keras_vit.models.factory.load, or a SavedModel folder, whose runner loads its
     serve_bytes signature through the factory): `run_files` / `run_examples` give (outputs,
-    error) per image. Shared with keras_vit.evaluation. `precision` and `compare_images` as
+    error) per image. Shared with keras_vit.runtime.evaluation. `precision` and `compare_images` as
     KerasRunner's."""
     from keras_vit.models.factory import is_saved_model, keras_file, load
 
@@ -230,14 +93,15 @@ def _names_dict(names):
 class KerasRunner:
     """Pixels decoded and resized in tf.data, then the Keras model, one batch at a time.
 
-    `precision` as `keras_vit.precision.choose_precision` takes it, chosen at the first batch
+    `precision` as `keras_vit.runtime.precision.choose_precision` takes it, chosen at the first batch
     (which calibrates "auto"). Run in bfloat16, the first `compare_images` images (None: all)
     also run in float32, and `precision_record["agreement"]` holds the two's top-1 agreement
     and largest logit difference (not for `outputs="raw"`: features have no classes)."""
 
     def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
                  execution=None, images=0, precision=None, compare_images=None):
-        from keras_vit.model_io import has_softmax_head, model_input
+        from keras_vit.models.vit import has_softmax_head
+        from keras_vit.normalization import model_input
 
         self.model, self.batch_size, self.max_pixels = model, batch_size, max_pixels
         self.size, self.channels = tuple(model.input_shape[1:3]), model.input_shape[-1]
@@ -274,7 +138,7 @@ class KerasRunner:
     def run_files(self, paths):
         import tensorflow as tf
 
-        from keras_vit.data.files import load_batches
+        from keras_vit.data.image_files import load_batches
         from keras_vit.preprocessing import (
             JPEG_EXTENSIONS,
             decode_image,
@@ -346,7 +210,7 @@ class KerasRunner:
         """The precision, model and mode to run, from the first batch's inputs `x`."""
         import keras
 
-        from keras_vit import precision as precisions
+        from keras_vit.runtime import precision as precisions
 
         if self.small or not isinstance(self.model, keras.Model):
             # A handful of images, or a stand-in: a direct call, nothing timed.
@@ -385,7 +249,7 @@ class KerasRunner:
         """Runs the first images left to compare in float32 too, and adds their agreement."""
         import keras
 
-        from keras_vit.precision import agreement, merge_agreements
+        from keras_vit.runtime.agreement import agreement, merge_agreements
 
         count = int(min(self._compare_left, len(scores)))
         if self._reference is None:
@@ -418,7 +282,7 @@ class SavedModelRunner:
     def run_files(self, paths):
         import tensorflow as tf
 
-        from keras_vit.data.files import load_batches
+        from keras_vit.data.image_files import load_batches
 
         for chunk in _chunks(load_batches(paths, tf.io.read_file, self.batch_size),
                              self.batch_size):
