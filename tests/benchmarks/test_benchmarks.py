@@ -11,7 +11,7 @@ import pytest
 import keras_vit
 from benchmarks import flops, loading
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = keras_vit.Variant("tiny", width=32, depth=2, mlp_dim=64, heads=2, patch_size=8)
 
 
