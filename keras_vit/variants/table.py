@@ -14,7 +14,13 @@ import dataclasses
 
 from keras_vit.normalization import IMAGENET_MEAN_STD
 
-__all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "CLIP_MEAN_STD"]
+__all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "CLIP_MEAN_STD", "FIELD_CHOICES"]
+
+# The values each switch of `Variant` may take: what a model builder implements, and what a file's
+# record of a Variant is checked against (checkpoints/formats/npz_metadata.py). A family that needs
+# a new kind of layer adds its value here.
+FIELD_CHOICES = {"classifier": ("token", "gap", "map"), "feed_forward": ("mlp", "swiglu"),
+                 "activation": ("gelu", "quick_gelu")}
 
 
 @dataclasses.dataclass(frozen=True)

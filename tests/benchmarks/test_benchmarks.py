@@ -332,6 +332,22 @@ def _table_rows(markdown):
     return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
 
 
+def test_the_families_benchmark_takes_every_family_from_the_table():
+    """benchmarks/families.py times a row of every family in keras_vit.FAMILIES (and of each of
+    its kinds), each under a name timm registers and keras_vit reads back as that row."""
+    from benchmarks import families
+    from tests.oracle import import_timm
+
+    timm = import_timm()
+    rows = {name: arch for name, (arch, _) in families.FAMILIES.items() if name in keras_vit.FAMILIES}
+    assert {keras_vit.FAMILIES[name].family for name in rows} == \
+        {row.family for row in keras_vit.FAMILIES.values()}
+    assert {"DeiT-S/16-distilled", "DINOv2-S/14-reg4"} <= set(rows)  # the kinds, not only families
+    for name, arch in rows.items():
+        assert timm.is_model(arch), arch
+        assert keras_vit.get_variant(arch).name == name
+
+
 # Builds, loads and times timm and keras_vit models of two families (6 s on 2 quiet cores, a
 # minute under load); each family's parity with timm is a default test
 # (tests/checkpoints/formats/test_timm_families.py).
