@@ -12,7 +12,7 @@ training code, tf.distribute work-around or plotting library.
 Every public name is in one table below, {name: its module}; `__all__`,
 `dir(keras_vit)` and the loading on first use (keras_vit/_lazy.py) come from it.
 The named constructors (ViT_Ti16, ..., BiT_R50x1, ...) come from the variant
-tables (keras_vit/variants.py), the errors from keras_vit/errors.py.
+tables (keras_vit/variants/), the errors from keras_vit/errors.py.
 """
 
 import importlib

@@ -6,7 +6,7 @@ find layers through them and through `role_of`. The transformer's names follow t
 checkpoint's keys (`Transformer/encoderblock_{i}`, `Transformer/encoder_norm`, `head`, ...),
 so they are part of the file format: renaming one breaks every saved file.
 
-Here, beside variants.py, rather than in keras_vit/models/: importing a module of the models
+Here, beside variants/, rather than in keras_vit/models/: importing a module of the models
 package runs its __init__, which loads the checkpoints package, which reads these names.
 Imports nothing.
 """

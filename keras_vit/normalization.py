@@ -18,7 +18,7 @@ __all__ = ["OFFICIAL_NORMALIZATION", "IMAGENET_MEAN_STD", "rescaling_arguments",
 
 # The official code feeds pixels in [-1, 1]: (x / 255 - 0.5) / 0.5.
 OFFICIAL_NORMALIZATION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
-# ImageNet's mean/std, which timm, transformers and the families (variants.py) record.
+# ImageNet's mean/std, which timm, transformers and the families (variants/table.py) record.
 IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 

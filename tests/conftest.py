@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Graph execution throughout (keras_vit.runtime.execution): the suite's numbers must not depend on
 # whether this CPU runs a model faster under XLA, and timing both would cost every new shape
-# a few seconds. tests/test_execution.py sets the mode it tests.
+# a few seconds. tests/runtime/test_execution.py sets the mode it tests.
 os.environ["KERAS_VIT_EXECUTION"] = "graph"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +32,7 @@ def pytest_xdist_auto_num_workers(config):
 # (setup.cfg) the workers take modules in collection order, which this puts longest first so
 # that they finish together. A module not listed runs after these, in file order.
 LONGEST_MODULES = (
-    "test_export.py",                        # 117
+    "export/test_export.py",                 # 117
     "checkpoints/formats/test_formats.py",   # 112
     "checkpoints/test_cache.py",             # 96
     "models/test_variants.py",               # 89
@@ -41,15 +41,15 @@ LONGEST_MODULES = (
     "checkpoints/test_official_parity.py",   # 59
     "training/test_jax.py",                  # 57
     "cli/test_logging.py",                   # 54
-    "test_export_quantized.py",              # 53
+    "export/test_export_quantized.py",       # 53
     "data/test_pixel_budget.py",             # 52
     "cli/test_hostile_arguments.py",         # 51
     "checkpoints/test_loader.py",            # 47
     "models/test_lora.py",                   # 46
-    "test_inference.py",                     # 45
-    "test_evaluate.py",                      # 44
+    "runtime/test_inference.py",             # 45
+    "runtime/test_evaluate.py",              # 44
     "models/test_bit.py",                    # 42
-    "test_execution.py",                     # 37
+    "runtime/test_execution.py",             # 37
 )
 
 
@@ -148,18 +148,19 @@ def _once_for_all_workers(tmp_path_factory, worker_id, name, make):
     return folder, json.loads(made.read_text())
 
 
-# One SavedModel of tests/test_export.py's `tiny_classifier()` (seed 0) with its LABELS, made
+# One SavedModel of tests/export/test_export.py's `tiny_classifier()` (seed 0) with its LABELS, made
 # once for all workers: an export costs about 5 CPU-seconds (tracing three signatures, writing),
-# whatever the model's depth. Read by tests/test_export.py (its signatures, served by TensorFlow
-# alone), tests/test_inference.py (a batch per call) and tests/test_evaluate.py (a folder scored
-# through it); each rebuilds the same Keras model (`tiny_classifier()`) as its reference. Read
-# only: a test that writes beside it (another version) copies it first.
+# whatever the model's depth. Read by tests/export/test_export.py (its signatures, served by
+# TensorFlow alone), tests/runtime/test_inference.py (a batch per call) and
+# tests/runtime/test_evaluate.py (a folder scored through it); each rebuilds the same Keras
+# model (`tiny_classifier()`) as its reference. Read only: a test that writes beside it (another
+# version) copies it first.
 @pytest.fixture(scope="session")
 def tiny_saved_model(tmp_path_factory, worker_id):
     """The path of the version folder (.../vit/1, the only version in .../vit)."""
     def make(folder):
         from keras_vit.export import export_saved_model
-        from tests.test_export import LABELS, tiny_classifier
+        from tests.export.test_export import LABELS, tiny_classifier
 
         return export_saved_model(tiny_classifier(), str(folder / "vit"), labels=LABELS)
     return _once_for_all_workers(tmp_path_factory, worker_id, "tiny_saved_model", make)[1]
@@ -168,7 +169,7 @@ def tiny_saved_model(tmp_path_factory, worker_id):
 # One fresh `import keras_vit` on TensorFlow, as a user's program does it (no
 # TF_CPP_MIN_LOG_LEVEL of ours), with every DeprecationWarning an error. Three properties
 # of the same import read it: the modules it loads (tests/test_package.py), that it uses no
-# deprecated name (tests/models/test_layers.py), and that it leaves TensorFlow's logging
+# deprecated name (tests/layers/test_layers.py), and that it leaves TensorFlow's logging
 # alone (tests/cli/test_logging.py). A TensorFlow process started once instead of three times.
 FRESH_IMPORT = """
 import json, os, sys

@@ -1,7 +1,7 @@
 """The one bounded JSON reader (keras_vit/_support/json_files.py): every JSON the package reads
 goes through it, and a file nested 100,000 deep or larger than its cap is refused in one line
 of the caller's error family at each place that reads one (the execution cache, being a cache,
-is measured again instead: tests/test_execution.py)."""
+is measured again instead: tests/runtime/test_execution.py)."""
 
 import json
 import os

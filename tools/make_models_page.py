@@ -49,7 +49,7 @@ and huggingface_hub's `save_torch_state_dict` write a large model) are read as
 one file: pass the folder or the index. A timm state dict does not record its
 attention heads: a bare `.safetensors` file is assumed to have the variant's,
 while a timm Hub folder's `config.json` names its architecture, whose heads
-keras_vit knows (a table in `keras_vit/checkpoints/formats/timm_names.py`; timm's
+keras_vit knows (a table in `keras_vit/variants/timm_names.py`; timm's
 `vit_base_patch16_gap_224` has 16, the official B/16-gap 12) and checks. timm's architecture names work as
 variant names: `keras_vit.ViT("vit_base_patch16_gap_224", weights=folder)`.
 `weights="imagenet"`, as keras.applications users write it, is the variant's best

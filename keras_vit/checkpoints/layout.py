@@ -58,7 +58,7 @@ VALUE_KERNEL, VALUE_BIAS = ATTENTION + "/value/kernel", ATTENTION + "/value/bias
 OUT_KERNEL, OUT_BIAS = ATTENTION + "/out/kernel", ATTENTION + "/out/bias"
 MLP0_KERNEL, MLP0_BIAS = BLOCK + "/MlpBlock_3/Dense_0/kernel", BLOCK + "/MlpBlock_3/Dense_0/bias"
 MLP1_KERNEL, MLP1_BIAS = BLOCK + "/MlpBlock_3/Dense_1/kernel", BLOCK + "/MlpBlock_3/Dense_1/bias"
-# The families' additions (keras_vit/variants.py FAMILIES), spelled in the same style: DeiT's
+# The families' additions (keras_vit/variants/table.py FAMILIES), spelled in the same style: DeiT's
 # distillation token and head, DINOv2's register tokens, LayerScale after each block's
 # attention and MLP, CLIP's LayerNorm before the encoder, and SigLIP's attention-pooling head
 # as big_vision names it (MAPHead_0/...).

@@ -11,8 +11,8 @@ def add_parser(commands):
 
 def run(args):
     from keras_vit.checkpoints import catalogue
-    from keras_vit.checkpoints.formats.timm_names import TIMM_ARCHITECTURES
     from keras_vit.variants import BIT_VARIANTS, DEMO_VARIANT, FAMILIES, VARIANTS
+    from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
 
     row = "{:<22}{:>6}{:>6}{:>6}{:>7}  {}"
     print(row.format("variant", "width", "depth", "heads", "stride", "weights"))

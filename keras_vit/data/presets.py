@@ -30,7 +30,7 @@ class Preset:
 DEFAULT_PRESET = Preset()
 
 PRESETS = {
-    # The tiny "demo" ViT (keras_vit/variants.py) on 16 px images (the 8x8 digits upsampled)
+    # The tiny "demo" ViT (keras_vit/variants/table.py) on 16 px images (the 8x8 digits upsampled)
     # reaches >= 0.97 held-out accuracy from scratch in a few CPU minutes.
     "digits": Preset(
         model="demo", recipe="scratch", finetune_weights=None,

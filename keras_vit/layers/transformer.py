@@ -289,7 +289,7 @@ class TransformerBlock(keras.layers.Layer):
                  approximate_gelu=True, layer_norm_epsilon=LAYER_NORM_EPSILON, drop_path=0.0,
                  activation="gelu", layer_scale=None, **kwargs):
         super().__init__(**kwargs)
-        # The families' switches (keras_vit/variants.py): the MLP's activation, and LayerScale
+        # The families' switches (keras_vit/variants/table.py): the MLP's activation, and LayerScale
         # on both residual branches (None: none, as in the paper).
         self.activation = activation
         self.layer_scale = layer_scale

@@ -124,7 +124,7 @@ def test_the_probes_features_are_timms_pre_logits(families, name, layer):
 
 # Slow: the command costs ~10 CPU-s in tf.data tracing; the default
 # test_the_probes_features_are_timms_pre_logits checks the features it reads, and
-# tests/test_evaluate.py the command's probe on the paper's ViT.
+# tests/runtime/test_evaluate.py the command's probe on the paper's ViT.
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_evaluate_few_shot_probes_the_familys_own_features(families, name, tmp_path):
@@ -259,7 +259,7 @@ def test_save_npz_of_siglip_is_what_timms_big_vision_loader_reads(families, tmp_
 # Slow: a run, three exports, predict and timm's strict load of what training gave. The default
 # tests above cover each family-specific part cheaply: the normalisation training feeds
 # (test_each_family_carries_its_own_normalisation_into_training), the features, the probe and
-# the analysis; tests/test_export.py covers every export of a plain ViT, and
+# the analysis; tests/export/test_export.py covers every export of a plain ViT, and
 # tests/checkpoints/formats/test_timm_families.py covers save_safetensors of both families.
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAMILIES))

@@ -19,7 +19,7 @@ import keras_vit
 from keras_vit import atomic
 from keras_vit._support.outputs import spreadsheet_cell
 from keras_vit.runtime import inference
-from tests.test_export import CLASSES, SIZE, tiny_classifier
+from tests.export.test_export import CLASSES, SIZE, tiny_classifier
 
 cli_main = importlib.import_module("keras_vit.cli.main")  # the module (the package exports main)
 HOSTILE_NAME = b"\xff\xfe.png"  # not UTF-8: Python sees it as '\udcff\udcfe.png'

@@ -3,9 +3,9 @@ families after the paper (with the timm architecture that names each), and BiT; 
 catalogued Hub weights, the families' among them, with their licences."""
 
 from keras_vit.checkpoints import catalogue
-from keras_vit.checkpoints.formats.timm_names import TIMM_ARCHITECTURES
 from keras_vit.cli.main import main
 from keras_vit.variants import BIT_VARIANTS, FAMILIES, VARIANTS, get_variant
+from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
 
 
 def _rows(text, header):

@@ -30,7 +30,7 @@ def served_requests(tmp_path_factory, worker_id, request):
     from keras_vit.export import export_saved_model
     from tests.data.test_image_files import EXIF_JPEG, gif_with_comment, write_requests
     from tests.data.test_pixel_budget import serve_in_fresh_process
-    from tests.test_export import tiny_classifier
+    from tests.export.test_export import tiny_classifier
 
     def make(folder):
         saved_model = export_saved_model(tiny_classifier(seed=5), str(folder / "vit"))

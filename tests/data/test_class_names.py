@@ -58,7 +58,7 @@ def test_a_class_short_of_few_shot_examples_is_named():
 def test_evaluate_names_the_class_short_of_few_shot_examples(tmp_path):
     """Through evaluate: the folder's name, from the split's class names. Refused before the
     model runs (the probe's examples are chosen first), so random weights do."""
-    from tests.test_export import tiny_classifier
+    from tests.export.test_export import tiny_classifier
 
     root = _folder(tmp_path / "data", {"cat": 5, "dog": 10})  # 'cat': 4 to train on, 1 held out
     with pytest.raises(ArgumentError, match=r"^Class 'cat' has \d examples, fewer than 6 shots"):

@@ -23,7 +23,7 @@ from keras_vit import cli, preprocessing
 from keras_vit.data import load_image_folder, make_pipeline
 from keras_vit.errors import ImageError
 from tests.data.test_pixel_budget import serve_in_fresh_process
-from tests.test_export import SIZE, tiny_classifier
+from tests.export.test_export import SIZE, tiny_classifier
 
 RNG = np.random.default_rng(25)
 

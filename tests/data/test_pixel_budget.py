@@ -22,7 +22,7 @@ from keras_vit import cli, preprocessing
 from keras_vit.data import load_image_folder
 from keras_vit.export import export_saved_model
 from tests.data.test_pipeline import write_folder
-from tests.test_export import encoded_test_images, keras_reference, softmax, tiny_classifier
+from tests.export.test_export import encoded_test_images, keras_reference, softmax, tiny_classifier
 
 BOMB = 12000
 

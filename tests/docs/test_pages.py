@@ -111,14 +111,14 @@ def test_architecture_page_draws_every_module():
 
 def test_the_architecture_checks_catch_drift():
     """A made-up module in the tree, the prose or a dotted name is caught, and so is one left out."""
-    page = "## Layout\n\n```\nkeras_vit/\n  variants.py   the table\n  layers/\n" \
+    page = "## Layout\n\n```\nkeras_vit/\n  memory.py     the sizes\n  layers/\n" \
            "    fake.py     made up\n```\n\nSee `keras_vit/fake/`, `tools/fake.py`, " \
            "`keras_vit.layers.fake` and `keras_vit.variants.VARIANTS`.\n"
     assert _unresolved_names(page) == ["tree: keras_vit/layers/fake.py", "path: keras_vit/fake/",
                                        "path: tools/fake.py", "name: keras_vit.layers.fake"]
     undrawn = _undrawn_modules(page)
     assert "keras_vit/layers/pooling" in undrawn and "keras_vit/layers" not in undrawn
-    assert "keras_vit/variants" not in undrawn
+    assert "keras_vit/memory" not in undrawn
 
 
 # --- the page's claims about the code ---------------------------------------------------------

@@ -52,7 +52,7 @@ SKIPPED = {
     ("docs/fine-tuning.md", "--strategy mirrored"): "downloads tf_flowers; several GPUs",
     ("docs/fine-tuning.md", "export TF_CONFIG"): "needs a cluster of machines",
     ("docs/performance.md", "python -m benchmarks.run --quick"):
-        "installs the peers and runs the hour-long benchmark; tests/test_benchmarks.py runs "
+        "installs the peers and runs the hour-long benchmark; tests/benchmarks/test_benchmarks.py runs "
         "the --quick mode",
     ("docs/performance.md", "python -m venv --system-site-packages .venv-bench"):
         "creates a virtual environment and installs packages",
@@ -60,10 +60,10 @@ SKIPPED = {
         "tests/docs/test_vit_vs_resnet_page.py runs these commands in smoke size and checks that they make "
         "the page's table",
     ("docs/serving.md", "saved_model_cli show"):
-        "tests/test_export.py runs saved_model_cli show --all and run on an export",
+        "tests/export/test_export.py runs saved_model_cli show --all and run on an export",
     ("docs/serving.md", "docker run"): "starts TF Serving in Docker",
     ("docs/serving.md", "curl -s http://localhost:8501/v1/models/vit:predict -d \"{"):
-        "a REST request to a running TF Serving (tests/test_export.py sends the same body "
+        "a REST request to a running TF Serving (tests/export/test_export.py sends the same body "
         "to the SavedModel in-process)",
     ("docs/serving.md", "request.json"): "a REST request to a running TF Serving",
     ("docs/serving.md", "prediction_service_pb2_grpc"):
@@ -170,7 +170,7 @@ def _run_bash(block):
 SHARED_DIGITS_RUN = {"docs/fine-tuning.md": "runs/digits"}
 
 # The Serving page's blocks export and serve three SavedModels (half a minute of CPU); what
-# they run, tests/test_export.py and tests/data/test_pixel_budget.py run by default. The
+# they run, tests/export/test_export.py and tests/data/test_pixel_budget.py run by default. The
 # Looking inside page's (a quarter of a minute) are what tests/analysis runs by default.
 SLOW_PAGES = {"docs/serving.md", "docs/looking-inside.md"}
 

@@ -64,7 +64,7 @@ def test_notebook_is_well_formed(path):
 # - 03 inside a ViT: AttentionProbe, rollout, distances, embeddings and their plots, as the
 #   Looking inside page's snippets and tests/analysis run them.
 # - 04 export and serve: export_saved_model, its signatures and export_tflite, as the Serving
-#   page's snippets and tests/test_export.py run them.
+#   page's snippets and tests/export/test_export.py run them.
 # - 05 distributed training: MirroredStrategy (tests/training/test_distributed.py),
 #   keras.distribution on JAX (tests/training/test_jax.py), the Distributed page's snippets.
 # - 06 hybrids: hybrid backbones, ResNetV2 and the few-shot probe, as tests/models/test_tables.py,
@@ -75,7 +75,7 @@ def test_notebook_is_well_formed(path):
 #   (tests/models/test_pretrained.py), DINOv2 features and the few-shot probe, as
 #   tests/cli/test_family_commands.py and tests/analysis run them.
 # - 09 transfer methods: train from an earlier run's folder, LoRA and the few-shot probe, as
-#   tests/training/test_transfer.py, test_lora_run.py and tests/test_benchmark_transfer.py run
+#   tests/training/test_transfer.py, test_lora_run.py and tests/benchmarks/test_benchmark_transfer.py run
 #   them.
 # Run them all with `pytest -m slow tests/docs/test_tutorials.py`.
 @pytest.mark.slow

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints.formats.timm_names import TIMM_ARCHITECTURES
 from keras_vit.variants import FAMILIES, get_variant
+from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
 from tests.model_checks import check_model
 from tests.oracle import import_timm
 

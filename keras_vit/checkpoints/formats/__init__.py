@@ -21,8 +21,7 @@ container, read and written with NumPy), `npz_metadata.py` (keras_vit's record i
 direction, and the fix-ups formats share), `groups.py` (the official keys by feature, and
 the row builders each table is composed of), `config_values.py` (the checks of every value a
 format reads from a config, which a new format's table of fields reuses), `config_variant.py`
-(a config's architecture -> its Variant, one matcher for every format), `timm_names.py`
-(timm's architecture names).
+(a config's architecture -> its Variant, one matcher for every format).
 
 A load detects the format once and opens each file once (`open_checkpoint`).
 Adding a format is one module defining `FORMAT` and one line in `FORMATS`.

@@ -1,4 +1,4 @@
-"""keras-hub presets of the families (keras_vit/variants.py FAMILIES), one row table per
+"""keras-hub presets of the families (keras_vit/variants/table.py FAMILIES), one row table per
 keras-hub class, chosen by config.json's `class_name` (and `registered_name`):
 
     SigLIPVisionEncoder   SigLIP's image tower (its MAP head is `head/...`)

@@ -26,6 +26,7 @@ from keras_vit.checkpoints.layout import is_bit_model
 from keras_vit.layer_names import ENCODER_NORM, POSEMBED_INPUT, is_block
 from keras_vit.normalization import input_normalization
 from keras_vit.variants import Variant, table_variant
+from keras_vit.variants.table import FIELD_CHOICES
 
 # The attribute keras_vit.ViT sets on the models it builds: the `Variant` built.
 VARIANT_ATTRIBUTE = "_keras_vit_variant"
@@ -103,9 +104,6 @@ def parse_metadata(path, array):
     return out
 
 
-# The values each recorded Variant field may take.
-_CHOICES = {"classifier": ("token", "gap", "map"), "feed_forward": ("mlp", "swiglu"),
-            "activation": ("gelu", "quick_gelu")}
 _COUNTS = ("width", "depth", "mlp_dim", "heads", "patch_size", "resnet_width", "register_tokens",
            "image_size")
 _FLAGS = ("distilled", "embed_prefix_tokens", "approximate_gelu", "pre_norm", "patch_bias")
@@ -120,8 +118,8 @@ def _field_problem(name, value):
     if name in _FLAGS or name == "class_token":
         ok = isinstance(value, bool) or (value is None and name == "class_token")
         return None if ok else "not true or false"
-    if name in _CHOICES:
-        return None if value in _CHOICES[name] else f"not one of {', '.join(_CHOICES[name])}"
+    if name in FIELD_CHOICES:
+        return None if value in FIELD_CHOICES[name] else f"not one of {', '.join(FIELD_CHOICES[name])}"
     if name in ("name", "family"):
         return None if isinstance(value, str) and 0 < len(value) <= 100 else "not a short name"
     if name in ("layer_scale", "layer_norm_epsilon"):

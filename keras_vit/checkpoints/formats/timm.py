@@ -4,7 +4,7 @@ timm stores torch Linear weights (out, in), a fused `qkv` (3D, D), `cls_token`,
 `pos_embed`, `patch_embed.proj` (D, C, p, p), `norm` and `head`; no pre_logits.
 A bare state dict records neither its head count nor its normalisation: the
 variant's heads are assumed and said so. A Hub folder's `config.json` names the
-architecture (whose heads timm_names.py's table knows) and `pretrained_cfg`
+architecture (whose heads keras_vit/variants/timm_names.py's table knows) and `pretrained_cfg`
 its mean/std.
 """
 
@@ -63,7 +63,7 @@ def open_weights(source):
     return None if path is None else source.once("safetensors", lambda: open_safetensors(path))
 
 
-# The fields keras_vit reads from timm's config.json: the architecture's name (timm_names.py's
+# The fields keras_vit reads from timm's config.json: the architecture's name (variants/timm_names.py's
 # table gives its heads) and pretrained_cfg's mean/std (normalization_from checks them).
 _TIMM_FIELDS = {"architecture": checks.string, "pretrained_cfg": checks.mapping, "model_args": checks.mapping}
 
@@ -147,7 +147,7 @@ FORMAT = CheckpointFormat(
 
 # timm's VisionTransformer state dict, row by row (formats/rows.py applies them both ways), by
 # feature: the plain ViT's embedding, blocks and final norm, its classifier, and what the
-# families (keras_vit/variants.py FAMILIES) add: DeiT's distillation token and head, DINOv2's
+# families (keras_vit/variants/table.py FAMILIES) add: DeiT's distillation token and head, DINOv2's
 # registers, LayerScale (ls1 after attention, ls2 after the MLP), CLIP's norm_pre and SigLIP's
 # attention pooling (attn_pool, timm's AttentionPoolLatent). DINOv2's release files are these
 # groups under a few names of their own (dinov2.py).

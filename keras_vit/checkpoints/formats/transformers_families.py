@@ -1,4 +1,4 @@
-"""transformers `save_pretrained` folders of the families (keras_vit/variants.py FAMILIES).
+"""transformers `save_pretrained` folders of the families (keras_vit/variants/table.py FAMILIES).
 
 One row table per transformers model type, chosen by config.json's `model_type`:
 

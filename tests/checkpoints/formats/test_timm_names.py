@@ -11,8 +11,8 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints.formats import inspect_checkpoint
-from keras_vit.checkpoints.formats.timm_names import TIMM_ARCHITECTURES
 from keras_vit.variants import timm_variant
+from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
 from tests.checkpoints.formats.test_formats import TOL, _images, _randomise, run_timm
 from tests.oracle import import_timm
 

@@ -1,5 +1,5 @@
 """The families' layers against NumPy written out by hand (their config, `.keras`, shape,
-bfloat16 and training-flag checks are tests/models/test_layers.py's shared ones): LayerScale,
+bfloat16 and training-flag checks are tests/layers/test_layers.py's shared ones): LayerScale,
 PrefixTokens' order, QuickGELU, the packed SwiGLU, MAPHead, and LayerScale in the block."""
 
 import math

@@ -1,4 +1,5 @@
-"""The table of every official ViT architecture, and the parser for its names.
+"""The architecture tables: one frozen `Variant` per official ViT (`VARIANTS`), keras_vit's
+demo, and the families after the paper (`FAMILIES`).
 
 One frozen record per architecture drives the constructors (and every
 `__all__` that lists them), the checkpoint layout, the API page and the tests.
@@ -10,14 +11,16 @@ weights).
 """
 
 import dataclasses
-import re
 
-from keras_vit.errors import ArgumentError, ArgumentTypeError
 from keras_vit.normalization import IMAGENET_MEAN_STD
 
-__all__ = ["Variant", "VARIANTS", "FAMILIES", "DEMO_VARIANT", "get_variant", "variant_names",
-           "constructor_names", "BiTVariant", "BIT_VARIANTS", "get_bit_variant",
-           "bit_constructor_names", "get_architecture", "table_variant"]
+__all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "CLIP_MEAN_STD", "FIELD_CHOICES"]
+
+# The values each switch of `Variant` may take: what a model builder implements, and what a file's
+# record of a Variant is checked against (checkpoints/formats/npz_metadata.py). A family that needs
+# a new kind of layer adds its value here.
+FIELD_CHOICES = {"classifier": ("token", "gap", "map"), "feed_forward": ("mlp", "swiglu"),
+                 "activation": ("gelu", "quick_gelu")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,167 +252,3 @@ FAMILIES = {
 def _short(official):
     short = official.replace("ViT-", "").replace("_", "/").replace("-gap-norep", "-gap")
     return short
-
-
-def _canonical_key(name):
-    """Reduce every accepted spelling to one comparable form, e.g. "r50+b/16"."""
-    key = name.strip().lower().replace("vit-", "").replace("vit_", "")
-    key = key.replace("_", "/").replace("-norep", "")
-    key = re.sub(r"\s+", "", key)
-    return key
-
-
-_BY_KEY = {**{_canonical_key(v.name): v for v in [*VARIANTS.values(), *FAMILIES.values()]},
-           "demo": DEMO_VARIANT, _canonical_key(DEMO_VARIANT.name): DEMO_VARIANT}
-
-
-def variant_names():
-    """Official names of every architecture, in table order."""
-    return list(VARIANTS)
-
-
-def constructor_names():
-    """The named constructors' names ("ViT_Ti16", ..., "DeiT_Ti16", ...), in table order."""
-    return [v.constructor_name for v in [*VARIANTS.values(), *FAMILIES.values()]
-            if v.constructor_name]
-
-
-def get_variant(name):
-    """Returns the `Variant` for an official or short name ("ViT-B_16", "B/16"), a timm
-    architecture name ("vit_base_patch16_224"), or "demo"."""
-    if isinstance(name, Variant):
-        return name
-    if not isinstance(name, str):
-        raise ArgumentTypeError(f"A variant name must be a string, got {type(name).__name__}.")
-    variant = _BY_KEY.get(_canonical_key(name))
-    if variant is None:
-        variant = timm_variant(name)  # timm's names: "vit_base_patch16_224"
-    if variant is None:
-        from keras_vit._support.names import did_you_mean
-
-        every = [*VARIANTS.values(), *FAMILIES.values()]
-        # The paper's variants by name; the families by where they are listed, so the line
-        # stays a line.
-        known = ", ".join(f'"{v.short_name}"' for v in VARIANTS.values())
-        hint = did_you_mean(name, [v.short_name for v in every] + list(VARIANTS))
-        if _BIT_KEY.fullmatch(_bit_key(name)):
-            raise ArgumentError(f"{name!r} is a BiT ResNet, not a ViT: build it with "
-                                f"keras_vit.BiT({name!r}).")
-        raise ArgumentError(f"Unknown ViT variant {name!r}.{hint} Known variants: {known} "
-                            '(official spellings such as "ViT-B_16" work too), and the '
-                            'families of keras_vit.FAMILIES ("DeiT-S/16", "DINOv2-S/14-reg4", ...).')
-    return variant
-
-
-# --- timm's architecture names ----------------------------------------------------------------
-# The table lives with the timm format (checkpoints/formats/timm_names.py); here it names rows.
-
-
-def timm_variant(architecture):
-    """The `Variant` timm's `architecture` ("vit_base_patch16_224", with or without a
-    ".pretrained_tag") builds, or None when timm_names.py's table does not know it."""
-    # Imported here: the checkpoints package imports this module, not the other way round.
-    from keras_vit.checkpoints.formats.timm_names import timm_row
-
-    row = timm_row(architecture)
-    if row is None:
-        return None
-    official, heads = row
-    variant = VARIANTS.get(official) or FAMILIES[official]
-    if heads is None:
-        return variant
-    return dataclasses.replace(variant, heads=heads, name=architecture.split(".", 1)[0])
-
-
-def table_variant(variant):
-    """The row of `VARIANTS` or `FAMILIES` that `variant` is under another name (a config's
-    description of ViT-B_16 is ViT-B_16), else `variant` itself."""
-    for row in [*VARIANTS.values(), *FAMILIES.values()]:
-        if dataclasses.replace(variant, name=row.name) == row:
-            return row
-    return variant
-
-
-# --- BiT ResNetV2, the paper's CNN baseline ------------------------------------------------------
-# Kolesnikov et al., "Big Transfer (BiT)": a pre-activation ResNetV2 of depth 50, 101 or 152 and
-# width factor 1 to 4. Its own table, not rows of VARIANTS: a BiT has no transformer, so none of
-# Variant's geometry (width, heads, patch) applies, and ViT() must never be handed one.
-BIT_UNITS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
-
-
-@dataclasses.dataclass(frozen=True)
-class BiTVariant:
-    """One BiT ResNetV2: depth (50, 101, 152) and width factor (1 to 4)."""
-
-    name: str  # "BiT-R50x1"
-    depth: int
-    width: int
-
-    @property
-    def units(self):
-        """Bottleneck units per stage: (3, 4, 6, 3) for R50."""
-        return BIT_UNITS[self.depth]
-
-    @property
-    def short_name(self):
-        return self.name.removeprefix("BiT-")  # "R50x1"
-
-    @property
-    def constructor_name(self):
-        return f"BiT_{self.short_name}"  # "BiT_R50x1"
-
-    @property
-    def channels(self):
-        """Channels of the features the head reads: 4 * 64 * width * 8 = 2048 * width."""
-        return 2048 * self.width
-
-
-BIT_VARIANTS = {v.name: v for v in (BiTVariant(f"BiT-R{depth}x{width}", depth, width)
-                                    for depth, width in ((50, 1), (50, 3), (101, 1), (101, 3),
-                                                         (152, 2), (152, 4)))}
-_BIT_KEY = re.compile(r"r(\d+)x(\d+)")
-
-
-def _bit_key(name):
-    """"BiT-R50x1", "R50x1", "bit_r50x1", timm's "resnetv2_50x1_bit" -> "r50x1"."""
-    key = re.sub(r"\s+", "", name.strip().lower()).split(".", 1)[0]
-    key = key.removeprefix("bit-").removeprefix("bit_")
-    if (m := re.fullmatch(r"resnetv2_(\d+x\d+)_bit", key)):
-        key = "r" + m.group(1)
-    return key
-
-
-_BIT_BY_KEY = {_bit_key(v.name): v for v in BIT_VARIANTS.values()}
-
-
-def bit_constructor_names():
-    """The BiT constructors' names ("BiT_R50x1", ...), in table order."""
-    return [v.constructor_name for v in BIT_VARIANTS.values()]
-
-
-def get_bit_variant(name):
-    """The `BiTVariant` for "BiT-R50x1", "R50x1" or timm's "resnetv2_50x1_bit"."""
-    if isinstance(name, BiTVariant):
-        return name
-    if not isinstance(name, str):
-        raise ArgumentTypeError(f"A BiT name must be a string, got {type(name).__name__}.")
-    variant = _BIT_BY_KEY.get(_bit_key(name))
-    if variant is None:
-        from keras_vit._support.names import did_you_mean
-
-        known = ", ".join(f'"{v.short_name}"' for v in BIT_VARIANTS.values())
-        hint = did_you_mean(name, [*BIT_VARIANTS, *(v.short_name for v in BIT_VARIANTS.values())])
-        raise ArgumentError(f"Unknown BiT model {name!r}.{hint} Known: {known} "
-                            '(or "BiT-R50x1" and so on).')
-    return variant
-
-
-def get_architecture(name):
-    """A `Variant` (ViT) or a `BiTVariant`, from any name the command line accepts:
-    "B/16", "demo", "BiT-R50x1" (or "R50x1"), timm's names."""
-    if isinstance(name, (Variant, BiTVariant)):
-        return name
-    if isinstance(name, str) and (name.strip().lower().startswith("bit")
-                                  or _BIT_KEY.fullmatch(_bit_key(name))):
-        return get_bit_variant(name)
-    return get_variant(name)

@@ -385,7 +385,7 @@ def signatures(exported):
 
 
 def test_the_serving_page_lists_the_signatures_the_export_has(signatures):
-    page = open(os.path.join(os.path.dirname(__file__), "..", "docs", "serving.md")).read()
+    page = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "serving.md")).read()
     table = page.split("### Signatures", 1)[1].split("\n\n| Output |", 1)[0]
     assert set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE)) == set(signatures)
     assert "both signatures" not in page.lower()  # there are three

@@ -65,7 +65,7 @@ def test_main_runs_each_arm_in_a_fresh_process_and_writes_its_files(tmp_path, mo
     import pathlib
 
     # The fresh processes import benchmarks from this checkout, wherever pytest runs from.
-    monkeypatch.setenv("PYTHONPATH", str(pathlib.Path(__file__).resolve().parents[1]))
+    monkeypatch.setenv("PYTHONPATH", str(pathlib.Path(__file__).resolve().parents[2]))
     result = lora_memory.main(["--tiny", "--steps", "2", "--output-dir", str(tmp_path)])
     assert sorted(os.listdir(tmp_path)) == ["lora_memory.json", "lora_memory.md"]
     with open(tmp_path / "lora_memory.json") as f:

@@ -1,5 +1,5 @@
 """float32 or bfloat16 inference (keras_vit.runtime.precision): the bfloat16 copy, the "auto" choice with
-planted timings and capabilities (as tests/test_execution.py plants the execution timings), and
+planted timings and capabilities (as tests/runtime/test_execution.py plants the execution timings), and
 predict, evaluate and export recording bfloat16's agreement with float32, each checked against
 an agreement computed here from a float32 run and a model built under mixed_bfloat16 by Keras.
 """

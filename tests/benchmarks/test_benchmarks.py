@@ -11,7 +11,7 @@ import pytest
 import keras_vit
 from benchmarks import flops, loading
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = keras_vit.Variant("tiny", width=32, depth=2, mlp_dim=64, heads=2, patch_size=8)
 
 
@@ -330,6 +330,22 @@ def _table_rows(markdown):
     """The body rows of the first Markdown table, as lists of cells."""
     lines = [ln for ln in markdown.splitlines() if ln.startswith("|")]
     return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+
+
+def test_the_families_benchmark_takes_every_family_from_the_table():
+    """benchmarks/families.py times a row of every family in keras_vit.FAMILIES (and of each of
+    its kinds), each under a name timm registers and keras_vit reads back as that row."""
+    from benchmarks import families
+    from tests.oracle import import_timm
+
+    timm = import_timm()
+    rows = {name: arch for name, (arch, _) in families.FAMILIES.items() if name in keras_vit.FAMILIES}
+    assert {keras_vit.FAMILIES[name].family for name in rows} == \
+        {row.family for row in keras_vit.FAMILIES.values()}
+    assert {"DeiT-S/16-distilled", "DINOv2-S/14-reg4"} <= set(rows)  # the kinds, not only families
+    for name, arch in rows.items():
+        assert timm.is_model(arch), arch
+        assert keras_vit.get_variant(arch).name == name
 
 
 # Builds, loads and times timm and keras_vit models of two families (6 s on 2 quiet cores, a

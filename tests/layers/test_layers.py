@@ -54,7 +54,7 @@ LAYER_CASES = [
     # BiT's pre-activation unit, with its projection (channels and resolution change).
     (keras_vit.PreActBottleneckUnit, {"features": 32, "strides": 2}, (1, 7, 7, 64),
      (1, 4, 4, 128), ()),
-    # The families' layers (numerics in tests/models/test_family_layers.py).
+    # The families' layers (numerics in tests/layers/test_family_layers.py).
     (keras_vit.PrefixTokens, {"num_tokens": 4}, (2, 5, 8), (2, 9, 8), ()),
     (keras_vit.LayerScale, {"init_value": 1e-5}, (2, 5, 8), (2, 5, 8), ()),
     (keras_vit.MlpBlock, {"mlp_dim": 16, "activation": "quick_gelu"}, (2, 5, 8), (2, 5, 8),

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks import accelerator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIBRARIES = ("keras_vit", "timm")
 
 

@@ -11,7 +11,7 @@ from PIL import Image
 
 import keras_vit
 from keras_vit.runtime import image_sources, inference
-from tests.test_export import softmax, tiny_classifier
+from tests.export.test_export import softmax, tiny_classifier
 
 SIZE = 32  # tiny_classifier's input size
 

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from tests.test_export import tiny_classifier
+from tests.export.test_export import tiny_classifier
 
 
 def test_evaluate_digits_matches_train_and_scikit_learn(digits_run, cli, tmp_path):
