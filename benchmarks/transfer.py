@@ -168,7 +168,7 @@ def target_labels():
 def supplied(splits, head_only=False):
     """For the runs inside: `train(dataset=splits.name)` reads `splits`, and with `head_only`
     every weight of the built model but the head's is frozen."""
-    from keras_vit.lora import HEAD_LAYER
+    from keras_vit.layer_names import HEAD
     from keras_vit.training import run
 
     load_dataset, build_model = run.load_dataset, run.build_model
@@ -182,7 +182,7 @@ def supplied(splits, head_only=False):
         model = build_model(*args, **kwargs)
         if head_only:
             for layer in model.layers:
-                layer.trainable = layer.name == HEAD_LAYER
+                layer.trainable = layer.name == HEAD
         return model
 
     run.load_dataset, run.build_model = load, build

@@ -121,6 +121,9 @@ def train(dataset=None, *, settings=None, **options):
     Args:
         dataset: "digits" (built in, offline), a folder of class sub-folders,
             or a TFDS name ("tf_flowers", "cifar10", ...).
+        settings: a `TrainSettings`, or None for the keyword arguments alone.
+
+    Keyword Args:
         model: a variant name ("B/16"), a `Variant`, "demo" (the tiny ViT), or a
             BiT ResNet ("BiT-R50x1", the paper's CNN baseline).
             Defaults to the preset's ("demo" for digits, else "B/16").

@@ -368,7 +368,7 @@ def test_families_benchmark_tiny_mode_checks_parity_and_reports_ratios(tmp_path)
                                              / row["timm"]["images_per_s"]["median"])
     assert json.loads((tmp_path / "families.json").read_text())["batch"] == 2
     rows = _table_rows((tmp_path / "families.md").read_text())
-    assert [r[0] for r in rows] == ["DeiT distilled", "SigLIP"]
+    assert [r[0] for r in rows] == ["DeiT-S/16-distilled", "SigLIP-B/16"]
     for row, name in zip(rows, names):
         assert row[1] == f"`{name}` ({families.FAMILIES[row[0]][1]})"
         assert float(row[5].rstrip("x")) == pytest.approx(report["families"][name]["ratio"], abs=0.006)
