@@ -20,6 +20,7 @@ from keras_vit._support.files import read_text
 from keras_vit._support.json_files import parse_json, read_json
 from keras_vit.atomic import atomic_open
 from keras_vit.errors import DatasetError, PathError, RunConflictError
+from keras_vit.models.factory import RUN_FILE  # the run record a run folder is known by
 from keras_vit.training import resume
 from keras_vit.training.resume import check_outputs
 
@@ -31,7 +32,6 @@ __all__ = ["RUN_OUTPUTS", "RUN_FILE", "read_run_file", "check_previous_run", "ch
 # folder without a keras_vit run's log.csv or run.json they belong to something else.
 RUN_OUTPUTS = ("backup", "best.keras", "log.csv", "report.json", "curves.png", "confusion.png",
                "model.keras", "labels.txt", "run.json")
-RUN_FILE = "run.json"
 
 
 def _flatten(config, prefix=""):
