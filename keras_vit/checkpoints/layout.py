@@ -210,16 +210,7 @@ def layout(model):
         norm(_scope(PRE_NORM_SCALE), model.get_layer(layer_names.PRE_NORM))
     block = 0
     while layer_names.block_name(block) in names:
-        layer = model.get_layer(layer_names.block_name(block))
-        prefix = BLOCK.format(i=block)
-        norm(f"{prefix}/LayerNorm_0", layer.norm_0)
-        rows += _attention_rows(f"{prefix}/MultiHeadDotProductAttention_1", layer.attention)
-        norm(f"{prefix}/LayerNorm_2", layer.norm_2)
-        dense(f"{prefix}/MlpBlock_3/Dense_0", layer.mlp.dense_0)
-        dense(f"{prefix}/MlpBlock_3/Dense_1", layer.mlp.dense_1)
-        for scale in (layer.layer_scale_1, layer.layer_scale_3):
-            if scale is not None:
-                rows.append(Row((f"{prefix}/{scale.name}/scale",), scale.scale))
+        rows += _block_rows(BLOCK.format(i=block), model.get_layer(layer_names.block_name(block)))
         block += 1
     if layer_names.ENCODER_NORM in names:
         norm(_scope(ENCODER_NORM_SCALE), model.get_layer(layer_names.ENCODER_NORM))
@@ -302,6 +293,34 @@ def describe_bit(shapes):
     width = root[3] / 64
     width = int(width) if width == int(width) else width
     return f"BiT-R{depth}x{width} (depth {depth}, width {width}, units {counts})"
+
+
+# A block's weights by their names in Keras -> in the official layout; weights of other
+# names (Keras' LoRA factors on a Dense) are not the checkpoint's.
+_OFFICIAL_WEIGHT_NAMES = {"kernel": "kernel", "bias": "bias", "gamma": "scale", "beta": "bias",
+                          "scale": "scale"}
+
+
+def _block_rows(prefix, block):
+    """An encoder block's rows, in the order its weights were made. The block's layers are named
+    as the official scopes ("LayerNorm_0", "MlpBlock_3/Dense_0", "LayerScale_1"), so each weight's
+    key is its path under the block ("Transformer/encoderblock_0/LayerNorm_0/scale" for
+    encoderblock_0/LayerNorm_0/gamma): a new part of a block brings its keys by its name. Only
+    the attention, whose official query, key and value are the columns of keras_vit's fused
+    kernel, has rows of its own."""
+    attention = {id(v) for v in block.attention.weights}
+    rows, attention_rows = [], _attention_rows(f"{prefix}/MultiHeadDotProductAttention_1",
+                                               block.attention)
+    for variable in block.weights:
+        if id(variable) in attention:  # the attention's rows where its first weight is
+            rows, attention_rows = rows + attention_rows, []
+            continue
+        parts = variable.path.split("/")
+        scope, weight = parts[parts.index(block.name) + 1:-1], parts[-1]
+        if weight in _OFFICIAL_WEIGHT_NAMES:
+            key = "/".join([prefix, *scope, _OFFICIAL_WEIGHT_NAMES[weight]])
+            rows.append(Row((key,), variable))
+    return rows
 
 
 def _attention_rows(prefix, attention):

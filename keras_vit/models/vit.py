@@ -327,14 +327,12 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
     x = keras.layers.Dropout(dropout, name=names.EMBEDDING_DROPOUT)(x)
     if variant.pre_norm:  # CLIP: a LayerNorm before the encoder
         x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.PRE_NORM)(x)
-    activation = "swiglu" if variant.feed_forward == "swiglu" else variant.activation
     for i in range(variant.depth):
         block = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
                                  attention_dropout=attention_dropout,
                                  approximate_gelu=approximate_gelu, layer_norm_epsilon=epsilon,
                                  drop_path=drop_path_rates(drop_path_rate, variant.depth)[i],
-                                 activation=activation, layer_scale=variant.layer_scale,
-                                 name=names.block_name(i))
+                                 **variant.block_options, name=names.block_name(i))
         # Class-token pooling reads one token of the last block; computing only that one
         # gives the same output for ~7% less work (ViT-B/16). pooling=None keeps them all;
         # a distilled model reads its second token too.
@@ -345,7 +343,8 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         return keras.Model(images, _distilled_head(variant, x, head), name=name)
     if head.pooling == "map":
         x = MAPHead(variant.heads, variant.mlp_dim, approximate_gelu=approximate_gelu,
-                    activation=activation, layer_norm_epsilon=epsilon, name=names.MAP_POOL)(x)
+                    activation=variant.block_options["activation"], layer_norm_epsilon=epsilon,
+                    name=names.MAP_POOL)(x)
     elif head.pooling is not None:
         x = TokenPooling(head.pooling, num_prefix_tokens=variant.num_prefix_tokens,
                          name=names.pooling_name(head.pooling))(x)

@@ -14,7 +14,8 @@ import dataclasses
 
 from keras_vit.normalization import IMAGENET_MEAN_STD
 
-__all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "CLIP_MEAN_STD", "FIELD_CHOICES"]
+__all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "FAMILY_TIMM_NAMES", "CLIP_MEAN_STD",
+           "FIELD_CHOICES"]
 
 # The values each switch of `Variant` may take: what a model builder implements, and what a file's
 # record of a Variant is checked against (checkpoints/formats/npz_metadata.py). A family that needs
@@ -74,6 +75,13 @@ class Variant:
     def position_prefix_tokens(self):
         """Prefix tokens the position embedding covers (0 with timm's no_embed_class)."""
         return self.num_prefix_tokens if self.embed_prefix_tokens else 0
+
+    @property
+    def block_options(self):
+        """The switches of each encoder block, as `keras_vit.layers.TransformerBlock` takes them:
+        a new switch inside the block is added here and in the block, not in the model builder."""
+        activation = "swiglu" if self.feed_forward == "swiglu" else self.activation
+        return {"activation": activation, "layer_scale": self.layer_scale}
 
     @property
     def is_hybrid(self):
@@ -202,10 +210,18 @@ CLIP_MEAN_STD = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0
 _FAMILY_SIZES = {**_SIZES, "g": (1536, 40, 8192, 24), "So400m": (1152, 27, 4304, 16)}
 
 
-def _family(family, size, patch, suffix="", **fields):
+# timm's word for each size in its architecture names ("vit_small_patch14_dinov2").
+_TIMM_SIZES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "g": "giant",
+               "So400m": "so400m"}
+
+
+def _family(family, size, patch, suffix="", *, timm, **fields):
+    """One row of `FAMILIES`, and timm's architecture name for it: `timm` is a template of
+    {size} (timm's word for it) and {patch}."""
     width, depth, mlp_dim, heads = _FAMILY_SIZES[size]
     name = f"{family}-{size}/{patch}{suffix}"
-    return Variant(name, width, depth, mlp_dim, heads, patch, family=family, **fields)
+    row = Variant(name, width, depth, mlp_dim, heads, patch, family=family, **fields)
+    return row, timm.format(size=_TIMM_SIZES[size], patch=patch)
 
 
 # DeiT (Touvron et al. 2021): the paper's ViT trained on ImageNet-1k alone, in PyTorch (erf
@@ -230,23 +246,32 @@ _CLIP = dict(pre_norm=True, patch_bias=False, layer_norm_epsilon=1e-5, activatio
 # resample_patch_embedding (ViT(..., patch_size=P)).
 _FLEXIVIT = dict(embed_prefix_tokens=False, image_size=240)
 
-FAMILIES = {
-    v.name: v
-    for v in [
-        *(_family("DeiT", size, 16, **_DEIT) for size in ("Ti", "S", "B")),
-        *(_family("DeiT", size, 16, "-distilled", distilled=True, **_DEIT)
-          for size in ("Ti", "S", "B")),
-        *(_family("DeiT3", size, 16, **_DEIT3) for size in ("S", "B", "L")),
-        *(_family("DINOv2", size, 14, **_DINOV2) for size in ("S", "B", "L")),
-        _family("DINOv2", "g", 14, feed_forward="swiglu", **_DINOV2),
-        *(_family("DINOv2", size, 14, "-reg4", **_DINOV2, **_REG4) for size in ("S", "B", "L")),
-        _family("DINOv2", "g", 14, "-reg4", feed_forward="swiglu", **_DINOV2, **_REG4),
-        _family("SigLIP", "B", 16, **_SIGLIP),
-        _family("SigLIP", "So400m", 14, **_SIGLIP),
-        *(_family("CLIP", size, patch, **_CLIP) for size, patch in (("B", 32), ("B", 16), ("L", 14))),
-        *(_family("FlexiViT", size, 16, **_FLEXIVIT) for size in ("S", "B", "L")),
-    ]
-}
+_FAMILY_ROWS = [
+    *(_family("DeiT", size, 16, timm="deit_{size}_patch{patch}", **_DEIT)
+      for size in ("Ti", "S", "B")),
+    *(_family("DeiT", size, 16, "-distilled", timm="deit_{size}_distilled_patch{patch}",
+              distilled=True, **_DEIT) for size in ("Ti", "S", "B")),
+    *(_family("DeiT3", size, 16, timm="deit3_{size}_patch{patch}", **_DEIT3)
+      for size in ("S", "B", "L")),
+    *(_family("DINOv2", size, 14, timm="vit_{size}_patch{patch}_dinov2", **_DINOV2)
+      for size in ("S", "B", "L")),
+    _family("DINOv2", "g", 14, timm="vit_{size}_patch{patch}_dinov2", feed_forward="swiglu",
+            **_DINOV2),
+    *(_family("DINOv2", size, 14, "-reg4", timm="vit_{size}_patch{patch}_reg4_dinov2",
+              **_DINOV2, **_REG4) for size in ("S", "B", "L")),
+    _family("DINOv2", "g", 14, "-reg4", timm="vit_{size}_patch{patch}_reg4_dinov2",
+            feed_forward="swiglu", **_DINOV2, **_REG4),
+    *(_family("SigLIP", size, patch, timm="vit_{size}_patch{patch}_siglip", **_SIGLIP)
+      for size, patch in (("B", 16), ("So400m", 14))),
+    *(_family("CLIP", size, patch, timm="vit_{size}_patch{patch}_clip_quickgelu", **_CLIP)
+      for size, patch in (("B", 32), ("B", 16), ("L", 14))),
+    *(_family("FlexiViT", size, 16, timm="flexivit_{size}", **_FLEXIVIT)
+      for size in ("S", "B", "L")),
+]
+FAMILIES = {row.name: row for row, _ in _FAMILY_ROWS}
+# timm's architecture name (no resolution suffix) -> the row it builds
+# (keras_vit/variants/timm_names.py adds them to the official variants' names).
+FAMILY_TIMM_NAMES = {timm: row.name for row, timm in _FAMILY_ROWS}
 
 
 def _short(official):

@@ -9,6 +9,8 @@ checks each row against timm's own registry).
 
 import re
 
+from keras_vit.variants.table import FAMILY_TIMM_NAMES
+
 __all__ = ["TIMM_ARCHITECTURES", "timm_row"]
 
 # timm architecture (resolution suffix and pretrained tag removed) -> (official variant,
@@ -23,37 +25,14 @@ TIMM_ARCHITECTURES = {
     "vit_large_patch16": ("ViT-L_16", None),
     "vit_large_patch32": ("ViT-L_32", None),
     "vit_huge_patch14": ("ViT-H_14", None),
-    "deit_tiny_patch16": ("DeiT-Ti/16", None),
-    "deit_small_patch16": ("DeiT-S/16", None),
-    "deit_base_patch16": ("DeiT-B/16", None),
-    "deit_tiny_distilled_patch16": ("DeiT-Ti/16-distilled", None),
-    "deit_small_distilled_patch16": ("DeiT-S/16-distilled", None),
-    "deit_base_distilled_patch16": ("DeiT-B/16-distilled", None),
-    "deit3_small_patch16": ("DeiT3-S/16", None),
-    "deit3_base_patch16": ("DeiT3-B/16", None),
-    "deit3_large_patch16": ("DeiT3-L/16", None),
-    "vit_small_patch14_dinov2": ("DINOv2-S/14", None),
-    "vit_base_patch14_dinov2": ("DINOv2-B/14", None),
-    "vit_large_patch14_dinov2": ("DINOv2-L/14", None),
-    "vit_giant_patch14_dinov2": ("DINOv2-g/14", None),
-    "vit_small_patch14_reg4_dinov2": ("DINOv2-S/14-reg4", None),
-    "vit_base_patch14_reg4_dinov2": ("DINOv2-B/14-reg4", None),
-    "vit_large_patch14_reg4_dinov2": ("DINOv2-L/14-reg4", None),
-    "vit_giant_patch14_reg4_dinov2": ("DINOv2-g/14-reg4", None),
-    "vit_base_patch16_siglip": ("SigLIP-B/16", None),
-    "vit_so400m_patch14_siglip": ("SigLIP-So400m/14", None),
-    "vit_base_patch32_clip_quickgelu": ("CLIP-B/32", None),
-    "vit_base_patch16_clip_quickgelu": ("CLIP-B/16", None),
-    "vit_large_patch14_clip_quickgelu": ("CLIP-L/14", None),
-    "flexivit_small": ("FlexiViT-S/16", None),
-    "flexivit_base": ("FlexiViT-B/16", None),
-    "flexivit_large": ("FlexiViT-L/16", None),
     "vit_base_patch16_gap": ("ViT-B_16-gap-norep", 16),
     "vit_tiny_r_s16_p8": ("R+ViT-Ti_16", None),
     "vit_small_r26_s32": ("R26+ViT-S_32", None),
     "vit_base_r26_s32": ("R26+ViT-B_32", None),
     "vit_base_r50_s16": ("R50+ViT-B_16", None),
     "vit_large_r50_s32": ("R50+ViT-L_32", None),
+    # The families' rows carry their timm names (table.py).
+    **{timm: (row, None) for timm, row in FAMILY_TIMM_NAMES.items()},
 }
 # The resolutions timm registers the same architecture at (SigLIP's 256, 378 and 512 among
 # them); the pretrained file's position grid gives the size it is built at.
