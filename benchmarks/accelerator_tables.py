@@ -1,11 +1,21 @@
 """benchmarks/accelerator.py's report as Markdown: speed, agreement, training and memory tables."""
 
+import re
+
 
 def _attention_note(report):
     if "keras_vit_fused_attention" not in report:
         return ""
     path = "fused" if report["keras_vit_fused_attention"] else "explicit"
     return f" keras_vit's attention: {report.get('attention', 'auto')} ({path})."
+
+
+def _verbatim(text):
+    """`text` as a Markdown code span: a library's error message, whose brackets would
+    otherwise read as links (`[executable_name='...'] [tf-allocator-allocation-error='']`)."""
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _rate(summary):
@@ -110,8 +120,8 @@ def to_markdown(report):
     lines += [f"{lib}: {text}." for lib, text in report.get("library_calls", {}).items()
               if lib in libraries]
     rows = [*report["models"].values(), *training.values()]
-    lines += [f"Failed: {row['title']}: {row['error']}" for row in rows if "error" in row]
-    lines += [f"Failed: {row['title']} {key}: {text}" for row in rows
+    lines += [f"Failed: {row['title']}: {_verbatim(row['error'])}" for row in rows if "error" in row]
+    lines += [f"Failed: {row['title']} {key}: {_verbatim(text)}" for row in rows
               for key, text in row.get("errors", {}).items()]
     lines += [f"Note: {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"

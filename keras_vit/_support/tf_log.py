@@ -24,7 +24,8 @@ import re
 import sys
 import tempfile
 
-__all__ = ["running_the_command", "quiet_for_command_line", "without_libjpeg_lines"]
+__all__ = ["running_the_command", "quiet_for_command_line", "without_libjpeg_lines",
+           "stderr_descriptor"]
 
 LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 NVIDIA_DRIVER = "/proc/driver/nvidia"  # present where the NVIDIA kernel driver is loaded (Linux)
@@ -40,6 +41,35 @@ def running_the_command():
                for flag, module in zip(argv, argv[1:]))
 
 
+# The process' own stderr while a block below points file descriptor 2 elsewhere: where a line
+# that must be seen goes even then (Ctrl-C's, keras_vit/cli/main.py, written as the process ends).
+_real_stderr = None
+
+
+def stderr_descriptor():
+    """A file descriptor of the process' stderr: 2, or its copy while fd 2 is hidden here."""
+    return 2 if _real_stderr is None else _real_stderr
+
+
+@contextlib.contextmanager
+def _stderr_pointed_at(descriptor):
+    """Points fd 2 at `descriptor` for the block (Python's sys.stderr flushed into each side);
+    `stderr_descriptor()` keeps the real one."""
+    global _real_stderr
+    sys.stderr.flush()
+    saved = os.dup(2)
+    outer = _real_stderr
+    _real_stderr = saved if outer is None else outer  # set before fd 2 moves
+    try:
+        os.dup2(descriptor, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        _real_stderr = outer
+        os.close(saved)
+
+
 def quiet_for_command_line():
     if not running_the_command():
         return
@@ -51,20 +81,16 @@ def quiet_for_command_line():
         return
     if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(devnull, 2)
-        import tensorflow  # (an import error is raised once stderr is back)
+        with _stderr_pointed_at(devnull):
+            import tensorflow  # (an import error is raised once stderr is back)
 
-        # Starting the devices logs at ERROR level where CUDA cannot start ("failed call to
-        # cuInit"): on every machine without a GPU, with TensorFlow's Linux wheels. Start them
-        # here, unheard, rather than at the command's first op.
-        gpus = tensorflow.config.list_physical_devices("GPU")
+            # Starting the devices logs at ERROR level where CUDA cannot start ("failed call
+            # to cuInit"): on every machine without a GPU, with TensorFlow's Linux wheels.
+            # Start them here, unheard, rather than at the command's first op.
+            gpus = tensorflow.config.list_physical_devices("GPU")
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
         os.close(devnull)
     if not gpus and os.path.exists(NVIDIA_DRIVER):  # then the hidden lines would say why
         print(f"keras-vit: TensorFlow found no usable GPU, though an NVIDIA driver is loaded; "
@@ -85,16 +111,11 @@ def without_libjpeg_lines():
     if not running_the_command():
         yield
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
         try:
-            yield
+            with _stderr_pointed_at(captured.fileno()):
+                yield
         finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
             captured.seek(0)
             for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
                 if not _LIBJPEG_LINE.match(line):

@@ -5,7 +5,7 @@ import signal
 import sys
 import threading
 
-from keras_vit._support.tf_log import quiet_for_command_line
+from keras_vit._support.tf_log import quiet_for_command_line, stderr_descriptor
 from keras_vit.cli import analyze, compare, evaluate, export, info, predict, train
 from keras_vit.cli.common import Parser, report_errors
 
@@ -54,7 +54,14 @@ def _interrupted(signum, frame):
             stream.flush()  # what was printed so far (predictions) is kept
         except (OSError, ValueError):
             pass
-    os.write(2, f"keras-vit: {_interrupted_note}\n".encode())
+    # To the process' stderr also while TensorFlow's start-up or libjpeg's lines are hidden
+    # (keras_vit/_support/tf_log.py points fd 2 elsewhere meanwhile; a thread that ends such a
+    # block as this runs closes the copy: then fd 2 is the stderr again).
+    line = f"keras-vit: {_interrupted_note}\n".encode()
+    try:
+        os.write(stderr_descriptor(), line)
+    except OSError:
+        os.write(2, line)
     os._exit(130)
 
 

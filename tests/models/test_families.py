@@ -104,8 +104,14 @@ def test_the_row_is_what_timm_builds(name):
     scale = getattr(block.ls1, "gamma", None)
     assert (scale is not None) == (variant.layer_scale is not None)
     assert type(block.mlp).__name__ == {"mlp": "Mlp", "swiglu": "GluMlp"}[variant.feed_forward]
-    act = type(block.mlp.act).__name__
-    assert act == {"gelu": "GELU", "quick_gelu": "QuickGELU"}.get(variant.activation, act)
+    # A SwiGLU row's gate is SiLU on the first half (timm's SwiGLUPacked: GluMlp with nn.SiLU,
+    # gate_last=False), as keras_vit's MlpBlock "swiglu" computes; the row's `activation` names
+    # a plain MLP's and is not used there.
+    if variant.feed_forward == "swiglu":
+        assert type(block.mlp.act).__name__ == "SiLU" and not block.mlp.gate_last
+    else:
+        expected = {"gelu": "GELU", "quick_gelu": "QuickGELU"}[variant.activation]
+        assert type(block.mlp.act).__name__ == expected
     assert block.norm1.eps == (variant.layer_norm_epsilon or 1e-6)
     cfg = model.pretrained_cfg
     assert cfg["input_size"][1:] == (variant.image_size,) * 2
