@@ -16,13 +16,20 @@ axis; `resize_matrix(size_in, size_out, method)` builds it for each library's re
 - "torch_bicubic": torch's bicubic without antialiasing (transformers' ViT, DeiT, DINOv2,
   SigLIP and CLIP `interpolate_pos_encoding`): Keys cubic with a = -0.75 on four taps, the tap
   indices clamped to the edges.
+- "keras_bicubic": `keras.ops.image.resize(interpolation="bicubic")` on TensorFlow (keras-hub's
+  DINOv2 resize), TensorFlow's ResizeBicubic: Keys cubic with a = -0.5 on four taps, read from
+  a table at 1/1024 steps of the offset, taps past the edges dropped and the rest renormalised.
+  "keras_bicubic_antialias" (`antialias=True`, TensorFlow's scale_and_translate) is the same
+  kernel as torch's antialiased one, so the "bicubic" matrix.
 """
 
 from keras import ops
 
 __all__ = ["RESIZE_METHODS", "resize_matrix", "bicubic_resize_matrix"]
 
-RESIZE_METHODS = ("linear", "bilinear", "bicubic", "torch_bicubic")
+RESIZE_METHODS = ("linear", "bilinear", "bicubic", "torch_bicubic", "keras_bicubic",
+                  "keras_bicubic_antialias")
+_TF_CUBIC_TABLE = 1024  # TensorFlow's ResizeBicubic reads its weights from a table this fine
 
 
 def _keys_cubic(x, a):
@@ -54,20 +61,28 @@ def resize_matrix(size_in, size_out, method="bicubic", dtype="float32"):
     if method == "bilinear":
         centre = ops.clip(centre, 0.0, n_in - 1.0)
         return _tent(sources[None, :] - centre[:, None])
-    if method == "bicubic":
+    if method in ("bicubic", "keras_bicubic_antialias"):
         # Shrinking widens the kernel by the scale (the antialiasing); growing keeps it.
         stretch = ops.maximum(scale, ops.cast(1.0, dtype))
         weights = _keys_cubic((sources[None, :] - centre[:, None]) / stretch, -0.5)
         # Taps past the edges are dropped and the rest renormalised, as Pillow and torch do.
         return weights / ops.sum(weights, axis=1, keepdims=True)
-    # torch_bicubic: four taps around floor(centre), each index clamped into the axis, so an
-    # edge input collects the weights of the taps past it.
+    # Four taps around floor(centre). torch clamps each index into the axis, so an edge input
+    # collects the weights of the taps past it; TensorFlow drops those taps and renormalises.
     floor = ops.floor(centre)
+    offset = centre - floor
+    if method == "keras_bicubic":
+        offset = ops.round(offset * _TF_CUBIC_TABLE) / _TF_CUBIC_TABLE
     matrix = 0.0
     for tap in (-1, 0, 1, 2):
-        index = ops.cast(ops.clip(floor + tap, 0, size_in - 1), "int32")
-        weight = _keys_cubic(centre - (floor + tap), -0.75)
+        index = floor + tap
+        weight = _keys_cubic(offset - tap, -0.75 if method == "torch_bicubic" else -0.5)
+        if method == "keras_bicubic":
+            weight = ops.where((index >= 0) & (index < n_in), weight, ops.zeros_like(weight))
+        index = ops.cast(ops.clip(index, 0, size_in - 1), "int32")
         matrix = matrix + ops.one_hot(index, size_in, dtype=dtype) * weight[:, None]
+    if method == "keras_bicubic":
+        matrix = matrix / ops.sum(matrix, axis=1, keepdims=True)
     return matrix
 
 

@@ -23,7 +23,7 @@ __all__ = ["ClassToken", "PrefixTokens", "AddPositionEmbedding", "resize_positio
 # `keras.ops.image.resize(interpolation="bicubic")`, which keras-hub's DINOv2 applies when built
 # at another size than its position embedding's (`DINOV2Embedding._interpolate_position_
 # embeddings`): the same call, so the same values (TensorFlow's bicubic is not torch's).
-POSITION_RESIZES = (*RESIZE_METHODS, "keras_bicubic", "keras_bicubic_antialias")
+POSITION_RESIZES = RESIZE_METHODS
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -135,14 +135,9 @@ class AddPositionEmbedding(keras.layers.Layer):
         embedding = ops.cast(self.pos_embedding, "float32")
         prefix, stored = embedding[:, :self.num_prefix_tokens], embedding[0, self.num_prefix_tokens:]
         stored = ops.reshape(stored, (*self.grid_size, -1))
-        if self.resize.startswith("keras_bicubic"):
-            resized = ops.image.resize(stored[None], (rows, cols), interpolation="bicubic",
-                                       antialias=self.resize.endswith("antialias"),
-                                       data_format="channels_last")[0]
-        else:
-            resized = ops.einsum("ih,jw,hwd->ijd",
-                                 resize_matrix(self.grid_size[0], rows, self.resize),
-                                 resize_matrix(self.grid_size[1], cols, self.resize), stored)
+        resized = ops.einsum("ih,jw,hwd->ijd",
+                             resize_matrix(self.grid_size[0], rows, self.resize),
+                             resize_matrix(self.grid_size[1], cols, self.resize), stored)
         resized = ops.reshape(resized, (1, rows * cols, ops.shape(stored)[-1]))
         return ops.concatenate([prefix, resized], axis=1)
 
@@ -172,7 +167,7 @@ def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_toke
     (torch's antialiased bicubic), "bilinear" timm's FlexiViT loading (torch's bilinear, no
     antialiasing), "torch_bicubic" transformers' `interpolate_pos_encoding` (torch's bicubic,
     no antialiasing). `method="keras_bicubic"` (or "keras_bicubic_antialias") is keras-hub's
-    DINOv2 resize, `keras.ops.image.resize` in float32. Returns a new NumPy array of the
+    DINOv2 resize, `keras.ops.image.resize` on TensorFlow. Returns a new NumPy array of the
     input's dtype.
     """
     pos_embedding = np.asarray(pos_embedding)
@@ -187,11 +182,7 @@ def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_toke
             f"{expected} positions, but the embedding has {pos_embedding.shape[1]}.")
     prefix = pos_embedding[:, :num_prefix_tokens]
     grid = pos_embedding[0, num_prefix_tokens:].reshape(*old_grid, -1)
-    if old_grid != new_grid and method.startswith("keras_bicubic"):
-        grid = ops.convert_to_numpy(ops.image.resize(
-            grid[None].astype(np.float32), new_grid, interpolation="bicubic",
-            antialias=method.endswith("antialias"), data_format="channels_last"))[0]
-    elif old_grid != new_grid:
+    if old_grid != new_grid:
         rows, cols = (np.asarray(ops.convert_to_numpy(resize_matrix(old, new, method, "float64")))
                       for old, new in zip(old_grid, new_grid))  # (new, old) each
         # Computed in float64 so the result matches scipy's zoom (and torch) to rounding.
