@@ -19,12 +19,15 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints.formats import FORMATS
+from keras_vit.checkpoints.formats.base import Resizes
+from keras_vit.checkpoints.formats.transformers_families import FAMILY_SOURCES
 from keras_vit.layers.tokens import POSITION_RESIZES
 from tests.checkpoints.formats.test_formats import _images, _randomise
 from tests.checkpoints.formats.test_timm_families import _assert_close
 from tests.oracle import import_timm, run_timm
 
 DEPTH = 2
+FORMATS_BY_NAME = {f.name: f for f in FORMATS}
 POSEMBED = "Transformer/posembed_input/pos_embedding"
 
 
@@ -114,6 +117,13 @@ def test_each_format_records_a_known_resize_and_the_official_npz_keeps_the_linea
     resizes = {f.name: f.position_resize for f in FORMATS}
     assert set(resizes.values()) <= set(POSITION_RESIZES)
     assert resizes["npz"] == "linear" and resizes["timm"] == "bicubic"
+    # ... at load, in the call and for the patch kernel, for every family.
+    for found in FORMATS:
+        for family in {row.family for row in keras_vit.FAMILIES.values()} | {None}:
+            assert set(dataclasses.astuple(found.resizes(family))) <= set(POSITION_RESIZES)
+    assert FORMATS_BY_NAME["timm"].resizes("FlexiViT") == Resizes("bilinear", "bicubic",
+                                                                   "bilinear")
+    assert {s.position_resize for s in FAMILY_SOURCES.values()} <= set(POSITION_RESIZES)
 
 
 def test_an_unknown_resize_method_is_one_line():

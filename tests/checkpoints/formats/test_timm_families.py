@@ -152,6 +152,23 @@ def test_flexivit_at_another_patch_size_computes_what_timm_computes(flexivit_fil
     _assert_close(np.asarray(ours(images)), run_timm(theirs.eval(), images))
 
 
+@pytest.mark.slow  # full size; the default test above is the same path at width 64, depth 2
+@pytest.mark.parametrize("patch_size", [8, 30])
+def test_a_full_size_flexivit_base_at_another_patch_size_is_timms(patch_size, tmp_path):
+    timm = import_timm()
+    import torch
+    from safetensors.torch import save_file
+
+    source = _randomise(timm.create_model("flexivit_base", pretrained=False), torch)
+    path = str(tmp_path / "flexivit_base.safetensors")
+    save_file({k: v.contiguous() for k, v in source.state_dict().items()}, path)
+    theirs = timm.create_model("flexivit_base", pretrained=True, patch_size=patch_size,
+                               pretrained_cfg_overlay={"file": path, "custom_load": False})
+    ours = keras_vit.ViT("FlexiViT-B/16", weights=path, patch_size=patch_size)
+    images = _images(2, (240, 240))
+    _assert_close(np.asarray(ours(images)), run_timm(theirs.eval(), images))
+
+
 # --- SigLIP So400m/14: an MLP of 4304, not 4 x 1152, and 16 heads of 72 ------------------------
 SO400M = "vit_so400m_patch14_siglip_224"
 
