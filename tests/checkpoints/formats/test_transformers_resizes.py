@@ -17,7 +17,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints.formats import read_checkpoint
-from tests.checkpoints.formats.test_formats import _images
+from tests.checkpoints.formats.test_formats import _images, _randomise, _torch
 from tests.checkpoints.formats.test_transformers_families import (
     CASES,
     _assert_close,
@@ -115,3 +115,23 @@ def test_a_saved_model_keeps_resizing_as_its_source(tmp_path):
     assert reloaded.get_layer("posembed_input").resize == "torch_bicubic"
     images = _images(2, SIZES[1])
     _assert_close(np.asarray(reloaded(images)), _theirs(theirs, torch, images, output))
+
+
+@pytest.mark.slow  # full size; the default tests above run the same resize on the small config
+@pytest.mark.parametrize("model_class,config_class", [
+    ("SiglipVisionModel", "SiglipVisionConfig"), ("Dinov2Model", "Dinov2Config")])
+def test_a_full_size_model_at_another_size_is_transformers(model_class, config_class, tmp_path):
+    """transformers' default configs (SigLIP-B/16 at 224, DINOv2-B/14 at 518 pixels) at a
+    non-square size, through from_pretrained, as a user loads them."""
+    torch = _torch()
+    import transformers
+
+    theirs = getattr(transformers, model_class)(getattr(transformers, config_class)()).eval()
+    _randomise(theirs, torch)
+    theirs.save_pretrained(str(tmp_path / model_class))
+    patch = theirs.config.patch_size
+    size = (12 * patch, 20 * patch)
+    ours = keras_vit.from_pretrained(str(tmp_path / model_class), include_top=False,
+                                     image_size=size)
+    images = _images(1, size)
+    _assert_close(np.asarray(ours(images)), _theirs(theirs, torch, images, "pooler_output"))
