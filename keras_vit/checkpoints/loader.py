@@ -12,8 +12,9 @@ import numpy as np
 
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import open_checkpoint
-from keras_vit.checkpoints.formats.base import ArraysReader, CheckpointReader
+from keras_vit.checkpoints.formats.base import ArraysReader, CheckpointReader, Resizes
 from keras_vit.checkpoints.formats.npz import PICKLE_PROBLEM
+from keras_vit.checkpoints.formats.npz_metadata import VARIANT_ATTRIBUTE
 from keras_vit.checkpoints.layout import (
     BIT_ROOT_KEY,
     DROPPABLE_PREFIXES,
@@ -102,6 +103,7 @@ def _load_from(model, reader, trunk_only, resample_patches=False):
     if new_head:  # classes differ, or a headless file: the head starts at zero, below
         rows = [r for r in rows if r not in head_rows]
     num_prefix = _num_prefix_tokens(model)
+    resizes = _resizes(model, reader)
 
     missing, mismatched = [], []
     for row in rows:
@@ -151,12 +153,13 @@ def _load_from(model, reader, trunk_only, resample_patches=False):
             arrays = reader.read(row.keys, heads)
             non_finite += [f"{k}: {_non_finite(a)}" for k, a in arrays.items() if _non_finite(a)]
             if row.keys[0] in (POS_EMBED_KEY, EMBEDDING_KERNEL):  # the rows that are resized
-                _row_value(model, reader, row, arrays, num_prefix, metadata, resample_patches)
+                _row_value(model, reader, row, arrays, num_prefix, metadata, resample_patches,
+                           resizes)
             del arrays
         _refuse_non_finite(sorted(non_finite), source, subject, headers)
         for row in rows:
             value = _row_value(model, reader, row, reader.read(row.keys, heads), num_prefix,
-                               metadata, resample_patches)
+                               metadata, resample_patches, resizes)
             row.variable.assign(value.astype(row.variable.dtype, copy=False))
             del value
         values = []
@@ -165,7 +168,7 @@ def _load_from(model, reader, trunk_only, resample_patches=False):
         _refuse_non_finite([f"{k}: {_non_finite(arrays[k])}" for k in present
                             if _non_finite(arrays[k])], source, subject, headers)
         values = [(row.variable, _row_value(model, reader, row, arrays, num_prefix, metadata,
-                                            resample_patches)) for row in rows]
+                                            resample_patches, resizes)) for row in rows]
     if new_head:
         values += [(row.variable, np.zeros(row.variable.shape)) for row in head_rows]
     for variable, value in values:  # only now, with every value in hand, touch the model
@@ -173,6 +176,10 @@ def _load_from(model, reader, trunk_only, resample_patches=False):
         # second host copy of the weights.
         variable.assign(value.astype(variable.dtype, copy=False))
     if not trunk_only:
+        if POSEMBED_INPUT in {layer.name for layer in model.layers}:
+            # The model resizes at run time as the weights' library does, and keeps it in its
+            # config: a saved model goes on resizing so.
+            model.get_layer(POSEMBED_INPUT).resize = resizes.dynamic
         _warn_if_normalized_otherwise(model, reader)
     _warn_if_computed_otherwise(model, reader)
     return model
@@ -184,9 +191,9 @@ def _refuse_non_finite(non_finite, source, subject, headers):
                                       {"arrays with non-finite values": non_finite}, headers))
 
 
-def _row_value(model, reader, row, arrays, num_prefix, metadata, resample_patches):
+def _row_value(model, reader, row, arrays, num_prefix, metadata, resample_patches, resizes):
     """The value of `row`'s variable from the checkpoint's `arrays`: position embeddings
-    moved to the model's grid, a patch embedding resampled where asked."""
+    moved to the model's grid, a patch embedding resampled where asked, each as `resizes`."""
     source = reader.path
     value = row.value(arrays)
     if row.keys[0] == POS_EMBED_KEY:
@@ -194,10 +201,11 @@ def _row_value(model, reader, row, arrays, num_prefix, metadata, resample_patche
         grid = _file_grid(value.shape[1] - num_prefix, metadata.get("grid"), model, source)
         if value.shape != tuple(row.variable.shape) or tuple(grid) != tuple(posembed.grid_size):
             value = resize_position_embedding(value, grid, posembed.grid_size, num_prefix,
-                                              method=_position_resize(reader))
+                                              method=resizes.load)
     elif resample_patches and row.keys[0] == EMBEDDING_KERNEL \
             and _other_patch_size(value.shape, row.variable.shape):
-        value = resample_patch_embedding(value, tuple(row.variable.shape[:2]))
+        value = resample_patch_embedding(value, tuple(row.variable.shape[:2]),
+                                         method=resizes.patch)
     return np.asarray(value).reshape(row.variable.shape)
 
 
@@ -320,10 +328,14 @@ def _other_patch_size(found, expected):
         and found[:2] != expected[:2]
 
 
-def _position_resize(reader):
-    """How the checkpoint's own library resizes position embeddings (its format records it;
-    arrays passed as a dict are in the official layout, so the official linear zoom)."""
-    return reader.format.position_resize if reader.format is not None else "linear"
+def _resizes(model, reader):
+    """How the checkpoint's own library resizes its weights: its format records it, per family
+    of the model's row; arrays passed as a dict are in the official layout, so the official
+    linear zoom and FlexiViT's bilinear resize."""
+    if reader.format is None:
+        return Resizes("linear", "linear", "bilinear")
+    variant = getattr(model, VARIANT_ATTRIBUTE, None)
+    return reader.format.resizes(getattr(variant, "family", None))
 
 
 def _num_prefix_tokens(model):

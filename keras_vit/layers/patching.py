@@ -8,7 +8,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.errors import ArgumentError
-from keras_vit.layers.interpolation import bicubic_resize_matrix
+from keras_vit.layers.interpolation import RESIZE_METHODS, resize_matrix
 
 __all__ = ["PatchEncoder", "resample_patch_embedding"]
 
@@ -98,15 +98,17 @@ class PatchEncoder(keras.layers.Layer):
         }
 
 
-def resample_patch_embedding(kernel, new_patch_size):
+def resample_patch_embedding(kernel, new_patch_size, method="bilinear"):
     """A patch-embedding kernel `(P, P, channels, width)` moved to `new_patch_size`.
 
-    FlexiViT's pseudo-inverse resize (big_vision `resample_patchemb`, timm
-    `resample_patch_embed`): the kernel k' for which a patch resized to the new size by
-    `resize` (torch's antialiased bicubic, as timm) gives what k gives on the original,
-    <resize(x), k'> = <x, k>, in the least-squares sense: k' = pinv(R)^T k for the resize
-    matrix R. `new_patch_size` is an int or (height, width). NumPy; returns an array of
-    the kernel's dtype, the kernel itself when the size is unchanged.
+    FlexiViT's pseudo-inverse resize: the kernel k' for which a patch resized to the new size
+    by `method` gives what k gives on the original, <resize(x), k'> = <x, k>, in the
+    least-squares sense: k' = pinv(R^T) k for the resize matrix R. By default "bilinear"
+    (no antialiasing), the paper's and big_vision's `resample_patchemb`, which timm's FlexiViT
+    models load with; "bicubic" is timm's `resample_patch_embed` defaults (torch's
+    antialiased bicubic), "torch_bicubic" and "linear" the other resizes of
+    `keras_vit.layers.interpolation`. `new_patch_size` is an int or (height, width). NumPy;
+    returns an array of the kernel's dtype, the kernel itself when the size is unchanged.
     """
     kernel = np.asarray(kernel)
     if kernel.ndim != 4:
@@ -117,11 +119,13 @@ def resample_patch_embedding(kernel, new_patch_size):
                              or s <= 0 for s in pair):
         raise ArgumentError(f"new_patch_size must be a positive int or (height, width) of ints, "
                             f"got {new_patch_size!r}.")
+    if method not in RESIZE_METHODS:
+        raise ArgumentError(f"method must be one of {', '.join(RESIZE_METHODS)}, got {method!r}.")
     old, new = kernel.shape[:2], tuple(int(s) for s in pair)
     if old == new:
         return kernel
     # R = rows (x) columns on row-major flattened patches, so pinv(R) = pinv(rows) (x) pinv(cols).
-    rows, cols = (np.asarray(ops.convert_to_numpy(bicubic_resize_matrix(o, n)), np.float64)
+    rows, cols = (np.asarray(ops.convert_to_numpy(resize_matrix(o, n, method, "float64")))
                   for o, n in zip(old, new))
     inverse = np.kron(np.linalg.pinv(rows), np.linalg.pinv(cols))  # (old_total, new_total)
     flat = kernel.reshape(old[0] * old[1], -1).astype(np.float64)

@@ -6,21 +6,24 @@ from keras import ops
 
 from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError
-from keras_vit.layers.interpolation import bicubic_resize_matrix
+from keras_vit.layers.interpolation import RESIZE_METHODS, resize_matrix
 
 __all__ = ["ClassToken", "PrefixTokens", "AddPositionEmbedding", "resize_position_embedding",
            "POSITION_RESIZES"]
 
 # How a source's own code moves a position embedding to another grid (a checkpoint format
-# records which: `CheckpointFormat.position_resize`): "linear" is the official
-# `interpolate_posembed` (scipy's corner-aligned zoom, order 1); "bicubic" is timm's
-# `resample_abs_pos_embed` (torch's antialiased bicubic, align_corners=False), which timm
-# applies to every file it loads at another size, DINOv2's 518-pixel ones among them;
-# "keras_bicubic" (and "keras_bicubic_antialias") is `keras.ops.image.resize(interpolation=
-# "bicubic")`, which keras-hub's DINOv2 applies when built at another size than its position
-# embedding's (`DINOV2Embedding._interpolate_position_embeddings`): the same call, so the same
-# values (TensorFlow's bicubic is not torch's: another cubic, no antialiasing by default).
-POSITION_RESIZES = ("linear", "bicubic", "keras_bicubic", "keras_bicubic_antialias")
+# records which: `CheckpointFormat.position_resize`, and the model keeps it in its
+# `AddPositionEmbedding`'s config for the run-time resize). The matrix resizes of
+# `keras_vit.layers.interpolation`: "linear" is the official `interpolate_posembed` (scipy's
+# corner-aligned zoom, order 1); "bicubic" is timm's `resample_abs_pos_embed` (torch's
+# antialiased bicubic), which timm applies to every file it loads at another size, DINOv2's
+# 518-pixel ones among them, and at run time; "bilinear" (torch's, no antialiasing) is how timm
+# loads FlexiViT files; "torch_bicubic" (no antialiasing) is transformers'
+# `interpolate_pos_encoding`. "keras_bicubic" (and "keras_bicubic_antialias") is
+# `keras.ops.image.resize(interpolation="bicubic")`, which keras-hub's DINOv2 applies when built
+# at another size than its position embedding's (`DINOV2Embedding._interpolate_position_
+# embeddings`): the same call, so the same values (TensorFlow's bicubic is not torch's).
+POSITION_RESIZES = RESIZE_METHODS
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -85,15 +88,17 @@ class AddPositionEmbedding(keras.layers.Layer):
 
     `dynamic_grid=True` takes images of any size: called as `layer(tokens, grid=patches)`,
     with `patches` the `(batch, rows, cols, D)` grid the tokens were flattened from, it
-    resizes the stored grid to (rows, cols) inside the call, as timm's `dynamic_img_size`
-    does (`resample_abs_pos_embed`: torch's antialiased bicubic); the prefix tokens' embedding
-    is kept. The stored grid is returned unchanged when the sizes agree.
+    resizes the stored grid to (rows, cols) inside the call by `resize` (one of
+    `POSITION_RESIZES`: the resize of the library the weights came from, which loading sets;
+    "bicubic", timm's `dynamic_img_size`, by default); the prefix tokens' embedding is kept.
+    The stored grid is returned unchanged when the sizes agree.
     """
 
     def __init__(self, grid_size, num_prefix_tokens=1, initializer=None, dynamic_grid=False,
-                 **kwargs):
+                 resize="bicubic", **kwargs):
         super().__init__(**kwargs)
         self.grid_size = _pair(grid_size, "grid_size")
+        self.resize = _method(resize)
         if num_prefix_tokens < 0:
             raise ArgumentError(f"num_prefix_tokens must be >= 0, got {num_prefix_tokens}.")
         self.num_prefix_tokens = num_prefix_tokens
@@ -126,12 +131,13 @@ class AddPositionEmbedding(keras.layers.Layer):
         return tokens + ops.cast(self._resized(shape[1], shape[2]), tokens.dtype)
 
     def _resized(self, rows, cols):
-        """The embedding for a rows x cols grid (timm's run-time resample_abs_pos_embed)."""
+        """The embedding for a rows x cols grid, resized by `self.resize`."""
         embedding = ops.cast(self.pos_embedding, "float32")
         prefix, stored = embedding[:, :self.num_prefix_tokens], embedding[0, self.num_prefix_tokens:]
         stored = ops.reshape(stored, (*self.grid_size, -1))
-        resized = ops.einsum("ih,jw,hwd->ijd", bicubic_resize_matrix(self.grid_size[0], rows),
-                             bicubic_resize_matrix(self.grid_size[1], cols), stored)
+        resized = ops.einsum("ih,jw,hwd->ijd",
+                             resize_matrix(self.grid_size[0], rows, self.resize),
+                             resize_matrix(self.grid_size[1], cols, self.resize), stored)
         resized = ops.reshape(resized, (1, rows * cols, ops.shape(stored)[-1]))
         return ops.concatenate([prefix, resized], axis=1)
 
@@ -146,6 +152,7 @@ class AddPositionEmbedding(keras.layers.Layer):
             "num_prefix_tokens": self.num_prefix_tokens,
             "initializer": keras.initializers.serialize(self.initializer),
             "dynamic_grid": self.dynamic_grid,
+            "resize": self.resize,
         }
 
 
@@ -157,14 +164,15 @@ def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_toke
     separate row and column factors, so rectangular grids work. `method="linear"` is the
     official `interpolate_posembed`: corner-aligned bilinear interpolation, equal to
     `scipy.ndimage.zoom(order=1)`. `method="bicubic"` is timm's `resample_abs_pos_embed`
-    (torch's antialiased bicubic, as `AddPositionEmbedding(dynamic_grid=True)` resizes at
-    run time). `method="keras_bicubic"` (or "keras_bicubic_antialias") is keras-hub's DINOv2
-    resize, `keras.ops.image.resize` in float32. Returns a new NumPy array of the input's dtype.
+    (torch's antialiased bicubic), "bilinear" timm's FlexiViT loading (torch's bilinear, no
+    antialiasing), "torch_bicubic" transformers' `interpolate_pos_encoding` (torch's bicubic,
+    no antialiasing). `method="keras_bicubic"` (or "keras_bicubic_antialias") is keras-hub's
+    DINOv2 resize, `keras.ops.image.resize` on TensorFlow. Returns a new NumPy array of the
+    input's dtype.
     """
     pos_embedding = np.asarray(pos_embedding)
     old_grid, new_grid = _pair(old_grid, "old_grid"), _pair(new_grid, "new_grid")
-    if method not in POSITION_RESIZES:
-        raise ArgumentError(f"method must be one of {', '.join(POSITION_RESIZES)}, got {method!r}.")
+    method = _method(method)
     if pos_embedding.ndim != 3 or pos_embedding.shape[0] != 1:
         raise ArgumentError(f"A position embedding has shape (1, tokens, D), got {pos_embedding.shape}.")
     expected = num_prefix_tokens + old_grid[0] * old_grid[1]
@@ -174,39 +182,19 @@ def resize_position_embedding(pos_embedding, old_grid, new_grid, num_prefix_toke
             f"{expected} positions, but the embedding has {pos_embedding.shape[1]}.")
     prefix = pos_embedding[:, :num_prefix_tokens]
     grid = pos_embedding[0, num_prefix_tokens:].reshape(*old_grid, -1)
-    if old_grid != new_grid and method.startswith("keras_bicubic"):
-        grid = ops.convert_to_numpy(ops.image.resize(
-            grid[None].astype(np.float32), new_grid, interpolation="bicubic",
-            antialias=method.endswith("antialias"), data_format="channels_last"))[0]
-    elif old_grid != new_grid:
-        weights = _linear_weights if method == "linear" else _bicubic_weights
-        rows = weights(old_grid[0], new_grid[0])  # (new_h, old_h)
-        cols = weights(old_grid[1], new_grid[1])  # (new_w, old_w)
-        # Computed in float64 so the result matches scipy's zoom to rounding.
+    if old_grid != new_grid:
+        rows, cols = (np.asarray(ops.convert_to_numpy(resize_matrix(old, new, method, "float64")))
+                      for old, new in zip(old_grid, new_grid))  # (new, old) each
+        # Computed in float64 so the result matches scipy's zoom (and torch) to rounding.
         grid = np.einsum("ih,jw,hwd->ijd", rows, cols, grid.astype(np.float64))
     grid = grid.reshape(1, new_grid[0] * new_grid[1], -1).astype(pos_embedding.dtype)
     return np.concatenate([prefix, grid], axis=1)
 
 
-def _linear_weights(n_in, n_out):
-    """Row i holds the corner-aligned linear-interpolation weights of output i."""
-    weights = np.zeros((n_out, n_in))
-    if n_in == 1 or n_out == 1:
-        # A single input is copied everywhere; a single output samples the first
-        # input, as scipy's zoom does when the axis collapses to one point.
-        weights[:, 0] = 1.0
-        return weights
-    position = np.arange(n_out) * (n_in - 1) / (n_out - 1)
-    low = np.minimum(np.floor(position).astype(int), n_in - 2)
-    frac = position - low
-    weights[np.arange(n_out), low] = 1.0 - frac
-    weights[np.arange(n_out), low + 1] += frac
-    return weights
-
-
-def _bicubic_weights(n_in, n_out):
-    """Row i holds torch's antialiased bicubic weights of output i (float64 NumPy)."""
-    return np.asarray(ops.convert_to_numpy(bicubic_resize_matrix(n_in, n_out, "float64")))
+def _method(method):
+    if method not in POSITION_RESIZES:
+        raise ArgumentError(f"method must be one of {', '.join(POSITION_RESIZES)}, got {method!r}.")
+    return method
 
 
 def _pair(value, what):

@@ -1,7 +1,8 @@
 """Any image size at call time: `ViT(..., dynamic_image_size=True)` computes what timm's
 `dynamic_img_size=True, dynamic_img_pad=True` computes on the same weights (its position
 embedding resized inside the call by torch's antialiased bicubic, sizes off the patch padded),
-saves to `.keras`, and exports to a SavedModel that serves more than one size."""
+saves to `.keras`, and exports to a SavedModel that serves more than one size. An official
+.npz resizes by the official linear zoom instead, in the call as at load."""
 
 import dataclasses
 
@@ -102,6 +103,21 @@ def test_a_fixed_size_model_differs_where_the_grid_differs(timm_file, dynamic_mo
     np.testing.assert_allclose(np.asarray(dynamic_model(square)),
                                np.asarray(keras_vit.ViT(VARIANT, weights=timm_file[1])(square)),
                                atol=1e-5)
+
+
+def test_an_official_file_resizes_in_the_call_as_at_load(timm_file, tmp_path):
+    """An official .npz is resized by the official linear zoom (vit_jax's and big_vision's
+    resize), at load and, with dynamic_image_size, inside the call: the dynamic model at a size
+    is the model loaded at that size (float32 in the call, float64 at load: 1e-5 of the largest
+    logit), and not timm's bicubic (test_a_fixed_size_model_differs_where_the_grid_differs)."""
+    official = str(tmp_path / "official.npz")
+    keras_vit.save_npz(keras_vit.ViT(VARIANT, weights=timm_file[1]), official)
+    dynamic = keras_vit.ViT(VARIANT, weights=official, dynamic_image_size=True)
+    assert dynamic.get_layer("posembed_input").resize == "linear"
+    for size in SIZES[:2]:
+        images = _images(size)
+        fixed = np.asarray(keras_vit.ViT(VARIANT, weights=official, image_size=size)(images))
+        assert np.abs(np.asarray(dynamic(images)) - fixed).max() <= 1e-5 * np.abs(fixed).max()
 
 
 def test_saves_and_reloads_as_keras(dynamic_model, tmp_path):

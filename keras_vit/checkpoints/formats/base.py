@@ -29,7 +29,7 @@ from keras_vit.checkpoints.layout import (
 )
 from keras_vit.normalization import OFFICIAL_NORMALIZATION
 
-__all__ = ["ArrayHeader", "CheckpointInfo", "CheckpointFormat", "CheckpointReader", "ArraysReader",
+__all__ = ["ArrayHeader", "CheckpointInfo", "CheckpointFormat", "Resizes", "CheckpointReader", "ArraysReader",
            "RowTableReader", "Source", "shape_stand_ins", "OFFICIAL_NORMALIZATION", "normalization_from",
            "channel_values", "open_file"]
 
@@ -96,6 +96,16 @@ class CheckpointInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class Resizes:
+    """How a library moves a file's weights to another size (names of
+    `keras_vit.layers.tokens.POSITION_RESIZES`), which keras_vit repeats."""
+
+    load: str  # the position embedding, loaded at another image size
+    dynamic: str  # the position embedding inside the call (dynamic_image_size)
+    patch: str  # the patch-embedding kernel, loaded at another patch size (FlexiViT's resize)
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckpointFormat:
     """One checkpoint format: the registry (`formats/__init__.py`) lists these."""
 
@@ -107,11 +117,23 @@ class CheckpointFormat:
     write: str | None = None  # the keras_vit function that writes it, where one does
     # How the library writing it moves a position embedding to another grid, which a load at
     # another image size repeats (layers/tokens.py POSITION_RESIZES): the official linear
-    # zoom, or timm's antialiased bicubic.
+    # zoom, timm's antialiased bicubic, transformers' bicubic, ...
     position_resize: str = "linear"
+    # The same inside the call, where the library resizes otherwise at run time (timm's
+    # FlexiViT: bilinear at load, its antialiased bicubic under dynamic_img_size); None: the same.
+    dynamic_resize: str | None = None
+    # How it moves a patch-embedding kernel to another patch size (resample_patch_embedding).
+    patch_resize: str = "bilinear"
+    # ((family, Resizes), ...): a family its library resizes otherwise (timm's FlexiViT).
+    family_resizes: tuple = ()
     # Whether it reads pickled torch files (.pth, .bin, ...), through torch's weights-only
     # unpickler: only such formats are tried on a pickled file, and only on one.
     pickled: bool = False
+
+    def resizes(self, family=None):
+        """The `Resizes` of this format's files of `family` (a FAMILIES row's family)."""
+        return dict(self.family_resizes).get(family) or Resizes(
+            self.position_resize, self.dynamic_resize or self.position_resize, self.patch_resize)
 
 
 class Source:

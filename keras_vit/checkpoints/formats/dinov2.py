@@ -169,5 +169,6 @@ FORMAT = CheckpointFormat(
     name="dinov2",
     description="DINOv2's own release file (.pth, read with torch.load(weights_only=True))",
     recognises=_recognises, open=Dinov2Reader, numerics=(False, 1e-6),
-    position_resize="bicubic",  # timm's conversion of these files (see the docstring)
+    # timm's conversion of these files (see the docstring)
+    position_resize="bicubic", patch_resize="bicubic",
     pickled=True)

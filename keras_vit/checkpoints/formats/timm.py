@@ -19,6 +19,7 @@ from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import (
     CheckpointFormat,
     CheckpointInfo,
+    Resizes,
     RowTableReader,
     normalization_from,
 )
@@ -141,8 +142,12 @@ FORMAT = CheckpointFormat(
                              "timm's config.json)",
     recognises=_recognises, open=TimmReader, numerics=(False, 1e-6), write="save_safetensors",
     # timm's checkpoint_filter_fn resizes every file it loads at another size so
-    # (resample_abs_pos_embed): DINOv2's 518-pixel files at 224 give timm's output.
-    position_resize="bicubic")
+    # (resample_abs_pos_embed, resample_patch_embed: antialiased bicubic): DINOv2's 518-pixel
+    # files at 224 give timm's output; dynamic_img_size resizes so too. Its FlexiViT models
+    # load with bilinear, unantialiased resizes instead (big_vision's, which they were trained
+    # with), and still resize by antialiased bicubic at run time.
+    position_resize="bicubic", patch_resize="bicubic",
+    family_resizes=(("FlexiViT", Resizes(load="bilinear", dynamic="bicubic", patch="bilinear")),))
 
 
 # timm's VisionTransformer state dict, row by row (formats/rows.py applies them both ways), by

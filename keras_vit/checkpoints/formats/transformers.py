@@ -112,7 +112,9 @@ def processor_normalization(source):
 FORMAT = CheckpointFormat(
     name="transformers", description="transformers save_pretrained folder (config.json + "
                                      "model.safetensors or shards)",
-    recognises=_recognises, open=TransformersReader, numerics=(False, 1e-12))
+    recognises=_recognises, open=TransformersReader, numerics=(False, 1e-12),
+    # ViTModel's interpolate_pos_encoding: torch's bicubic, no antialiasing.
+    position_resize="torch_bicubic")
 
 
 def read_config(source):

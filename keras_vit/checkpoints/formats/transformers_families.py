@@ -159,13 +159,16 @@ class FamilySource:
     family: str  # the FAMILIES row's family
     prefixes: tuple = ()  # removed before the rows apply ("deit." of the classifier)
     ignored: tuple = ()  # arrays for training only (DINOv2's mask_token)
+    # The model's interpolate_pos_encoding (layers/tokens.py POSITION_RESIZES): torch's
+    # bicubic without antialiasing, but with it for DINOv2 with registers.
+    position_resize: str = "torch_bicubic"
 
 
 FAMILY_SOURCES = {
     "deit": FamilySource(DEIT_ROWS, "DeiT", ("deit.",)),
     "dinov2": FamilySource(DINOV2_ROWS, "DINOv2", ("dinov2.",), ("embeddings.mask_token",)),
     "dinov2_with_registers": FamilySource(DINOV2_ROWS, "DINOv2", ("dinov2_with_registers.",),
-                                          ("embeddings.mask_token",)),
+                                          ("embeddings.mask_token",), "bicubic"),
     "siglip_vision_model": FamilySource(SIGLIP_ROWS, "SigLIP", ("vision_model.",)),
     "clip_vision_model": FamilySource(CLIP_ROWS, "CLIP", ("vision_model.",)),
 }
@@ -259,7 +262,10 @@ def _recognises(source):
 class FamilyReader(RowTableReader):
     def __init__(self, source):
         config = _read_config(source)
-        super().__init__(source, FORMAT, open_weights(source),
+        # The format as this model type resizes its position embedding.
+        found = dataclasses.replace(
+            FORMAT, position_resize=FAMILY_SOURCES[config["model_type"]].position_resize)
+        super().__init__(source, found, open_weights(source),
                          lambda sd, heads: family_to_official(config["model_type"], sd, heads))
         self._config = config
 

@@ -104,6 +104,40 @@ def test_the_image_tower_computes_what_timm_computes(written):
     _assert_close(np.asarray(pooled(images)), run_timm(theirs, images, features=True))
 
 
+@pytest.mark.parametrize("size", [48, (48, 80)], ids=["48", "48x80"])
+def test_at_another_size_the_embedding_is_open_clips_resize(written, size):
+    """open_clip loads a file at another image size through its `resize_pos_embed`
+    (antialiased bicubic): keras_vit's embedding at that size is open_clip's (float32 against
+    float64 weights: 1e-5 on values of order 1), and the tower computes what timm's CLIP
+    computes with that embedding."""
+    open_clip = import_open_clip()
+    import types
+
+    import torch
+    from safetensors.torch import load_file
+
+    theirs, path = written
+    grid = (size, size) if isinstance(size, int) else size
+    grid = (grid[0] // 16, grid[1] // 16)
+    state = load_file(path)
+    stand_in = types.SimpleNamespace(visual=types.SimpleNamespace(grid_size=grid))
+    open_clip.model.resize_pos_embed(state, stand_in)
+    expected = state["visual.positional_embedding"].numpy()[None]
+    ours = keras_vit.ViT(_variant(), weights=path, image_size=size)
+    np.testing.assert_allclose(np.asarray(ours.get_layer("posembed_input").pos_embedding),
+                               expected, rtol=0, atol=1e-5)
+    resized = _timm_clip_at(size)
+    weights = {k: v.clone() for k, v in theirs.state_dict().items()}
+    weights["pos_embed"] = torch.from_numpy(expected)
+    resized.load_state_dict(weights)
+    images = _images(2, (grid[0] * 16, grid[1] * 16))
+    _assert_close(np.asarray(ours(images)), run_timm(resized.eval(), images))
+
+
+def _timm_clip_at(size):
+    return import_timm().create_model(ARCHITECTURE, pretrained=False, img_size=size, **SHRUNK)
+
+
 def _rewrite(path, tmp_path, change):
     from safetensors.numpy import load_file
 

@@ -125,22 +125,47 @@ def test_save_safetensors_writes_what_timm_loads_strictly(architecture, size, tm
     del torch
 
 
-def test_flexivit_at_another_patch_size_computes_what_timm_computes(tmp_path):
-    """FlexiViT's point: its patch-16 file used at patch 8. timm builds the patch-8 model from
-    the same state dict through its checkpoint_filter_fn (resample_patch_embed, the
-    pseudo-inverse resize, and resample_abs_pos_embed from a 3 x 3 to a 6 x 6 grid, both
-    bicubic); keras_vit's ViT(..., patch_size=8) computes the same."""
-    timm = import_timm()
-    from timm.models.vision_transformer import checkpoint_filter_fn
+@pytest.fixture(scope="module")
+def flexivit_file(tmp_path_factory):
+    """A tiny timm FlexiViT (width 64, 2 heads) at its stored patch 16 and 240 pixels."""
+    return _timm_file(tmp_path_factory.mktemp("flexivit"), "flexivit_small", 240, embed_dim=64,
+                      num_heads=2)
 
-    source, path = _timm_file(tmp_path, "flexivit_small", 48)
-    theirs = timm.create_model("flexivit_small", pretrained=False, depth=DEPTH, img_size=48,
-                               patch_size=8)
-    state = {k: v.clone() for k, v in source.state_dict().items()}
-    theirs.load_state_dict(checkpoint_filter_fn(state, theirs), strict=True)
-    ours = _ours("flexivit_small", path, 48, patch_size=8)
-    assert tuple(ours.get_layer("posembed_input").grid_size) == (6, 6)
-    images = _images(2, (48, 48))
+
+@pytest.mark.parametrize("patch_size", [8, 20, 30])
+def test_flexivit_at_another_patch_size_computes_what_timm_computes(flexivit_file, patch_size):
+    """FlexiViT's point: its patch-16 file used at patch 8, 20 or 30 on 240 pixels. timm builds
+    that model from the file by its own pretrained path, whose FlexiViT filter resizes the
+    kernel by the pseudo-inverse of big_vision's bilinear resize and the position embedding
+    bilinearly (no antialiasing), from 15 x 15 to 30 x 30, 12 x 12 or 8 x 8; keras_vit's
+    ViT(..., patch_size=P) computes the same."""
+    timm = import_timm()
+    path = flexivit_file[1]
+    theirs = timm.create_model("flexivit_small", pretrained=True, depth=DEPTH, embed_dim=64,
+                               num_heads=2, patch_size=patch_size,
+                               pretrained_cfg_overlay={"file": path, "custom_load": False})
+    variant = dataclasses.replace(keras_vit.get_variant("flexivit_small"), depth=DEPTH,
+                                  width=64, heads=2, mlp_dim=256)
+    ours = keras_vit.ViT(variant, weights=path, patch_size=patch_size)
+    assert tuple(ours.get_layer("posembed_input").grid_size) == (240 // patch_size,) * 2
+    images = _images(2, (240, 240))
+    _assert_close(np.asarray(ours(images)), run_timm(theirs.eval(), images))
+
+
+@pytest.mark.slow  # full size; the default test above is the same path at width 64, depth 2
+@pytest.mark.parametrize("patch_size", [8, 30])
+def test_a_full_size_flexivit_base_at_another_patch_size_is_timms(patch_size, tmp_path):
+    timm = import_timm()
+    import torch
+    from safetensors.torch import save_file
+
+    source = _randomise(timm.create_model("flexivit_base", pretrained=False), torch)
+    path = str(tmp_path / "flexivit_base.safetensors")
+    save_file({k: v.contiguous() for k, v in source.state_dict().items()}, path)
+    theirs = timm.create_model("flexivit_base", pretrained=True, patch_size=patch_size,
+                               pretrained_cfg_overlay={"file": path, "custom_load": False})
+    ours = keras_vit.ViT("FlexiViT-B/16", weights=path, patch_size=patch_size)
+    images = _images(2, (240, 240))
     _assert_close(np.asarray(ours(images)), run_timm(theirs.eval(), images))
 
 
