@@ -172,12 +172,13 @@ def _export_bfloat16(args, model):
     beside the version folder, which TF Serving ignores)."""
     from keras_vit.export import quantized
     from keras_vit.export import saved_model as export
+    from keras_vit.models.image_size import image_size
     from keras_vit.runtime.agreement import agreement
     from keras_vit.runtime.precision import bfloat16_model
 
     held_out = None
     if args.calibration_data:
-        _, held_out = quantized.calibration_pixels(args.calibration_data, model.input_shape[1:3], 1)
+        _, held_out = quantized.calibration_pixels(args.calibration_data, image_size(model), 1)
     reference = None if held_out is None else quantized.keras_logits(model, held_out)
     if args.format == "keras":
         converted = bfloat16_model(model)
@@ -226,9 +227,10 @@ def _export_quantized(args, model):
     """A quantised tflite or keras file, and its agreement with the float model on held-out
     images (the calibration data's test split), printed and written to OUTPUT.agreement.json."""
     from keras_vit.export import quantized
+    from keras_vit.models.image_size import image_size
     from keras_vit.runtime.agreement import agreement
 
-    size = model.input_shape[1:3]
+    size = image_size(model)
     calibration, held_out = (None, None)
     if args.calibration_data:
         calibration, held_out = quantized.calibration_pixels(

@@ -100,11 +100,14 @@ class KerasRunner:
 
     def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
                  execution=None, images=0, precision=None, compare_images=None):
+        from keras_vit.models.image_size import image_size
         from keras_vit.models.vit import has_softmax_head
         from keras_vit.normalization import model_input
 
         self.model, self.batch_size, self.max_pixels = model, batch_size, max_pixels
-        self.size, self.channels = tuple(model.input_shape[1:3]), model.input_shape[-1]
+        # A model that takes any size gets every image at the size it was trained at: one
+        # batch holds one size, and the stored grid needs no resize of its embeddings.
+        self.size, self.channels = image_size(model), model.input_shape[-1]
         self.to_input, self.softmax_head = model_input(model), has_softmax_head(model)
         # A handful of images: a direct call; more: a compiled call, as a graph or under
         # XLA, whichever is faster here (timed only for work that repays the timing).
