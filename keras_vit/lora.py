@@ -9,7 +9,9 @@ column blocks of its fused query/key/value kernel, which is one weight).
 `merge_lora(model)` is the model with each kernel replaced by `kernel + alpha / rank * a @ b`
 and no LoRA left: an ordinary keras_vit model. Every writer of a model file (model.keras and
 best.keras of a run, SavedModel, TFLite, save_npz, save_safetensors) writes the merged model,
-so the files load where nothing knows LoRA.
+so the files load where nothing knows LoRA. Keras' own `model.save` does the same: each LoRA
+layer saves its kernels merged (Keras' `Dense`, and `MultiHeadSelfAttention.save_own_variables`),
+so the `.keras` file reloads, in any process, as the merged model without LoRA factors.
 """
 
 
@@ -87,17 +89,8 @@ def merge_lora(model):
     merged = {}
     for block in _blocks(model):
         attention = block.attention
-        deltas = {name: keras.ops.convert_to_numpy(delta)
-                  for name, delta in attention.lora_deltas().items()}
-        width = attention.out_kernel.shape[0]
-        qkv = keras.ops.convert_to_numpy(attention.qkv_kernel).copy()
-        for column, name in enumerate(("query", "key", "value")):
-            if name in deltas:
-                qkv[:, column * width:(column + 1) * width] += deltas[name]
-        merged[attention.qkv_kernel.path] = qkv
-        if "out" in deltas:
-            merged[attention.out_kernel.path] = (keras.ops.convert_to_numpy(attention.out_kernel)
-                                                 + deltas["out"])
+        qkv, out = attention.merged_kernels()
+        merged[attention.qkv_kernel.path], merged[attention.out_kernel.path] = qkv, out
         for dense in (block.mlp.dense_0, block.mlp.dense_1):
             if dense.lora_enabled:  # Dense.kernel is Keras' own merge under LoRA
                 variable = next(v for v in dense.weights if v.name == "kernel")

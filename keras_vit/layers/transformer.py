@@ -57,7 +57,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # None: `use_fused_attention` decides; True/False force a path (tests, benchmarks).
         self.fused_attention = None
         # LoRA factors by projection name, {"query": (a, b), ...} (`enable_lora`); never saved
-        # in the config: keras_vit saves LoRA-trained models merged (keras_vit/lora.py).
+        # in the config: a LoRA layer saves its kernels merged (save_own_variables), as
+        # Keras' Dense does, so its file reloads as an ordinary layer (keras_vit/lora.py).
         self.lora_factors = {}
         self.lora_scale = 1.0
 
@@ -153,6 +154,42 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         """{projection name: its LoRA update to the kernel, `scale * a @ b`, (D, D)}."""
         return {name: self.lora_scale * ops.matmul(a, b)
                 for name, (a, b) in self.lora_factors.items()}
+
+    def merged_kernels(self):
+        """(qkv kernel, out kernel) as NumPy arrays with the LoRA updates added: what the
+        layer computes, as an ordinary layer's weights."""
+        deltas = {name: ops.convert_to_numpy(delta) for name, delta in self.lora_deltas().items()}
+        width = self.out_kernel.shape[0]
+        qkv = ops.convert_to_numpy(self.qkv_kernel).copy()
+        for column, name in enumerate(("query", "key", "value")):
+            if name in deltas:
+                qkv[:, column * width:(column + 1) * width] += deltas[name]
+        out = ops.convert_to_numpy(self.out_kernel) + deltas.get("out", 0)
+        return qkv, out
+
+    def save_own_variables(self, store):
+        """Merged under LoRA, as Keras' Dense saves: the four variables of a layer without
+        LoRA, so `keras.saving.load_model` rebuilds it from its config (which has no LoRA)."""
+        if not self.lora_factors:
+            return super().save_own_variables(store)
+        qkv, out = self.merged_kernels()
+        for i, value in enumerate((qkv, self.qkv_bias, out, self.out_bias)):
+            store[str(i)] = value
+
+    def load_own_variables(self, store):
+        """A layer without LoRA's four variables; under LoRA they are the merged kernels, and
+        the factors restart at zero (as Keras' Dense loads)."""
+        if not self.lora_factors:
+            return super().load_own_variables(store)
+        if len(store.keys()) != 4:
+            raise ValueError(f"Layer '{self.name}' expected 4 variables, but received "
+                             f"{len(store.keys())} variables during loading.")
+        for i, variable in enumerate((self.qkv_kernel, self.qkv_bias, self.out_kernel,
+                                      self.out_bias)):
+            variable.assign(store[str(i)])
+        for a, b in self.lora_factors.values():
+            a.assign(ops.zeros(a.shape, a.dtype))
+            b.assign(ops.zeros(b.shape, b.dtype))
 
     def _lora(self, name, inputs, outputs):
         """`outputs` plus the LoRA update of projection `name` (Dense's order of operations:
