@@ -9,9 +9,10 @@ column blocks of its fused query/key/value kernel, which is one weight).
 `merge_lora(model)` is the model with each kernel replaced by `kernel + alpha / rank * a @ b`
 and no LoRA left: an ordinary keras_vit model. Every writer of a model file (model.keras and
 best.keras of a run, SavedModel, TFLite, save_npz, save_safetensors) writes the merged model,
-so the files load where nothing knows LoRA. Keras' own `model.save` does the same: each LoRA
-layer saves its kernels merged (Keras' `Dense`, and `MultiHeadSelfAttention.save_own_variables`),
-so the `.keras` file reloads, in any process, as the merged model without LoRA factors.
+so the files load where nothing knows LoRA. Keras' own `model.save` of a LoRA model reloads
+too, as the merged model: Keras' `Dense` saves its kernel merged, and the attention its plain
+kernels with its factors by name, merged by a layer without LoRA as it loads
+(`MultiHeadSelfAttention.load_own_variables`; a LoRA layer restores them as they were).
 """
 
 
