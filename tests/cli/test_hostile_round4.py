@@ -1,0 +1,45 @@
+"""Hostile inputs to the commands, fourth round: each refused in one line on stderr, exit 2,
+with nothing the user had written or overwritten."""
+
+import os
+
+import numpy as np
+import pytest
+
+import keras_vit
+
+
+def _snapshot(folder):
+    return {os.path.relpath(os.path.join(root, name), folder):
+            open(os.path.join(root, name), "rb").read()
+            for root, _, files in os.walk(folder) for name in files}
+
+
+def _one_line(result, *named):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"keras-vit {result.args[1]}: error: "), \
+        result.stderr
+    for text in named:
+        assert text in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def vit_npz(tmp_path_factory):
+    """A ViT's .npz as keras_vit writes it (its record of the variant inside)."""
+    path = str(tmp_path_factory.mktemp("vit") / "vit.npz")
+    keras_vit.save_npz(keras_vit.ViT("demo", image_size=16, classes=3), path)
+    return path
+
+
+def test_a_vit_npz_of_keras_vits_own_for_a_bit_is_one_line(cli, vit_npz, tmp_path):
+    """The file records its ViT: the check of that record must not read a BiT's heads."""
+    with pytest.raises(keras_vit.CheckpointError, match="not a BiT ResNetV2") as raised:
+        keras_vit.BiT_R50x1(weights=vit_npz, image_size=32)
+    assert "\n" not in str(raised.value)
+    image = tmp_path / "a.png"
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
+    _one_line(cli(["predict", "--model", "BiT-R50x1", "--weights", vit_npz, str(image)]),
+              vit_npz, "not a BiT ResNetV2")
