@@ -43,3 +43,36 @@ def test_a_vit_npz_of_keras_vits_own_for_a_bit_is_one_line(cli, vit_npz, tmp_pat
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
     _one_line(cli(["predict", "--model", "BiT-R50x1", "--weights", vit_npz, str(image)]),
               vit_npz, "not a BiT ResNetV2")
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    """A .keras model, and a run-like folder holding one as model.keras."""
+    folder = tmp_path_factory.mktemp("models")
+    model = keras_vit.ViT("demo", image_size=16, classes=3)
+    model.save(folder / "m.keras")
+    (folder / "run").mkdir()
+    model.save(folder / "run" / "model.keras")
+    return folder
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (["--model", "{m}/m.keras", "--format", "tflite", "--output", "{m}/m.keras"],
+     "writes a .tflite file"),
+    (["--model", "{m}/m.keras", "--format", "keras", "--output", "{m}/m.keras"],
+     "is the model --model"),
+    (["--model", "{m}/m.keras", "--format", "keras", "--output", "{m}/./m.keras"],
+     "is the model --model"),
+    (["--model", "{m}/run", "--format", "keras", "--output", "{m}/run/model.keras"],
+     "a file of the model folder"),
+    (["--model", "{m}/m.keras", "--format", "tflite", "--output", "{m}/new.keras"],
+     "writes a .tflite file"),
+    (["--model", "{m}/m.keras", "--output", "{m}/new.tflite"], "writes a folder"),
+], ids=["tflite-over-the-input", "keras-over-the-input", "the-input-spelled-otherwise",
+        "over-a-runs-model", "tflite-named-keras", "saved_model-named-tflite"])
+def test_export_never_writes_over_its_model_nor_under_another_formats_name(
+        cli, model_files, arguments, named):
+    before = _snapshot(model_files)
+    result = cli(["export", *[a.replace("{m}", str(model_files)) for a in arguments]])
+    _one_line(result, named)
+    assert _snapshot(model_files) == before  # nothing written or overwritten
