@@ -224,9 +224,10 @@ class RowTableReader(CheckpointReader):
     format's rows and fix-ups. Headers are `convert` run on zero-memory stand-ins, so they
     come from the very transforms the arrays go through. `names` keeps the stored arrays the
     format reads (not a two-tower file's text tower); `dtypes` {name: dtype} the stored dtypes
-    a header reports (float32 where not given). With `reads_in_parts`, a read opens only the
-    stored arrays that hold the keys asked (the loader reads a large file row by row); only a
-    format whose every official array comes from one stored array may say so.
+    a header reports (default: the state dict's own `dtypes`, else float32). With
+    `reads_in_parts`, a read opens only the stored arrays that hold the keys asked (the loader
+    reads a large file row by row); only a format whose every official array comes from one
+    stored array may say so.
     """
 
     def __init__(self, source, format, weights, convert, names=None, dtypes=None,
@@ -234,7 +235,8 @@ class RowTableReader(CheckpointReader):
         super().__init__(source, format)
         self._weights, self._convert = weights, convert
         self._names = list(weights.shapes if names is None else names)
-        self._dtypes = dtypes or {}
+        # The stored dtypes, so that the loader refuses a tensor that is no float by its header.
+        self._dtypes = dtypes or getattr(weights, "dtypes", None) or {}
         self.reads_in_parts = reads_in_parts
         self._owner_map = None
 
