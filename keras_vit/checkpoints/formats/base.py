@@ -278,12 +278,19 @@ def channel_values(path, name, values):
     return tuple(float(v) for v in values) * (3 // len(values))
 
 
-def normalization_from(path, mean, std):
-    """((mean,) * 3, (std,) * 3) on pixels in [0, 1], from a config's values, or a one-line
-    refusal naming the file."""
+def normalization_from(path, mean, std, per_unit=1.0):
+    """((mean,) * 3, (std,) * 3) on pixels in [0, 1], from a config's values given on pixels
+    in [0, 1 * per_unit] (255 * a rescale factor: transformers'), or a one-line refusal naming
+    the file: the normalisation the model computes, checked (`normalization_problem`)."""
+    from keras_vit.normalization import normalization_problem
+
     mean, std = channel_values(path, "mean", mean), channel_values(path, "std", std)
     if min(std) <= 0:
         raise CheckpointError(f"{path}: the normalisation std {std} is not positive.")
+    mean, std = tuple(m / per_unit for m in mean), tuple(s / per_unit for s in std)
+    problem = normalization_problem((mean, std))
+    if problem is not None:
+        raise CheckpointError(f"{path}: its normalisation cannot be computed: {problem}.")
     return mean, std
 
 
