@@ -76,3 +76,14 @@ def test_export_never_writes_over_its_model_nor_under_another_formats_name(
     result = cli(["export", *[a.replace("{m}", str(model_files)) for a in arguments]])
     _one_line(result, named)
     assert _snapshot(model_files) == before  # nothing written or overwritten
+
+
+def test_a_lora_run_out_of_memory_names_its_rank(cli, monkeypatch, tmp_path):
+    import keras_vit.training
+
+    def no_memory(**kwargs):
+        raise MemoryError("planted")
+    monkeypatch.setattr(keras_vit.training, "train", no_memory)
+    result = cli(["train", "--lora-rank", "8", "--batch-size", "16", "--output",
+                  str(tmp_path / "run")])
+    _one_line(result, "out of memory", "retry with a smaller --batch-size or --lora-rank")

@@ -214,3 +214,28 @@ def test_a_lora_models_weights_reload_its_factors_exactly(tmp_path):
         assert saved.path == loaded.path
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded),
                                       keras.ops.convert_to_numpy(saved), err_msg=saved.path)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"lora_alpha": float("nan")}, "lora_alpha must be a finite positive number"),
+    ({"lora_alpha": float("inf")}, "lora_alpha must be a finite positive number"),
+    ({"lora_alpha": "x"}, "lora_alpha must be a finite positive number"),
+    ({"lora_alpha": 0}, "lora_alpha must be a finite positive number"),
+    ({"targets": None}, "LoRA targets are some of"),
+    ({"targets": 5}, "LoRA targets are some of"),
+    ({"targets": ()}, "LoRA targets are some of"),
+    ({"rank": 65}, "LoRA rank 65 exceeds .* width 64"),  # the demo ViT's width: 64
+    ({"rank": 10 ** 9}, "exceeds"),
+], ids=["alpha-nan", "alpha-inf", "alpha-text", "alpha-zero", "targets-none", "targets-int",
+        "targets-empty", "rank-above-width", "rank-1e9"])
+def test_enable_lora_refuses_what_it_cannot_use_in_one_line(kwargs, match):
+    """Each left the model with NaN outputs, a TypeError, or 1e9 trainable parameters; now a
+    one-line ArgumentError before any factor is added."""
+    model = keras_vit.ViT("demo", image_size=SIZE, classes=CLASSES)
+    before = len(model.weights)
+    arguments = {"rank": 2, **kwargs}
+    with pytest.raises(ArgumentError, match=match) as raised:
+        enable_lora(model, arguments.pop("rank"), **arguments)
+    assert "\n" not in str(raised.value)
+    assert len(model.weights) == before and not has_lora(model)
+    enable_lora(model, 64)  # the width itself is a rank LoRA takes
