@@ -14,6 +14,7 @@ from keras import ops
 from keras_vit._support.private_keras import check_private_keras
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.lora_dense import FactorKeepingDense
 
 __all__ = ["MultiHeadSelfAttention", "MlpBlock", "LayerScale", "TransformerBlock",
            "use_fused_attention", "MLP_ACTIVATIONS", "saved_dtype_policy"]
@@ -269,14 +270,14 @@ class MlpBlock(keras.layers.Layer):
         self.approximate_gelu = approximate_gelu
         self.activation = activation
         policy = self.dtype_policy
-        self.dense_0 = keras.layers.Dense(mlp_dim, name=MLP_HIDDEN_NAME, dtype=policy,
+        self.dense_0 = FactorKeepingDense(mlp_dim, name=MLP_HIDDEN_NAME, dtype=policy,
                                           kernel_initializer="glorot_uniform",
                                           bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
         self.dropout_0 = keras.layers.Dropout(dropout, dtype=policy)
         self.dropout_1 = keras.layers.Dropout(dropout, dtype=policy)
 
     def build(self, input_shape):
-        self.dense_1 = keras.layers.Dense(input_shape[-1], name=MLP_OUTPUT_NAME, dtype=self.dtype_policy,
+        self.dense_1 = FactorKeepingDense(input_shape[-1], name=MLP_OUTPUT_NAME, dtype=self.dtype_policy,
                                           kernel_initializer="glorot_uniform",
                                           bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
         self.dense_0.build(input_shape)

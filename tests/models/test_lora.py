@@ -203,12 +203,13 @@ def test_weights_of_a_plain_model_load_into_a_lora_model(tmp_path):
 
 def test_a_lora_models_weights_reload_its_factors_exactly(tmp_path):
     """What a run's backup does (save_weights, then load_weights into the same LoRA model):
-    the attention's kernels, factors and all come back as they were, not merged, so training
-    resumes with factors that still learn."""
-    model = _perturb(_demo(2, ("query", "value", "out")))
+    the attention's and the MLP's kernels, factors and all, come back as they were, not merged
+    (Keras' Dense merged and restarted both factors at zero, where neither learns again), so
+    training resumes with factors that still learn."""
+    model = _perturb(_demo(2, ("query", "value", "out", "mlp")))
     path = str(tmp_path / "backup.weights.h5")
     model.save_weights(path)
-    resumed = _demo(2, ("query", "value", "out"))
+    resumed = _demo(2, ("query", "value", "out", "mlp"))
     resumed.load_weights(path)
     for saved, loaded in zip(model.weights, resumed.weights):
         assert saved.path == loaded.path
