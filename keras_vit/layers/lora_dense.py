@@ -14,6 +14,12 @@ class FactorKeepingDense(keras.layers.Dense):
     """`keras.layers.Dense` whose LoRA factors are saved by name (not merged) and restored.
     Built by `MlpBlock` only (its sub-layers are not in any config), so never registered."""
 
+    def quantize(self, mode=None, *args, **kwargs):
+        # Keras quantises the Dense class itself only, its subclasses computing who knows
+        # what; this one computes exactly Dense's (only its saving differs).
+        kwargs["type_check"] = False
+        return super().quantize(mode, *args, **kwargs)
+
     def save_own_variables(self, store):
         if not self.lora_enabled or self.quantization_mode is not None:
             return super().save_own_variables(store)
