@@ -26,6 +26,7 @@ __all__ = [
     "PathNotFoundError",
     "PathExistsError",
     "OutOfMemoryError",
+    "TrainingDivergedError",
 ]
 
 
@@ -101,3 +102,7 @@ class PathExistsError(PathError, FileExistsError):
 class OutOfMemoryError(KerasViTError, MemoryError):
     """Memory ran out in a step that no batch or image size governs (drawing a figure, writing
     a report); the message names the step."""
+
+
+class TrainingDivergedError(KerasViTError, ArithmeticError):
+    """A training run whose loss became NaN or infinite: stopped there, not finished."""

@@ -9,14 +9,19 @@ column blocks of its fused query/key/value kernel, which is one weight).
 `merge_lora(model)` is the model with each kernel replaced by `kernel + alpha / rank * a @ b`
 and no LoRA left: an ordinary keras_vit model. Every writer of a model file (model.keras and
 best.keras of a run, SavedModel, TFLite, save_npz, save_safetensors) writes the merged model,
-so the files load where nothing knows LoRA.
+so the files load where nothing knows LoRA. Keras' own `model.save` of a LoRA model reloads
+too, as the merged model: Keras' `Dense` saves its kernel merged, and the attention its plain
+kernels with its factors by name, merged by a layer without LoRA as it loads
+(`MultiHeadSelfAttention.load_own_variables`; a LoRA layer restores them as they were).
 """
 
+
+import math
 
 import keras
 import numpy as np
 
-from keras_vit._support.checks import positive_int
+from keras_vit._support.checks import positive_int, real_in
 from keras_vit.errors import ArgumentError
 from keras_vit.layer_names import HEAD
 from keras_vit.layers.transformer import (
@@ -44,16 +49,20 @@ def enable_lora(model, rank, targets=("query", "value"), lora_alpha=None):
     what it computed before.
     """
     positive_int(rank, "LoRA rank", what="a positive integer")
-    targets = (targets,) if isinstance(targets, str) else tuple(targets)
-    unknown = [t for t in targets if t not in LORA_TARGETS]
-    if unknown or not targets:
-        raise ArgumentError(f"LoRA targets are {', '.join(LORA_TARGETS)}; got {list(targets)!r}.")
+    targets = _checked_targets(targets)
+    if lora_alpha is not None:  # NaN or infinity would make every output NaN
+        real_in(lora_alpha, "lora_alpha", 0, math.inf, low_open=True, high_open=True,
+                what="a finite positive number (default: the rank)")
     blocks = _blocks(model)
     if not blocks:
         raise ArgumentError(f"{model.name} has no transformer blocks for LoRA to adapt (a BiT "
                             "ResNet has none); fine-tune it fully.")
     if has_lora(model):
         raise ArgumentError(f"{model.name} has LoRA already; enable it once.")
+    width = blocks[0].attention.out_kernel.shape[0]
+    if rank > width:  # every projection adapted has `width` inputs: its update's rank is at most that
+        raise ArgumentError(f"LoRA rank {rank} exceeds {model.name}'s width {width}, the largest "
+                            "rank of an update to the projections LoRA adapts.")
     rank = int(rank)
     for variable in model.weights:  # frozen first: enable_lora's factors are made trainable
         variable.trainable = False
@@ -67,6 +76,20 @@ def enable_lora(model, rank, targets=("query", "value"), lora_alpha=None):
     for variable in _head_weights(model):
         variable.trainable = True
     return model
+
+
+def _checked_targets(targets):
+    """`targets` as a tuple of LoRA_TARGETS names: a name, or an iterable of names."""
+    if isinstance(targets, str):
+        targets = (targets,)
+    try:
+        targets = tuple(targets)
+    except TypeError:  # None, a number: no names at all
+        targets = None
+    if not targets or any(t not in LORA_TARGETS for t in targets):
+        raise ArgumentError(f"LoRA targets are some of {', '.join(LORA_TARGETS)}; got "
+                            f"{targets if targets is None else list(targets)!r}.")
+    return targets
 
 
 def has_lora(model):
@@ -87,17 +110,8 @@ def merge_lora(model):
     merged = {}
     for block in _blocks(model):
         attention = block.attention
-        deltas = {name: keras.ops.convert_to_numpy(delta)
-                  for name, delta in attention.lora_deltas().items()}
-        width = attention.out_kernel.shape[0]
-        qkv = keras.ops.convert_to_numpy(attention.qkv_kernel).copy()
-        for column, name in enumerate(("query", "key", "value")):
-            if name in deltas:
-                qkv[:, column * width:(column + 1) * width] += deltas[name]
-        merged[attention.qkv_kernel.path] = qkv
-        if "out" in deltas:
-            merged[attention.out_kernel.path] = (keras.ops.convert_to_numpy(attention.out_kernel)
-                                                 + deltas["out"])
+        qkv, out = attention.merged_kernels()
+        merged[attention.qkv_kernel.path], merged[attention.out_kernel.path] = qkv, out
         for dense in (block.mlp.dense_0, block.mlp.dense_1):
             if dense.lora_enabled:  # Dense.kernel is Keras' own merge under LoRA
                 variable = next(v for v in dense.weights if v.name == "kernel")

@@ -14,7 +14,8 @@ import numpy as np
 from keras_vit.layer_names import EMBEDDING, PREPROCESSING
 
 __all__ = ["OFFICIAL_NORMALIZATION", "IMAGENET_MEAN_STD", "rescaling_arguments",
-           "input_normalization", "describe_normalization", "normalize_pixels", "model_input"]
+           "normalization_problem", "input_normalization", "describe_normalization",
+           "normalize_pixels", "model_input"]
 
 # The official code feeds pixels in [-1, 1]: (x / 255 - 0.5) / 0.5.
 OFFICIAL_NORMALIZATION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -30,6 +31,29 @@ def rescaling_arguments(normalization):
     if np.all(scale == scale[0]) and np.all(offset == offset[0]):
         return float(scale[0]), float(offset[0])
     return [float(v) for v in scale], [float(v) for v in offset]
+
+
+def normalization_problem(normalization):
+    """What makes `normalization` unusable, or None: the model computes x * scale + offset in
+    float32 (`rescaling_arguments`), so the std, the scale and the offset must each be finite
+    there, the std positive, and the std and scale normal (a subnormal or zero std, or one so
+    large that the scale underflows, turns every input into zeros, infinities or NaN)."""
+    mean, std = (np.asarray(v, dtype=np.float64) for v in normalization)
+    with np.errstate(all="ignore"):
+        scale, offset = 1.0 / (255.0 * std), -mean / std
+    limits = np.finfo(np.float32)
+    if not np.all(np.isfinite(mean)) or not np.all(np.isfinite(std)) or np.any(std <= 0):
+        return f"mean {_short(mean)} and std {_short(std)} are not finite with a positive std"
+    for name, values in (("std", std), ("scale 1 / (255 std)", scale)):
+        if np.any(np.abs(values) < limits.tiny) or np.any(np.abs(values) > limits.max):
+            return f"the {name} {_short(values)} is outside float32's normal numbers"
+    if not np.all(np.abs(offset) <= limits.max):
+        return f"the offset -mean / std {_short(offset)} overflows float32"
+    return None
+
+
+def _short(values):
+    return "(" + ", ".join(f"{v:.3g}" for v in np.ravel(values)) + ")"
 
 
 def _from_rescaling(layer):

@@ -38,6 +38,7 @@ BUILTIN_OF = {
     "SizeError": ValueError,
     "KerasVersionError": RuntimeError,
     "OutOfMemoryError": MemoryError,
+    "TrainingDivergedError": ArithmeticError,
 }
 
 # Raises (and returns) of a bare builtin exception that are not the user's to fix, by

@@ -17,6 +17,7 @@ from keras_vit.analysis.rollout import attention_rollout
 from keras_vit.errors import ArgumentError, ArgumentTypeError
 from keras_vit.layer_names import GAP_POOL, MAP_POOL, PRE_LOGITS, TOKEN_POOL
 from keras_vit.layers import AddPositionEmbedding, ClassToken, PrefixTokens, TransformerBlock
+from keras_vit.models.image_size import image_size
 
 __all__ = ["AttentionProbe", "ProbeOutputs", "pooled_features"]
 
@@ -83,7 +84,7 @@ class AttentionProbe:
         self.num_heads = blocks[0].num_heads
         self.image_size = _image_size(model, self.grid_size)
         self.stride = tuple(s // g for s, g in zip(self.image_size, self.grid_size))
-        self._chain, self._chain_ends_at_output = _layer_chain(model)
+        self._chain, self._chain_ends_at_output, self._grid_from = _layer_chain(model)
         self._forward = _compile(self._forward_eager)
 
     def __call__(self, images, batch_size=8):
@@ -109,14 +110,17 @@ class AttentionProbe:
     def _forward_eager(self, images):
         """`(outputs, attention (L, B, H, T, T), tokens (L, B, T, D))` as tensors."""
         images = x = keras.ops.convert_to_tensor(images, dtype=self.model.inputs[0].dtype)
-        attention, tokens = [], []
+        attention, tokens, outputs = [], [], []
         for layer in self._chain:
             if isinstance(layer, TransformerBlock):
                 x, weights = layer(x, return_attention_scores=True)
                 attention.append(weights)
                 tokens.append(x)
+            elif layer in self._grid_from:  # a dynamic position embedding: the patches' grid
+                x = layer(x, grid=outputs[self._grid_from[layer]])
             else:
                 x = layer(x)  # inference mode: dropout is off outside training
+            outputs.append(x)
         if not self._chain_ends_at_output:  # a head that branches: the model computes it
             x = self.model(images)
         return x, keras.ops.stack(attention), keras.ops.stack(tokens)
@@ -151,7 +155,7 @@ class AttentionProbe:
 
     def _check_images(self, images):
         images = np.asarray(images)
-        expected = tuple(self.model.input_shape[1:])
+        expected = (*self.image_size, self.model.input_shape[-1])
         if images.ndim != 4 or images.shape[1:] != expected:
             raise ArgumentError(f"Images must have shape (batch, {', '.join(map(str, expected))}) "
                                 f"for model {self.model.name!r}, got {images.shape}.")
@@ -161,7 +165,9 @@ class AttentionProbe:
 
 
 def _image_size(model, grid_size):
-    height, width = model.input_shape[1:3]
+    # A model that takes any size is probed at its stored grid, where every token is a patch
+    # of the grid its attention maps are drawn on.
+    height, width = image_size(model)
     if height is None or width is None:
         raise ArgumentError("AttentionProbe needs a model built for a fixed image size.")
     if height % grid_size[0] or width % grid_size[1]:
@@ -174,17 +180,26 @@ def _layer_chain(model):
     """The model's layers after the input, checked to form a single chain up to the last
     encoder block; and whether the chain goes on to the model's output. After the encoder a
     head may branch (a distilled DeiT's two heads): the chain then stops there and the model
-    itself computes the output."""
-    chain, previous = [], model.inputs[0]
+    itself computes the output. The one other input a chain layer may take is a dynamic
+    position embedding's grid, an earlier layer's output: {layer: that layer's place}."""
+    chain, previous, grid_from = [], model.inputs[0], {}
     blocks_left = sum(isinstance(layer, TransformerBlock) for layer in model.layers)
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
             continue
+        if getattr(layer, "dynamic_grid", False) and isinstance(layer.input, list) \
+                and layer.input[0] is previous:
+            grid = [i for i, earlier in enumerate(chain) if earlier.output is layer.input[1]]
+            if grid:
+                grid_from[layer] = grid[0]
+                chain.append(layer)
+                previous = layer.output
+                continue
         # keras_vit models are one chain of layers; a branching graph would be
         # silently mis-wired by calling its layers in order, so refuse it.
         if layer.input is not previous:
             if not blocks_left:
-                return chain, False
+                return chain, False, grid_from
             raise ArgumentError(f"Layer {layer.name!r} of model {model.name!r} does not follow the "
                                 "previous layer; AttentionProbe supports keras_vit's chain-shaped "
                                 "models only.")
@@ -193,7 +208,7 @@ def _layer_chain(model):
         blocks_left -= isinstance(layer, TransformerBlock)
     if previous is not model.outputs[0]:
         raise ArgumentError(f"The layers of model {model.name!r} do not end at its output.")
-    return chain, True
+    return chain, True, grid_from
 
 
 def _compile(function):

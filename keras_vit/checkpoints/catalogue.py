@@ -18,6 +18,7 @@ from keras_vit.checkpoints.cache import pin_checksum
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import is_checkpoint_path, numerics_of, open_checkpoint
 from keras_vit.errors import ArgumentError, ArgumentTypeError, PathNotFoundError
+from keras_vit.variants.bit import BiTVariant
 
 __all__ = ["Checkpoint", "OpenedCheckpoint", "catalogue", "find_checkpoint", "list_models",
            "resolve_weights", "opened_checkpoint", "pin_checksum", "cache_dir"]
@@ -203,15 +204,8 @@ def opened_checkpoint(variant, reader, **fields):
     path = reader.path
     try:
         info = reader.info()
-        if info.heads is not None and info.heads != variant.heads:  # shapes cannot show this one
-            raise CheckpointError(f"{path} has {info.heads} attention heads; {variant.name} has "
-                                  f"{variant.heads}. Nothing was loaded.")
-        recorded = info.variant
-        if recorded is not None and recorded.activation != variant.activation:  # nor this one
-            raise CheckpointError(f"{path} was computed with {recorded.activation}; "
-                                  f"{variant.name} computes {variant.activation}. Build "
-                                  f"keras_vit.from_pretrained({path!r}), which reads it from the "
-                                  "file. Nothing was loaded.")
+        if not isinstance(variant, BiTVariant):  # a ViT file for a BiT: the loader's one line
+            _check_what_shapes_cannot_show(path, info, variant)
     except BaseException:
         reader.close()
         raise
@@ -222,6 +216,19 @@ def opened_checkpoint(variant, reader, **fields):
                         approximate_gelu=info.approximate_gelu, normalization=info.normalization,
                         trunk_numerics=info.trunk_numerics, **fields)
     return OpenedCheckpoint(record, reader)
+
+
+def _check_what_shapes_cannot_show(path, info, variant):
+    """A ViT's heads and activation, where the file records them."""
+    if info.heads is not None and info.heads != variant.heads:
+        raise CheckpointError(f"{path} has {info.heads} attention heads; {variant.name} has "
+                              f"{variant.heads}. Nothing was loaded.")
+    recorded = info.variant
+    if recorded is not None and recorded.activation != variant.activation:
+        raise CheckpointError(f"{path} was computed with {recorded.activation}; "
+                              f"{variant.name} computes {variant.activation}. Build "
+                              f"keras_vit.from_pretrained({path!r}), which reads it from the "
+                              "file. Nothing was loaded.")
 
 
 def _hub_checkpoint(variant, weights):

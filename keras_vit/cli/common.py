@@ -121,7 +121,9 @@ def report_errors(prog, run, args):
     return 2
 
 
-SIZE_OPTIONS = ("batch_size", "image_size", "classes")
+# The flags whose smaller values need less memory, named in the out-of-memory advice when given
+# (a LoRA run's factors and their optimizer slots grow with --lora-rank).
+SIZE_OPTIONS = ("batch_size", "image_size", "lora_rank", "classes")
 
 
 def _out_of_memory(error):

@@ -96,8 +96,6 @@ def _check_arguments(args):
     if args.format != "saved_model" and args.version is not None:
         raise CommandError(f"--version numbers a saved_model's folder; --format {args.format} "
                            "writes one file.")
-    if args.format == "keras" and not args.output.endswith(".keras"):
-        raise CommandError(f"--format keras writes a .keras file; got --output {args.output}.")
     if args.format == "saved_model":
         if os.path.exists(args.output) and not os.path.isdir(args.output):
             raise CommandError(f"--output {args.output} is an existing file; a saved_model "
@@ -109,6 +107,35 @@ def _check_arguments(args):
     elif os.path.isdir(args.output):
         raise CommandError(f"--output {args.output} is an existing folder; --format "
                            f"{args.format} writes one file there.")
+    _check_output_suffix(args.format, args.output)
+    _check_output_is_not_the_model(args.output, args.model)
+
+
+# The file each one-file format writes, by its suffix; a saved_model's folder takes neither.
+SUFFIXES = {"tflite": ".tflite", "keras": ".keras"}
+
+
+def _check_output_suffix(format_name, output):
+    suffix = SUFFIXES.get(format_name)
+    if suffix is not None and not output.lower().endswith(suffix):
+        raise CommandError(f"--format {format_name} writes a {suffix} file; got --output {output}.")
+    if suffix is None and output.lower().endswith(tuple(SUFFIXES.values())):
+        raise CommandError(f"--format saved_model writes a folder; --output {output} is named "
+                           "as a file of another format (give --format, or a folder name).")
+
+
+def _check_output_is_not_the_model(output, model):
+    """The model read is never written over: not its file, nor a file of the folder it is
+    read from (a run's model.keras and best.keras); a new folder inside it may be written."""
+    if not os.path.exists(model):  # an architecture's name
+        return
+    source, target = os.path.realpath(model), os.path.realpath(output)
+    inside = os.path.isdir(source) and os.path.isfile(target) \
+        and target.startswith(source.rstrip(os.sep) + os.sep)
+    if target == source or inside:
+        what = "the model" if target == source else "a file of the model folder"
+        raise CommandError(f"--output {output} is {what} --model {model} reads; export to "
+                           "another path.")
 
 
 def _export(args):
@@ -172,12 +199,13 @@ def _export_bfloat16(args, model):
     beside the version folder, which TF Serving ignores)."""
     from keras_vit.export import quantized
     from keras_vit.export import saved_model as export
+    from keras_vit.models.image_size import image_size
     from keras_vit.runtime.agreement import agreement
     from keras_vit.runtime.precision import bfloat16_model
 
     held_out = None
     if args.calibration_data:
-        _, held_out = quantized.calibration_pixels(args.calibration_data, model.input_shape[1:3], 1)
+        _, held_out = quantized.calibration_pixels(args.calibration_data, image_size(model), 1)
     reference = None if held_out is None else quantized.keras_logits(model, held_out)
     if args.format == "keras":
         converted = bfloat16_model(model)
@@ -226,9 +254,10 @@ def _export_quantized(args, model):
     """A quantised tflite or keras file, and its agreement with the float model on held-out
     images (the calibration data's test split), printed and written to OUTPUT.agreement.json."""
     from keras_vit.export import quantized
+    from keras_vit.models.image_size import image_size
     from keras_vit.runtime.agreement import agreement
 
-    size = model.input_shape[1:3]
+    size = image_size(model)
     calibration, held_out = (None, None)
     if args.calibration_data:
         calibration, held_out = quantized.calibration_pixels(

@@ -127,12 +127,13 @@ def _add_augreg_arguments(train):
                                         for name, (ra, mixup) in AUGREG.items())
                             + " (default: none)")
     group.add_argument("--randaugment", default=None, metavar="N,M",
-                       help="RandAugment's layers and magnitude (0 to 30) instead of --augment's, "
-                            "e.g. 2,15; none for none")
+                       help="RandAugment's layers (1 to 11) and magnitude (0 to 30) instead of "
+                            "--augment's, e.g. 2,15; none for none")
     group.add_argument("--mixup", type=float, default=None, metavar="ALPHA",
-                       help="MixUp alpha instead of --augment's (0: off)")
+                       help="MixUp alpha instead of --augment's (0: off; at most 100)")
     group.add_argument("--cutmix", type=float, default=None, metavar="ALPHA",
-                       help="CutMix alpha (0: off; with MixUp, each batch takes one) (default: 0)")
+                       help="CutMix alpha (0: off; at most 100; with MixUp, each batch takes one) "
+                            "(default: 0)")
     group.add_argument("--layer-decay", type=float, default=None, metavar="DECAY",
                        help="layer-wise learning-rate decay in (0, 1] as BEiT/MAE fine-tuning: block "
                             "i of L at DECAY**(L-i) times the rate, the head at the full rate "
@@ -174,7 +175,7 @@ def _add_distillation_arguments(train):
                             "hard for a distilled DeiT, whose distillation token learns from "
                             "the teacher)")
     group.add_argument("--distillation-temperature", type=float, default=None, metavar="T",
-                       help="soft distillation's temperature (default: 3.0, DeiT's)")
+                       help="soft distillation's temperature, 0.01 to 100 (default: 3.0, DeiT's)")
     group.add_argument("--distillation-alpha", type=float, default=None, metavar="ALPHA",
                        help="the distillation loss's weight in [0, 1]; the labels' loss gets "
                             "1 - ALPHA (default: 0.5)")

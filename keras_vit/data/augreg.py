@@ -6,12 +6,12 @@ are keras_vit/data/augment_layers.py's.
 """
 
 import dataclasses
-import numbers
 
+from keras_vit._support.checks import real_in
 from keras_vit.errors import ArgumentError
 
 __all__ = ["AUGREG", "Augmentation", "get_augmentation", "parse_randaugment",
-           "RANDAUGMENT_MAX_MAGNITUDE"]
+           "RANDAUGMENT_MAX_MAGNITUDE", "RANDAUGMENT_MAX_LAYERS", "MAX_MIX_ALPHA"]
 
 # The AugReg settings by their paper names: (RandAugment (layers, magnitude) or None, MixUp
 # alpha). From big_vision's configs/vit_i1k.py (RANDAUG_DEF and MIXUP_DEF), the code of the
@@ -32,6 +32,13 @@ AUGREG = {
 # factor = magnitude / 30. The operations are Keras' own, so strong settings are alike in
 # strength, not pixel for pixel big_vision's.
 RANDAUGMENT_MAX_MAGNITUDE = 30
+# Keras' RandAugment draws each of its N layers from its 11 operations; AugReg and timm use 2.
+# More layers than operations only repeats them, at a cost per image that grows with N.
+RANDAUGMENT_MAX_LAYERS = 11
+# MixUp and CutMix draw their mix from Beta(alpha, alpha). Its spread is 1 / (2 sqrt(2 alpha + 1)):
+# at 100 every mix is within a few percent of half and half (AugReg's largest is 0.8, timm's 1);
+# past float32's range the sampler returns NaN, and the run learns nothing.
+MAX_MIX_ALPHA = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +69,10 @@ def get_augmentation(augment="none", mixup=None, cutmix=None, randaugment=None):
     randaugment = named_randaugment if randaugment is None else parse_randaugment(randaugment)
     mixup = named_mixup if mixup is None else mixup
     cutmix = 0.0 if cutmix is None else cutmix
-    for name, alpha in (("mixup", mixup), ("cutmix", cutmix)):
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not alpha >= 0:
-            raise ArgumentError(f"{name} must be an alpha >= 0 (0: off), got {alpha!r}.")
-    return Augmentation(randaugment, float(mixup), float(cutmix))
+    mixup, cutmix = (real_in(alpha, name, 0, MAX_MIX_ALPHA,
+                             what=f"an alpha >= 0 (0: off) and <= {MAX_MIX_ALPHA}")
+                     for name, alpha in (("mixup", mixup), ("cutmix", cutmix)))
+    return Augmentation(randaugment, mixup, cutmix)
 
 
 def parse_randaugment(value):
@@ -78,7 +85,7 @@ def parse_randaugment(value):
     except ValueError:
         raise ArgumentError(f"randaugment must be N,M (layers, magnitude), e.g. 2,15; got "
                             f"{value!r}.") from None
-    if layers < 1 or not 0 <= magnitude <= RANDAUGMENT_MAX_MAGNITUDE:
-        raise ArgumentError(f"randaugment N,M needs N >= 1 layers and a magnitude M in 0 to "
-                            f"{RANDAUGMENT_MAX_MAGNITUDE}, got {value!r}.")
+    if not 1 <= layers <= RANDAUGMENT_MAX_LAYERS or not 0 <= magnitude <= RANDAUGMENT_MAX_MAGNITUDE:
+        raise ArgumentError(f"randaugment N,M needs N >= 1 layers (at most {RANDAUGMENT_MAX_LAYERS}) "
+                            f"and a magnitude M in 0 to {RANDAUGMENT_MAX_MAGNITUDE}, got {value!r}.")
     return (layers, magnitude)

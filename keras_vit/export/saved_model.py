@@ -42,8 +42,8 @@ from keras_vit._support.private_keras import check_private_keras
 from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folder, write_bytes
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.labels import imagenet_label_names, read_labels
-from keras_vit.layer_names import EMBEDDING, POSEMBED_INPUT
 from keras_vit.lora import merge_lora
+from keras_vit.models.image_size import stored_size, takes_any_size
 from keras_vit.models.vit import has_softmax_head
 from keras_vit.normalization import model_input
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images
@@ -216,7 +216,7 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
     classes = _classes(model)
     # A model built with dynamic_image_size takes pixels of any size; image_size is then the
     # size its position embeddings are stored for, to which serve_bytes resizes.
-    any_size = _takes_any_size(model)
+    any_size = takes_any_size(model)
     _check_top_k(top_k)
     top_k = min(int(top_k), classes)
     softmax_head = has_softmax_head(model)
@@ -370,28 +370,13 @@ def _image_size(model):
     """The model's image size: its input's, or for a model that takes any size
     (`dynamic_image_size=True`) the size its position embeddings are stored for."""
     shape = model.input_shape
-    size = _stored_size(model) if _takes_any_size(model) else None
+    size = stored_size(model) if takes_any_size(model) else None
     if not isinstance(shape, tuple) or len(shape) != 4 or (None in shape[1:3] and size is None):
         raise ArgumentError(f"Export needs a model with one image input of fixed size (batch, height, "
                             f"width, 3); {model.name} takes {shape}.")
     if shape[3] != 3:
         raise ArgumentError(f"Export serves RGB images; {model.name} takes {shape[3]} channels.")
     return size or (shape[1], shape[2])
-
-
-def _takes_any_size(model):
-    """Whether `model` resizes its position embeddings to each image at call time."""
-    try:
-        return bool(getattr(model.get_layer(POSEMBED_INPUT), "dynamic_grid", False))
-    except ValueError:
-        return False
-
-
-def _stored_size(model):
-    """(height, width) in pixels of the grid a dynamic-size model's embeddings are stored for."""
-    grid = model.get_layer(POSEMBED_INPUT).grid_size
-    patch = model.get_layer(EMBEDDING).patch_size
-    return grid[0] * patch, grid[1] * patch
 
 
 def _classes(model):

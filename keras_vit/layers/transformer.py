@@ -8,11 +8,13 @@ is a table of names, not code.
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit._support.private_keras import check_private_keras
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.lora_dense import FactorKeepingDense
 
 __all__ = ["MultiHeadSelfAttention", "MlpBlock", "LayerScale", "TransformerBlock",
            "use_fused_attention", "MLP_ACTIVATIONS", "saved_dtype_policy"]
@@ -56,8 +58,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         # None: `use_fused_attention` decides; True/False force a path (tests, benchmarks).
         self.fused_attention = None
-        # LoRA factors by projection name, {"query": (a, b), ...} (`enable_lora`); never saved
-        # in the config: keras_vit saves LoRA-trained models merged (keras_vit/lora.py).
+        # LoRA factors by projection name, {"query": (a, b), ...} (`enable_lora`); never in
+        # the config: saved by name beside the kernels, a layer without LoRA loads them merged
+        # (save_own_variables, load_own_variables; keras_vit/lora.py).
         self.lora_factors = {}
         self.lora_scale = 1.0
 
@@ -154,6 +157,57 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return {name: self.lora_scale * ops.matmul(a, b)
                 for name, (a, b) in self.lora_factors.items()}
 
+    def merged_kernels(self):
+        """(qkv kernel, out kernel) as NumPy arrays with the LoRA updates added: what the
+        layer computes, as an ordinary layer's weights."""
+        return _merged(self.qkv_kernel, self.out_kernel, self.lora_deltas())
+
+    def save_own_variables(self, store):
+        """The four variables of a layer without LoRA ("0" to "3"), and under LoRA its factors
+        and scale by name beside them: a layer without LoRA loads the file merged (Keras'
+        `load_model` after `model.save`), a LoRA layer loads it exactly (a run's backup)."""
+        for i, variable in enumerate(self._base_variables()):
+            store[str(i)] = variable
+        if self.lora_factors:
+            store["lora_scale"] = np.asarray(self.lora_scale, np.float32)
+            for name, (a, b) in self.lora_factors.items():
+                store[f"lora_{name}_a"], store[f"lora_{name}_b"] = a, b
+
+    def load_own_variables(self, store):
+        """What `save_own_variables` wrote, or the positional layout of every variable. Stored
+        factors this layer does not have are merged into its kernels; factors it has that the
+        store lacks restart with `b` at zero, so the layer computes what the store holds."""
+        keys = set(store.keys())
+        own = self._trainable_variables + self._non_trainable_variables
+        if keys == {str(i) for i in range(len(own))}:  # positional: as Keras lays any layer out
+            return super().load_own_variables(store)
+        stored = sorted({key[len("lora_"):-2] for key in keys
+                         if key.startswith("lora_") and key.endswith(("_a", "_b"))})
+        expected = {"0", "1", "2", "3"} | ({"lora_scale"} if stored else set()) | {
+            f"lora_{name}_{factor}" for name in stored for factor in "ab"}
+        if keys != expected:
+            raise ValueError(f"Layer '{self.name}' expected its 4 variables and any LoRA "
+                             f"factors, but received {sorted(keys)} during loading.")
+        qkv_kernel, qkv_bias, out_kernel, out_bias = (store[str(i)] for i in range(4))
+        scale = float(np.asarray(store["lora_scale"])) if stored else None
+        if stored and stored == sorted(self.lora_factors) and scale == self.lora_scale:
+            for name in stored:  # the same LoRA: restored as it was
+                a, b = self.lora_factors[name]
+                a.assign(store[f"lora_{name}_a"])
+                b.assign(store[f"lora_{name}_b"])
+        else:
+            deltas = {name: scale * np.asarray(store[f"lora_{name}_a"], np.float32)
+                      @ np.asarray(store[f"lora_{name}_b"], np.float32) for name in stored}
+            qkv_kernel, out_kernel = _merged(qkv_kernel, out_kernel, deltas)
+            for _, b in self.lora_factors.values():
+                b.assign(ops.zeros(b.shape, b.dtype))
+        for variable, value in zip(self._base_variables(),
+                                   (qkv_kernel, qkv_bias, out_kernel, out_bias)):
+            variable.assign(value)
+
+    def _base_variables(self):
+        return self.qkv_kernel, self.qkv_bias, self.out_kernel, self.out_bias
+
     def _lora(self, name, inputs, outputs):
         """`outputs` plus the LoRA update of projection `name` (Dense's order of operations:
         through the rank first, never the (D, D) product)."""
@@ -182,6 +236,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         }
 
 
+def _merged(qkv_kernel, out_kernel, deltas):
+    """(qkv kernel, out kernel) as NumPy arrays plus `deltas`, {projection: (D, D) update}:
+    query, key and value are the fused kernel's column blocks."""
+    deltas = {name: ops.convert_to_numpy(delta) for name, delta in deltas.items()}
+    qkv = np.array(ops.convert_to_numpy(qkv_kernel), copy=True)
+    width = qkv.shape[0]
+    for column, name in enumerate(("query", "key", "value")):
+        if name in deltas:
+            qkv[:, column * width:(column + 1) * width] += deltas[name]
+    return qkv, ops.convert_to_numpy(out_kernel) + deltas.get("out", 0)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MlpBlock(keras.layers.Layer):
     """Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout.
@@ -204,14 +270,14 @@ class MlpBlock(keras.layers.Layer):
         self.approximate_gelu = approximate_gelu
         self.activation = activation
         policy = self.dtype_policy
-        self.dense_0 = keras.layers.Dense(mlp_dim, name=MLP_HIDDEN_NAME, dtype=policy,
+        self.dense_0 = FactorKeepingDense(mlp_dim, name=MLP_HIDDEN_NAME, dtype=policy,
                                           kernel_initializer="glorot_uniform",
                                           bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
         self.dropout_0 = keras.layers.Dropout(dropout, dtype=policy)
         self.dropout_1 = keras.layers.Dropout(dropout, dtype=policy)
 
     def build(self, input_shape):
-        self.dense_1 = keras.layers.Dense(input_shape[-1], name=MLP_OUTPUT_NAME, dtype=self.dtype_policy,
+        self.dense_1 = FactorKeepingDense(input_shape[-1], name=MLP_OUTPUT_NAME, dtype=self.dtype_policy,
                                           kernel_initializer="glorot_uniform",
                                           bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
         self.dense_0.build(input_shape)

@@ -5,8 +5,11 @@ On TensorFlow a Keras model runs as a graph (`tf.function`) or compiled by XLA
 faster everywhere: ViT-B/16 at batch 8 ran 1.2x faster under XLA on an AMD EPYC with
 AVX2 only, and 1-5% slower under XLA on one with AVX-512 (docs/performance.md). So for
 `execution="auto"` keras_vit times both on the model and batch shape at hand (a warm-up
-and a few interleaved calls each) and remembers the answer for this machine, these
-library versions and this shape in `$KERAS_HOME/keras_vit/execution.json`.
+and seven interleaved calls each, the fastest of each kept: load only ever slows a call)
+and remembers the answer for this machine, these library versions and this shape in
+`$KERAS_HOME/keras_vit/execution.json`. A later run whose calls in the mode chosen are much
+slower than the other mode's stored time drops the entry, so the run after it measures
+again (`recheck_choice`): one disturbed timing does not fix the slower mode for good.
 
 `execution` is "auto" (the default), "graph" or "xla"; the environment variable
 `KERAS_VIT_EXECUTION` changes the default. It decides only on TensorFlow with no
@@ -17,14 +20,14 @@ own choice (XLA on accelerators, the graph under a strategy), and on JAX (always
 
 import json
 import os
-import statistics
 import time
 
 from keras_vit._support.files import read_text
 from keras_vit._support.json_files import read_json
 from keras_vit.errors import ArgumentError, PathError
 
-__all__ = ["EXECUTION_MODES", "check_execution", "choose_jit_compile", "time_modes"]
+__all__ = ["EXECUTION_MODES", "check_execution", "choose_jit_compile", "time_modes",
+           "fastest_calls", "recheck_choice"]
 
 EXECUTION_MODES = ("auto", "graph", "xla")
 ENVIRONMENT_VARIABLE = "KERAS_VIT_EXECUTION"
@@ -32,7 +35,16 @@ ENVIRONMENT_VARIABLE = "KERAS_VIT_EXECUTION"
 # noise of a few calls, and XLA compiles again for every new batch shape (the last, shorter
 # batch of a run).
 XLA_MARGIN = 0.03
-ROUNDS = 3  # timed calls per mode, interleaved, after one warm-up call each
+# Timed calls per mode, interleaved, after one warm-up call each; the fastest of each is kept.
+# Load (another process, a burst of I/O) only adds time, so the minimum of several rounds is
+# what the machine can do, where a median of three was moved by one disturbance lasting two.
+ROUNDS = 7
+# A later run's calls in the chosen mode this many times slower than the other mode's stored
+# time mean the stored choice was measured under load (the Performance page saw 0.73x against
+# 1.10x): the entry is dropped and measured again. Wide, so that a run under load itself
+# costs at most one more measurement.
+REMEASURE_FACTOR = 1.5
+_clock = time.perf_counter  # what the timings read (a test plants its own)
 _MEASURED = {}  # this process's choices, for when the cache file cannot be written
 
 
@@ -82,22 +94,47 @@ def choose_jit_compile(model, batch_shape, execution=None, training=False, measu
 
 
 def time_modes(model, batch_shape, training=False, rounds=ROUNDS):
-    """Median seconds per call of `model` on random `batch_shape` inputs, as a graph and
+    """The fastest seconds per call of `model` on random `batch_shape` inputs, as a graph and
     under XLA: the forward pass, or for `training` the forward and backward passes (no
-    weight changes). Calls alternate between the two, so a change of load hits both."""
+    weight changes)."""
     import tensorflow as tf
 
     images = tf.random.uniform(batch_shape, -1.0, 1.0, seed=0)
     calls = {mode: _call(model, training, jit_compile=mode == "xla") for mode in ("graph", "xla")}
-    for call in calls.values():  # traces, compiles, allocates
-        call(images)
-    times = {mode: [] for mode in calls}
+    return fastest_calls(calls, images, rounds)
+
+
+def fastest_calls(calls, inputs, rounds=ROUNDS):
+    """{name: the fastest seconds of `rounds` calls} of `calls` ({name: function of `inputs`}),
+    each called once first (traces, compiles, allocates), then in turn, round after round,
+    so that a change of load hits every one alike."""
+    for call in calls.values():
+        call(inputs)
+    times = {name: [] for name in calls}
     for _ in range(rounds):
-        for mode, call in calls.items():
-            start = time.perf_counter()
-            call(images)
-            times[mode].append(time.perf_counter() - start)
-    return {mode: statistics.median(t) for mode, t in times.items()}
+        for name, call in calls.items():
+            start = _clock()
+            call(inputs)
+            times[name].append(_clock() - start)
+    return {name: min(seconds) for name, seconds in times.items()}
+
+
+def recheck_choice(model, batch_shape, jit_compile, seconds, training=False):
+    """A later run's fastest `seconds` per call of `model` on `batch_shape` in the mode it ran
+    (`jit_compile`): when the stored choice is that mode and `seconds` exceed
+    REMEASURE_FACTOR times the other mode's stored time, the entry is dropped, and the next
+    "auto" measures again. Returns whether it was dropped."""
+    key = _cache_key(model, batch_shape, training)
+    choice = _read_choices().get(key) or _MEASURED.get(key)
+    mode = "xla" if jit_compile else "graph"
+    if not isinstance(choice, dict) or choice.get("mode") != mode:
+        return False
+    other = (choice.get("seconds_per_call") or {}).get("graph" if jit_compile else "xla")
+    if isinstance(other, bool) or not isinstance(other, (int, float)) \
+            or not seconds > REMEASURE_FACTOR * other:
+        return False
+    _store_choice(key, None)
+    return True
 
 
 def _call(model, training, jit_compile):
@@ -162,13 +199,17 @@ def _read_choices():
 
 
 def _store_choice(key, choice):
-    """Adds one measured choice. Two processes measuring at once may each keep only their
+    """Adds one measured choice (None: drops it). Two processes measuring at once may each keep only their
     own entry; the lost one is measured again next time, never read torn (atomic write)."""
     from keras_vit.atomic import atomic_open
 
-    _MEASURED[key] = choice
     choices = _read_choices()
-    choices[key] = choice
+    if choice is None:  # dropped: measured again next time
+        _MEASURED.pop(key, None)
+        choices.pop(key, None)
+    else:
+        _MEASURED[key] = choice
+        choices[key] = choice
     try:
         os.makedirs(os.path.dirname(_cache_path()), exist_ok=True)
         with atomic_open(_cache_path(), "w", encoding="utf-8") as f:

@@ -23,8 +23,6 @@ the record (`PrecisionChoice.record`) that predict, evaluate and export write.
 """
 
 import dataclasses
-import statistics
-import time
 
 from keras_vit.errors import ArgumentError, PathError
 from keras_vit.layer_names import FLOAT32_LAYERS
@@ -256,25 +254,17 @@ def _compiled_outputs(model, jit_compile, x):
 
 
 def time_precisions(models, batch_shape, modes, rounds=None):
-    """Median seconds per forward call of each of `models` ({precision: model}) in each of
-    `modes`, keyed "<precision> <mode>", on random `batch_shape` inputs; calls interleaved
-    after one warm-up each, so that a change of load hits all alike."""
+    """The fastest seconds per forward call of each of `models` ({precision: model}) in each
+    of `modes`, keyed "<precision> <mode>", on random `batch_shape` inputs, timed as
+    `keras_vit.runtime.execution.fastest_calls` times (interleaved rounds)."""
     import tensorflow as tf
 
-    from keras_vit.runtime.execution import ROUNDS
+    from keras_vit.runtime.execution import ROUNDS, fastest_calls
 
     images = tf.random.uniform(batch_shape, -1.0, 1.0, seed=0)
     calls = {f"{precision} {mode}": _call(model, mode)
              for precision, model in models.items() for mode in modes}
-    for call in calls.values():  # traces, compiles, allocates
-        call(images)
-    times = {key: [] for key in calls}
-    for _ in range(rounds or ROUNDS):
-        for key, call in calls.items():
-            start = time.perf_counter()
-            call(images)
-            times[key].append(time.perf_counter() - start)
-    return {key: statistics.median(t) for key, t in times.items()}
+    return fastest_calls(calls, images, rounds or ROUNDS)
 
 
 def _call(model, mode):

@@ -6,11 +6,13 @@ decoded and resized in tf.data, then a Keras model, in the precision chosen) and
 """
 
 import os
+import time
 
 import numpy as np
 
 from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError, ImageError
+from keras_vit.runtime.execution import check_execution
 from keras_vit.runtime.precision import check_precision
 
 __all__ = ["DEFAULT_BATCH_SIZE", "READ_ERRORS", "KerasRunner", "SavedModelRunner", "model_runner",
@@ -20,6 +22,9 @@ DEFAULT_BATCH_SIZE = 32
 # "auto" execution times graph and XLA (about 8 batches' worth) only for at least this many
 # batches of work; less runs as a graph unless a choice for the shape is already stored.
 CALIBRATE_AFTER_BATCHES = 20
+# After this many full batches in a mode "auto" chose (the first, which traces, aside), their
+# fastest is compared with the other mode's stored time (execution.recheck_choice).
+RECHECK_AFTER_BATCHES = 3
 
 
 def check_positive(**values):
@@ -100,11 +105,14 @@ class KerasRunner:
 
     def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
                  execution=None, images=0, precision=None, compare_images=None):
+        from keras_vit.models.image_size import image_size
         from keras_vit.models.vit import has_softmax_head
         from keras_vit.normalization import model_input
 
         self.model, self.batch_size, self.max_pixels = model, batch_size, max_pixels
-        self.size, self.channels = tuple(model.input_shape[1:3]), model.input_shape[-1]
+        # A model that takes any size gets every image at the size it was trained at: one
+        # batch holds one size, and the stored grid needs no resize of its embeddings.
+        self.size, self.channels = image_size(model), model.input_shape[-1]
         self.to_input, self.softmax_head = model_input(model), has_softmax_head(model)
         # A handful of images: a direct call; more: a compiled call, as a graph or under
         # XLA, whichever is faster here (timed only for work that repays the timing).
@@ -116,6 +124,7 @@ class KerasRunner:
         self.precision = check_precision(precision)
         self.precision_record = None  # once the first batch has run
         self._choice, self._reference = None, None
+        self._recheck = None  # seconds of full batches, while "auto"'s choice is rechecked
         self._compare_left = 0 if self.raw else (float("inf") if compare_images is None
                                                  else compare_images)
         self._classes = None
@@ -195,16 +204,33 @@ class KerasRunner:
         if self._choice is None:
             self._choose(x)
         if self._compiled is None:
-            scores = self._choice.model(x, training=False)
+            scores = keras.ops.convert_to_numpy(self._choice.model(x, training=False))
         else:
-            scores = self._compiled(x)
-        scores = keras.ops.convert_to_numpy(scores).astype(np.float32)
+            scores = self._timed_call(x)
+        scores = scores.astype(np.float32)
         if self._choice.precision == "bfloat16" and self._compare_left > 0:
             self._compare(x, scores)
         if self.softmax_head or self.raw:
             return scores
         return keras.ops.convert_to_numpy(keras.ops.softmax(scores, axis=-1))
 
+
+    def _timed_call(self, x):
+        """The compiled call, as NumPy; under "auto" its full batches are timed, and the
+        fastest of the first few rechecks the stored choice of mode."""
+        import keras
+
+        from keras_vit.runtime.execution import recheck_choice
+
+        start = time.perf_counter()
+        scores = keras.ops.convert_to_numpy(self._compiled(x))
+        if self._recheck is not None and len(x) == self.batch_size:
+            self._recheck.append(time.perf_counter() - start)
+            if len(self._recheck) > RECHECK_AFTER_BATCHES:  # the first traced: left out
+                recheck_choice(self._choice.model, (self.batch_size, *x.shape[1:]),
+                               self.jit_compile, min(self._recheck[1:]))
+                self._recheck = None
+        return scores
 
     def _choose(self, x):
         """The precision, model and mode to run, from the first batch's inputs `x`."""
@@ -231,6 +257,8 @@ class KerasRunner:
                 measure=enough)
             self.jit_compile = self._choice.jit_compile
             self._compiled = self._compiled_call(self._choice.model, self.jit_compile)
+            if self.jit_compile is not None and check_execution(self.execution) == "auto":
+                self._recheck = []
         self.precision_record = self._choice.record
 
     @staticmethod

@@ -27,6 +27,7 @@ import os
 import keras
 import numpy as np
 
+from keras_vit._support.checks import real_in
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.errors import ArgumentError, PathNotFoundError
 from keras_vit.layer_names import HEAD, HEAD_DIST, HEADS, PREPROCESSING
@@ -38,6 +39,10 @@ __all__ = ["KINDS", "DEFAULT_TEMPERATURE", "DEFAULT_ALPHA", "HardDistillation", 
 
 KINDS = ("soft", "hard")
 DEFAULT_TEMPERATURE = 3.0  # DeiT's soft distillation (paper, section 5.1)
+# Soft targets are softmax(logits / T), and the loss is scaled by T squared. Below 0.01 the
+# targets are the argmax (hard distillation says so); above 100 they are uniform while the
+# scale reaches 1e4 and beyond, until float32 overflows to NaN.
+TEMPERATURE_RANGE = (0.01, 100.0)
 DEFAULT_ALPHA = 0.5  # DeiT's hard distillation: labels and teacher weighed equally
 
 
@@ -99,7 +104,6 @@ def has_distillation_token(model):
 
 def check_distillation(kind, temperature, alpha, distilled_student):
     """(kind, temperature or None, alpha) with DeiT's defaults filled in; one-line errors."""
-    import math
     import numbers
 
     kind = kind or ("hard" if distilled_student else "soft")
@@ -110,12 +114,8 @@ def check_distillation(kind, temperature, alpha, distilled_student):
             raise ArgumentError("hard distillation learns the teacher's argmax and has no "
                                 "temperature; use --distillation soft with a temperature.")
     else:
-        temperature = DEFAULT_TEMPERATURE if temperature is None else temperature
-        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) \
-                or not math.isfinite(temperature) or temperature <= 0:
-            raise ArgumentError(f"distillation temperature must be a positive number, "
-                                f"got {temperature!r}.")
-        temperature = float(temperature)
+        temperature = real_in(DEFAULT_TEMPERATURE if temperature is None else temperature,
+                              "distillation temperature", *TEMPERATURE_RANGE)
     alpha = DEFAULT_ALPHA if alpha is None else alpha
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
         raise ArgumentError(f"distillation alpha must be a number in [0, 1], got {alpha!r}.")

@@ -49,7 +49,12 @@ import tensorflow as tf
 from keras_vit import reports as report
 from keras_vit.data import load_dataset, make_pipeline
 from keras_vit.data.augreg import Augmentation
-from keras_vit.errors import ArgumentTypeError, DatasetError, RunConflictError
+from keras_vit.errors import (
+    ArgumentTypeError,
+    DatasetError,
+    RunConflictError,
+    TrainingDivergedError,
+)
 from keras_vit.memory import peak_memory
 from keras_vit.models import ViT
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
@@ -323,6 +328,9 @@ def _fit_in(output, run, placement, splits, config, model, plan):
         build_training_state(model)
     step_timer = _StepTimer()
     callbacks = [
+        # First: a batch whose loss is not finite ends fit before any callback saves its
+        # weights, so the backup and best.keras keep the last finite epoch.
+        _StopOnNonFiniteLoss(),
         _EpochExtras(),
         step_timer,
         keras.callbacks.CSVLogger(log_path, append=True),
@@ -403,6 +411,23 @@ class _StepTimer(keras.callbacks.Callback):
         return {"median": float(np.median(timed)) if timed else None,
                 "batches_timed": len(timed),
                 "first": float(self.seconds[0]) if self.seconds else None}
+
+
+class _StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Raises TrainingDivergedError at the first training batch whose loss is NaN or
+    infinite (Keras' TerminateOnNaN only stops fit, after which the run would report)."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise TrainingDivergedError(
+                f"the training loss became {float(loss)} at epoch {self._epoch + 1}, batch "
+                f"{batch + 1}; training stopped there and the run is not finished (its backup "
+                "holds the last finite epoch): lower the learning rate, or check the data and "
+                "the augmentation.")
 
 
 class _EpochExtras(keras.callbacks.Callback):

@@ -8,17 +8,25 @@ Plain data: `keras-vit train --help` reads the defaults here without starting Te
 """
 
 import dataclasses
-import math
 import numbers
 import os
 
-from keras_vit._support.checks import positive_int
+from keras_vit._support.checks import int_in, positive_int, real_in
 from keras_vit.data.splitting import SPLIT_SEED, VALIDATION_FRACTION
 from keras_vit.errors import ArgumentError
 from keras_vit.runtime.precision import TRAINING_PRECISIONS as PRECISIONS
 from keras_vit.runtime.precision import training_policy
 
 __all__ = ["TrainSettings", "Run", "PRECISIONS", "resolve", "run_config"]
+
+# A billion weight updates (or passes over the data) is past any run: at a millisecond a
+# step it takes twelve days. Larger counts only overflow a step counter somewhere later.
+MAX_STEPS = 10 ** 9
+# A peak learning rate above 10 diverges for SGD and AdamW alike (the recipes' are 0.03 and
+# 1e-3; LARS-style large-batch SGD stays under 10); beyond it a typo, not a choice.
+MAX_LEARNING_RATE = 10.0
+# keras.utils.set_random_seed hands the seed to NumPy, whose seeds are unsigned 32-bit.
+MAX_SEED = 2 ** 32 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +108,8 @@ def resolve(settings):
     if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
         raise ArgumentError("validation_fraction must be a number between 0 and 1 (exclusive), "
                             f"got {fraction!r}.")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ArgumentError(f"validation_seed must be an integer, got {seed!r}.")
+    int_in(seed, "validation_seed", 0, MAX_SEED)
+    int_in(s.seed, "seed", 0, MAX_SEED)
     preset = get_preset(s.dataset)
     # An earlier run's model (weights naming a .keras file or a run folder) is its own default.
     variant = get_architecture(s.model or source_architecture(s.weights) or preset.model)
@@ -138,7 +146,8 @@ def resolve(settings):
 
     config = run_config(s.dataset, variant, weights, recipe, policy, s.seed, float(fraction),
                         int(seed))
-    lora = check_lora(s.lora_rank, s.lora_targets)
+    lora = check_lora(s.lora_rank, s.lora_targets,
+                      variant.width if isinstance(variant, Variant) else None)
     if lora is not None:  # only then: runs without LoRA keep their run.json as it was
         config["lora"] = lora
     teacher = _teacher_record(s, variant)
@@ -199,6 +208,9 @@ def check_recipe_values(recipe):
                         ("batch_size", recipe.batch_size), ("image_size", recipe.image_size)):
         if value is not None:
             positive_int(value, name, what="a positive integer")
+    for name, value in (("steps", recipe.steps), ("epochs", recipe.epochs)):
+        if value is not None:
+            int_in(value, name, 1, MAX_STEPS)
     drop = recipe.drop_path_rate
     if isinstance(drop, bool) or not isinstance(drop, numbers.Real) or not 0 <= drop < 1:
         raise ArgumentError(f"drop_path must be a rate in [0, 1), got {drop!r}.")
@@ -208,7 +220,8 @@ def check_recipe_values(recipe):
                                   or not 0 < value <= 1 or (low_open and value == 1)):
             interval = "(0, 1)" if low_open else "(0, 1]"
             raise ArgumentError(f"{name} must be a number in {interval}, got {value!r}.")
-    rate = recipe.learning_rate
-    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) \
-            or rate <= 0:
-        raise ArgumentError(f"lr must be a positive number, got {rate!r}.")
+    rate = real_in(recipe.learning_rate, "lr", 0, float("inf"), low_open=True,
+                   what="a positive number")
+    if rate > MAX_LEARNING_RATE:
+        raise ArgumentError(f"lr {rate:g} is above {MAX_LEARNING_RATE:g}, where SGD and AdamW "
+                            "diverge; give a peak learning rate such as 0.03 (finetune).")

@@ -110,6 +110,66 @@ def test_xla_must_beat_the_graph_by_the_margin(cache_home, timed):
     assert execution.choose_jit_compile(tiny_classifier(), SHAPE) is False
 
 
+def _planted_timing(monkeypatch, seconds):
+    """Calls that take the planted `seconds` ({mode: one per call, warm-up first}) on a clock
+    of their own: the timing's rounds and statistic run as written, on known durations."""
+    now = [0.0]
+    monkeypatch.setattr(execution, "_clock", lambda: now[0])
+
+    def planted(model, training, jit_compile):
+        durations = iter(seconds["xla" if jit_compile else "graph"])
+
+        def call(images):
+            now[0] += next(durations)
+        return call
+    monkeypatch.setattr(execution, "_call", planted)
+
+
+def test_a_disturbed_round_of_the_faster_mode_does_not_lose_it(cache_home, monkeypatch):
+    """XLA takes 0.8 s a call, the graph 1.0 s; a burst of load slows two of XLA's timed calls
+    to 5 s (a median of three would read 5 s there and keep the graph for good)."""
+    rounds = execution.ROUNDS
+    xla = [9.0, 0.8, 5.0, 5.0] + [0.8] * (rounds - 3)
+    _planted_timing(monkeypatch, {"graph": [9.0] + [1.0] * rounds, "xla": xla})
+    assert execution.choose_jit_compile(tiny_classifier(), SHAPE) is True
+    (choice,) = json.loads(cache_home.read_text()).values()
+    # Differences of a clock's float readings: exact to a few ulps of the clock's 40 s.
+    assert choice["seconds_per_call"] == pytest.approx({"graph": 1.0, "xla": 0.8}, abs=1e-12)
+
+
+def test_a_choice_a_later_run_finds_much_slower_is_measured_again(cache_home, timed):
+    model = tiny_classifier()
+    calls = timed(graph=1.0, xla=0.8)
+    assert execution.choose_jit_compile(model, SHAPE) is True and len(calls) == 1
+    # The later run's XLA calls: as fast as the graph's stored time, then much slower.
+    faster_than_the_margin = execution.REMEASURE_FACTOR * 1.0
+    assert execution.recheck_choice(model, SHAPE, True, faster_than_the_margin) is False
+    assert execution.recheck_choice(model, SHAPE, False, 10.0) is False  # not the mode stored
+    assert execution.choose_jit_compile(model, SHAPE) is True and len(calls) == 1
+    assert execution.recheck_choice(model, SHAPE, True, 1.01 * faster_than_the_margin) is True
+    assert json.loads(cache_home.read_text()) == {}
+    timed(graph=1.0, xla=2.0)  # measured again: now the graph
+    assert execution.choose_jit_compile(model, SHAPE) is False and len(calls) == 2
+
+
+def test_predict_rechecks_the_stored_choice(cache_home, monkeypatch):
+    """A stored "graph" whose XLA time no real call can reach: after a few full batches the
+    runner finds the graph much slower than it, and drops the entry."""
+    from keras_vit.runtime.runners import RECHECK_AFTER_BATCHES, KerasRunner
+
+    model = tiny_classifier()
+    key = execution._cache_key(model, SHAPE, False)
+    execution._store_choice(key, {"mode": "graph", "seconds_per_call": {"graph": 1.0,
+                                                                        "xla": 1e-12}})
+    runner = KerasRunner(model, SHAPE[0], 10 ** 6, execution="auto", images=1000)
+    pixels = np.random.default_rng(0).uniform(0, 255, SHAPE).astype(np.float32)
+    for _ in range(RECHECK_AFTER_BATCHES):
+        runner._probabilities(pixels)
+    assert runner.jit_compile is False and key in json.loads(cache_home.read_text())
+    runner._probabilities(pixels)  # the first batch traced: this one completes the recheck
+    assert key not in json.loads(cache_home.read_text())
+
+
 def test_too_little_work_runs_as_a_graph_without_timing(cache_home, timed):
     calls = timed(graph=1.0, xla=0.5)
     assert execution.choose_jit_compile(tiny_classifier(), SHAPE, measure=False) is False

@@ -246,9 +246,10 @@ class RowTableReader(CheckpointReader):
     format's rows and fix-ups. Headers are `convert` run on zero-memory stand-ins, so they
     come from the very transforms the arrays go through. `names` keeps the stored arrays the
     format reads (not a two-tower file's text tower); `dtypes` {name: dtype} the stored dtypes
-    a header reports (float32 where not given). With `reads_in_parts`, a read opens only the
-    stored arrays that hold the keys asked (the loader reads a large file row by row); only a
-    format whose every official array comes from one stored array may say so.
+    a header reports (default: the state dict's own `dtypes`, else float32). With
+    `reads_in_parts`, a read opens only the stored arrays that hold the keys asked (the loader
+    reads a large file row by row); only a format whose every official array comes from one
+    stored array may say so.
     """
 
     def __init__(self, source, format, weights, convert, names=None, dtypes=None,
@@ -256,7 +257,8 @@ class RowTableReader(CheckpointReader):
         super().__init__(source, format)
         self._weights, self._convert = weights, convert
         self._names = list(weights.shapes if names is None else names)
-        self._dtypes = dtypes or {}
+        # The stored dtypes, so that the loader refuses a tensor that is no float by its header.
+        self._dtypes = dtypes or getattr(weights, "dtypes", None) or {}
         self.reads_in_parts = reads_in_parts
         self._owner_map = None
 
@@ -298,12 +300,19 @@ def channel_values(path, name, values):
     return tuple(float(v) for v in values) * (3 // len(values))
 
 
-def normalization_from(path, mean, std):
-    """((mean,) * 3, (std,) * 3) on pixels in [0, 1], from a config's values, or a one-line
-    refusal naming the file."""
+def normalization_from(path, mean, std, per_unit=1.0):
+    """((mean,) * 3, (std,) * 3) on pixels in [0, 1], from a config's values given on pixels
+    in [0, 1 * per_unit] (255 * a rescale factor: transformers'), or a one-line refusal naming
+    the file: the normalisation the model computes, checked (`normalization_problem`)."""
+    from keras_vit.normalization import normalization_problem
+
     mean, std = channel_values(path, "mean", mean), channel_values(path, "std", std)
     if min(std) <= 0:
         raise CheckpointError(f"{path}: the normalisation std {std} is not positive.")
+    mean, std = tuple(m / per_unit for m in mean), tuple(s / per_unit for s in std)
+    problem = normalization_problem((mean, std))
+    if problem is not None:
+        raise CheckpointError(f"{path}: its normalisation cannot be computed: {problem}.")
     return mean, std
 
 

@@ -27,6 +27,8 @@ DINOv2 fixes (64 features a head).
 
 import zipfile
 
+import numpy as np
+
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import CheckpointFormat, CheckpointInfo, RowTableReader
@@ -119,12 +121,24 @@ def _load(path):
     return sd
 
 
+def _numpy_dtype(torch_dtype):
+    torch = _torch()
+    if torch_dtype in (torch.bfloat16, torch.float16):  # read widened to float32
+        return np.dtype(np.float32)
+    try:
+        return torch.empty((), dtype=torch_dtype).numpy().dtype
+    except (TypeError, RuntimeError):  # no NumPy dtype (quantised, float8): not read as weights
+        return np.dtype("V")
+
+
 class TorchStateDict:
     """A pickled state dict opened once: shapes, and arrays on request (float32)."""
 
     def __init__(self, path):
         self._tensors = _load(path)
         self.shapes = {k: tuple(v.shape) for k, v in self._tensors.items()}
+        # What `read` returns, so that a header reports an integer or bool tensor as one.
+        self.dtypes = {k: _numpy_dtype(v.dtype) for k, v in self._tensors.items()}
 
     def read(self, names=None):
         torch, out = _torch(), {}

@@ -154,6 +154,13 @@ def _check_shard(index_path, shard, names, found):
             f"(missing {missing[:3]}, not listed {extra[:3]}).")
 
 
+def _read_dtype(name):
+    """The NumPy dtype a stored dtype `name` is read as (half precision widened)."""
+    if name in ("BF16", "F16"):
+        return np.dtype(np.float32)
+    return np.dtype(_DTYPES.get(name, "V"))  # "V": a dtype keras_vit does not read
+
+
 class SafetensorsFile:
     """One .safetensors file, opened once: its header parsed and checked on opening, every
     tensor read later from that same open file."""
@@ -170,6 +177,11 @@ class SafetensorsFile:
     @property
     def shapes(self):
         return {name: shape for name, (_, shape, _) in self._entries.items()}
+
+    @property
+    def dtypes(self):
+        """{name: the NumPy dtype `read` returns}: a header reports an integer tensor as one."""
+        return {name: _read_dtype(dtype) for name, (dtype, _, _) in self._entries.items()}
 
     def read(self, names=None):
         """{name: array} of `names` (all by default), bfloat16/float16 widened to float32."""
@@ -215,6 +227,10 @@ class ShardedSafetensors:
     @property
     def shapes(self):
         return {name: shape for f in self._shards.values() for name, shape in f.shapes.items()}
+
+    @property
+    def dtypes(self):
+        return {name: dtype for f in self._shards.values() for name, dtype in f.dtypes.items()}
 
     def read(self, names=None):
         names = list(self._owner) if names is None else names

@@ -10,6 +10,7 @@ spelling (`vit.encoder.layer.N.attention.attention.query`) and transformers 5's
 in-memory one (`vit.layers.N.attention.q_proj`) are read.
 """
 
+import math
 import os
 
 from keras_vit.checkpoints.errors import CheckpointError
@@ -102,11 +103,11 @@ def processor_normalization(source):
     mean, std = config.get("image_mean", 0.5), config.get("image_std", 0.5)
     if not config.get("do_normalize", True):
         mean, std = 0.0, 1.0
-    mean, std = normalization_from(path, mean, std)
-    if not isinstance(rescale, (int, float)) or isinstance(rescale, bool) or not rescale > 0:
-        raise CheckpointError(f"{path}: rescale_factor {str(rescale)[:40]} is not a positive number.")
-    to_unit = 255.0 * rescale  # the same map, on x / 255
-    return (tuple(m / to_unit for m in mean), tuple(s / to_unit for s in std))
+    if not isinstance(rescale, (int, float)) or isinstance(rescale, bool) \
+            or not 0 < rescale < math.inf:
+        raise CheckpointError(f"{path}: rescale_factor {str(rescale)[:40]} is not a finite "
+                              "positive number.")
+    return normalization_from(path, mean, std, per_unit=255.0 * rescale)  # the map on x / 255
 
 
 FORMAT = CheckpointFormat(

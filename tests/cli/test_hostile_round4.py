@@ -1,0 +1,89 @@
+"""Hostile inputs to the commands, fourth round: each refused in one line on stderr, exit 2,
+with nothing the user had written or overwritten."""
+
+import os
+
+import numpy as np
+import pytest
+
+import keras_vit
+
+
+def _snapshot(folder):
+    return {os.path.relpath(os.path.join(root, name), folder):
+            open(os.path.join(root, name), "rb").read()
+            for root, _, files in os.walk(folder) for name in files}
+
+
+def _one_line(result, *named):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"keras-vit {result.args[1]}: error: "), \
+        result.stderr
+    for text in named:
+        assert text in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def vit_npz(tmp_path_factory):
+    """A ViT's .npz as keras_vit writes it (its record of the variant inside)."""
+    path = str(tmp_path_factory.mktemp("vit") / "vit.npz")
+    keras_vit.save_npz(keras_vit.ViT("demo", image_size=16, classes=3), path)
+    return path
+
+
+def test_a_vit_npz_of_keras_vits_own_for_a_bit_is_one_line(cli, vit_npz, tmp_path):
+    """The file records its ViT: the check of that record must not read a BiT's heads."""
+    with pytest.raises(keras_vit.CheckpointError, match="not a BiT ResNetV2") as raised:
+        keras_vit.BiT_R50x1(weights=vit_npz, image_size=32)
+    assert "\n" not in str(raised.value)
+    image = tmp_path / "a.png"
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
+    _one_line(cli(["predict", "--model", "BiT-R50x1", "--weights", vit_npz, str(image)]),
+              vit_npz, "not a BiT ResNetV2")
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    """A .keras model, and a run-like folder holding one as model.keras."""
+    folder = tmp_path_factory.mktemp("models")
+    model = keras_vit.ViT("demo", image_size=16, classes=3)
+    model.save(folder / "m.keras")
+    (folder / "run").mkdir()
+    model.save(folder / "run" / "model.keras")
+    return folder
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (["--model", "{m}/m.keras", "--format", "tflite", "--output", "{m}/m.keras"],
+     "writes a .tflite file"),
+    (["--model", "{m}/m.keras", "--format", "keras", "--output", "{m}/m.keras"],
+     "is the model --model"),
+    (["--model", "{m}/m.keras", "--format", "keras", "--output", "{m}/./m.keras"],
+     "is the model --model"),
+    (["--model", "{m}/run", "--format", "keras", "--output", "{m}/run/model.keras"],
+     "a file of the model folder"),
+    (["--model", "{m}/m.keras", "--format", "tflite", "--output", "{m}/new.keras"],
+     "writes a .tflite file"),
+    (["--model", "{m}/m.keras", "--output", "{m}/new.tflite"], "writes a folder"),
+], ids=["tflite-over-the-input", "keras-over-the-input", "the-input-spelled-otherwise",
+        "over-a-runs-model", "tflite-named-keras", "saved_model-named-tflite"])
+def test_export_never_writes_over_its_model_nor_under_another_formats_name(
+        cli, model_files, arguments, named):
+    before = _snapshot(model_files)
+    result = cli(["export", *[a.replace("{m}", str(model_files)) for a in arguments]])
+    _one_line(result, named)
+    assert _snapshot(model_files) == before  # nothing written or overwritten
+
+
+def test_a_lora_run_out_of_memory_names_its_rank(cli, monkeypatch, tmp_path):
+    import keras_vit.training
+
+    def no_memory(**kwargs):
+        raise MemoryError("planted")
+    monkeypatch.setattr(keras_vit.training, "train", no_memory)
+    result = cli(["train", "--lora-rank", "8", "--batch-size", "16", "--output",
+                  str(tmp_path / "run")])
+    _one_line(result, "out of memory", "retry with a smaller --batch-size or --lora-rank")
