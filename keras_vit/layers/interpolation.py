@@ -25,6 +25,8 @@ axis; `resize_matrix(size_in, size_out, method)` builds it for each library's re
 
 from keras import ops
 
+from keras_vit.errors import ArgumentError
+
 __all__ = ["RESIZE_METHODS", "resize_matrix", "bicubic_resize_matrix"]
 
 RESIZE_METHODS = ("linear", "bilinear", "bicubic", "torch_bicubic", "keras_bicubic",
@@ -48,7 +50,7 @@ def resize_matrix(size_in, size_out, method="bicubic", dtype="float32"):
     `size_in` is an int; `size_out` an int or a scalar tensor (the grid of an image only known
     at call time)."""
     if method not in RESIZE_METHODS:
-        raise ValueError(f"method must be one of {', '.join(RESIZE_METHODS)}, got {method!r}.")
+        raise ArgumentError(f"method must be one of {', '.join(RESIZE_METHODS)}, got {method!r}.")
     n_in, n_out = ops.cast(size_in, dtype), ops.cast(size_out, dtype)
     outputs = ops.cast(ops.arange(size_out), dtype)
     sources = ops.cast(ops.arange(size_in), dtype)
