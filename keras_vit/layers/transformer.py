@@ -12,6 +12,7 @@ from keras import ops
 
 from keras_vit._support.private_keras import check_private_keras
 from keras_vit.errors import ArgumentError
+from keras_vit.layers import attention_kernels
 from keras_vit.layers.drop_path import DropPath
 
 __all__ = ["MultiHeadSelfAttention", "MlpBlock", "LayerScale", "TransformerBlock",
@@ -43,9 +44,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     token) and the output is `(batch, 1, D)`.
 
     Without attention weights to return (and without attention dropout while
-    training), the attention runs as `keras.ops.dot_product_attention` where
-    `use_fused_attention` says that is faster: the fused (flash) kernels of
-    GPUs and TPUs. Both paths give the same result to float32 rounding.
+    training), the attention runs on the kernel `attention_kernels.choose_path`
+    picks for the backend, device and precision: the fused (flash) kernels of
+    GPUs and TPUs, padded to a length cuDNN trains on, or float32 attention in
+    query blocks whose scores are recomputed, not stored, for the backward pass.
+    Every path gives the same result to float32 rounding.
     """
 
     def __init__(self, num_heads, dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
@@ -54,7 +57,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        # None: `use_fused_attention` decides; True/False force a path (tests, benchmarks).
+        # None: `attention_kernels.choose_path` decides; True/False or a path name (one of
+        # attention_kernels.PATHS) force one (tests, benchmarks).
         self.fused_attention = None
         # LoRA factors by projection name, {"query": (a, b), ...} (`enable_lora`); never saved
         # in the config: keras_vit saves LoRA-trained models merged (keras_vit/lora.py).
@@ -90,13 +94,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             query = self._lora("query", flat, query)
             queries = tokens
         key, value = self._lora("key", flat, key), self._lora("value", flat, value)
-        if not return_attention_scores and (not training or not self.dropout) \
-                and use_fused_attention(self.fused_attention):
-            # (batch, tokens, heads, head_dim) in and out: no transposes; the backend's
-            # kernel computes the softmax in float32 like the explicit path below.
+        path = attention_kernels.choose_path(x.dtype, training, self.dropout, return_attention_scores,
+                                             self.fused_attention)
+        if path != attention_kernels.EXPLICIT:
+            # (batch, tokens, heads, head_dim) in and out: no transposes; every kernel
+            # computes the softmax in float32 like the explicit path below.
             heads = (self.num_heads, self.head_dim)
-            attended = ops.dot_product_attention(
-                ops.reshape(query, (batch, queries, *heads)), ops.reshape(key, (batch, tokens, *heads)),
+            attended = attention_kernels.attend(
+                path, ops.reshape(query, (batch, queries, *heads)), ops.reshape(key, (batch, tokens, *heads)),
                 ops.reshape(value, (batch, tokens, *heads)), scale=1.0 / math.sqrt(self.head_dim))
             return self._project(attended, batch, queries, width, return_attention_scores, None)
         scale = ops.cast(1.0 / math.sqrt(self.head_dim), x.dtype)
@@ -390,23 +395,9 @@ def saved_dtype_policy(layer, sublayers):
 
 
 def use_fused_attention(setting=None):
-    """Whether attention runs as `keras.ops.dot_product_attention` (True) or as today's
-    matmul-softmax-matmul; `setting` True/False forces it, None decides by backend and device.
-    """
-    if setting is not None:
-        return bool(setting)
-    backend = keras.backend.backend()
-    # Why: GPUs and TPUs get fused flash/cuDNN/Pallas kernels (memory linear in tokens). On
-    # CPU, `python -m benchmarks.attention --paths` (CPU ms, forward / forward+backward, this
-    # 2-core EPYC, 2026-11-23) for ViT-B/16 batch 8 and L/16 at 384 px batch 2 said:
-    # JAX: the fused op is slower (112/329 vs 95/305; 255/723 vs 183/547), so explicit on CPU;
-    # torch: its SDPA is faster (165/486 vs 180/530; 206/653 vs 308/817), so always fused;
-    # TensorFlow: no fused kernel, the op is the same matmuls, slower (94/269 vs 90/250).
-    if backend == "jax":
-        import jax
-
-        return jax.default_backend() != "cpu"
-    return backend == "torch"
+    """Whether a float32 inference call leaves the explicit matmul-softmax-matmul here;
+    `setting` True/False forces it (the choice is `attention_kernels.choose_path`'s)."""
+    return attention_kernels.choose_path("float32", setting=setting) != attention_kernels.EXPLICIT
 
 
 def _dense(x, kernel, bias):
