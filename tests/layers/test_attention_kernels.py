@@ -11,6 +11,7 @@ twice the bound, and a padding left unmasked breaks it (`test_the_bound_sees_unm
 """
 
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -265,3 +266,41 @@ def test_the_attention_layer_runs_the_chosen_path(monkeypatch):
     MultiHeadSelfAttention(4, dropout=0.1)(x, training=True)
     MultiHeadSelfAttention(4)(x, training=True, return_attention_scores=True)
     assert ran == []
+
+
+# The whole-model check below: float32 differences relative to the largest of each quantity,
+# bounded by gamma_n for the longest chain of roundings a gradient goes through in these
+# 2-block models (per block: the width 32 twice, the padded 64 tokens twice, the MLP's 64,
+# and the head's 32; forward and backward): n = 2 * 2 * (2 * 32 + 2 * 64 + 64 + 32) = 1,152.
+MODEL_TOLERANCE = _gamma(1152)
+
+
+def _whole_models(python, quick):
+    run = python(["tests/scripts/attention_kernels_jax.py", *(["quick"] if quick else [])],
+                 timeout=900, env={"KERAS_BACKEND": "jax"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, run.stdout[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result
+    for case, differences in result.items():
+        # LoRA's factors (2 projections x 2 blocks x 2) and the head train: 10 gradients
+        assert differences.pop("trainable") == 10, case
+        for name, difference in differences.items():
+            assert difference <= MODEL_TOLERANCE, (case, name, difference)
+    return result
+
+
+def test_models_train_through_the_kernels(python):
+    """A ViT with registers, LoRA and drop path, at a size other than its own (its position
+    embedding resized in the call), one training step with every attention padded (and each
+    block rematerialised) and in query blocks: the explicit path's loss, logits and
+    gradients (a JAX process of its own: the suite runs on TensorFlow)."""
+    result = _whole_models(python, quick=True)
+    assert sorted(result) == ["registers 12x20 chunked", "registers 12x20 padded remat"]
+
+
+@pytest.mark.slow  # 3 CPU minutes; test_models_train_through_the_kernels covers one layout
+def test_every_layout_trains_through_the_kernels(python):
+    result = _whole_models(python, quick=False)
+    assert len(result) == 4 * 2 * 4  # layouts, sizes, paths
