@@ -344,18 +344,26 @@ class TransformerBlock(keras.layers.Layer):
         """Gradient checkpointing: the backward pass recomputes the block from its input
         instead of keeping its activations (jax.checkpoint, tf.recompute_grad, torch's).
 
-        The recomputation must draw the forward pass's dropout and drop-path masks: the seed
-        generators' states go in as inputs and are set again on each run (TensorFlow and torch
-        would otherwise recompute with the states the forward pass advanced)."""
+        The recomputation must draw the forward pass's dropout and drop-path masks, and no
+        generator's state may change inside it (JAX would leak a traced state; TensorFlow and
+        torch would recompute with states the forward pass advanced): each generator draws
+        its seed here, outside, and the seeds go in as inputs that the layers' draws return."""
+        # the layers that draw in training: dropout and drop path at a rate above 0
         generators = [layer.seed_generator for layer in self._flatten_layers()
-                      if getattr(layer, "seed_generator", None) is not None]
+                      if getattr(layer, "seed_generator", None) is not None
+                      and getattr(layer, "rate", 0) > 0]
+        seeds = [generator.next() for generator in generators]
 
-        def block(x, *states):
-            for generator, state in zip(generators, states):
-                generator.state.assign(state)
-            return self._block(x, training, False, first_token_only)
+        def block(x, *seeds):
+            for generator, seed in zip(generators, seeds):
+                generator.next = lambda ordered=True, seed=seed: seed
+            try:
+                return self._block(x, training, False, first_token_only)
+            finally:
+                for generator in generators:
+                    del generator.next  # the class's method again
 
-        return keras.remat(block)(x, *(ops.copy(g.state.value) for g in generators))
+        return keras.remat(block)(x, *seeds)
 
     def _block(self, x, training=None, return_attention_scores=False, first_token_only=False):
         attended = self.attention(self.norm_0(x), training=training,

@@ -1,7 +1,8 @@
 """Run as a script with KERAS_BACKEND=jax: whole tiny ViTs of every token layout (class token,
 distillation token, registers, none with the MAP head), with LoRA and drop path, at two image
 sizes through one model (dynamic_image_size), trained one step with every attention layer on
-the padded kernel, the blocked kernel and the explicit path, each block rematerialised or not.
+the padded kernel, the blocked kernel and the explicit path, each block rematerialised or not;
+and two steps of Keras' own train step (train_on_batch) with and without remat.
 Prints one JSON line (RESULT ...): per model and path, the largest difference of the loss, the
 logits and every gradient from the explicit path's, relative to the largest of each.
 With the argument "quick": the registers' layout alone, at the second size (the default suite's)."""
@@ -62,6 +63,23 @@ def step(model, images, path, remat):
                                                                 for g in gradients]
 
 
+def trainer_step(remat):
+    """(loss, weights) after Keras' own jitted train step (train_on_batch), every block
+    rematerialised or not, with dropout and drop path drawing inside the blocks."""
+    keras.utils.set_random_seed(0)
+    variant = Variant("ViT-tiny_4", width=32, depth=2, mlp_dim=64, heads=2, patch_size=4)
+    model = ViT(variant, image_size=16, classes=5, dropout=0.1, attention_dropout=0.1,
+                drop_path_rate=0.3)
+    for layer in model._flatten_layers():
+        if isinstance(layer, TransformerBlock):
+            layer.remat = remat
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    images = np.random.default_rng(3).uniform(-1, 1, (4, 16, 16, 3)).astype("float32")
+    losses = [float(model.train_on_batch(images, np.arange(4) % 5)) for _ in range(2)]
+    return np.asarray(losses), [np.asarray(w, np.float64) for w in model.weights]
+
+
 def relative(a, b):
     return float(np.abs(a - b).max() / max(np.abs(b).max(), np.finfo(np.float32).tiny))
 
@@ -83,6 +101,10 @@ def main(quick=False):
                     "loss": relative(got[0], expected[0]), "logits": relative(got[1], expected[1]),
                     "gradients": max(relative(g, e) for g, e in zip(got[2], expected[2], strict=True)),
                     "trainable": len(got[2])}
+    (losses, weights), (remat_losses, remat_weights) = trainer_step(False), trainer_step(True)
+    result["train_on_batch remat"] = {
+        "loss": relative(remat_losses, losses),
+        "weights": max(relative(r, w) for r, w in zip(remat_weights, weights, strict=True))}
     return result
 
 
