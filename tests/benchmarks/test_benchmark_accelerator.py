@@ -170,8 +170,8 @@ def test_tiny_run_without_tensorflow_checks_parity_and_writes_its_tables(tmp_pat
     out = subprocess.run([sys.executable, "-c", block_tensorflow, "--tiny", "--allow-cpu",
                           "--models", "vit_base_patch14_dinov2", "--output", str(tmp_path),
                           "--libraries", "keras_vit,keras_vit-jit,timm", "--memory",
-                          "--remat", "--largest-batch"],
-                         cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
+                          "--remat", "--largest-batch", "--budget-s", "3600"],
+                         cwd=ROOT, capture_output=True, text=True, env=env, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "accelerator.json").read_text())
     assert list(report["models"]) == ["vit_base_patch14_dinov2"] and report["batch"] == 2
