@@ -38,9 +38,11 @@ _FUSED_DTYPES = ("bfloat16", "float16")  # cuDNN's fused attention takes these a
 
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
-    """What the attention can run on: Keras' backend and, on JAX, the device platform."""
+    """What the attention can run on: Keras' backend and, on JAX, the device platform and
+    whether its GPU has cuDNN's fused (flash) attention, Ampere (compute capability 8.0) on."""
     backend: str
     platform: str = "cpu"  # "cpu", "gpu" or "tpu"
+    cudnn_fused: bool = True
 
 
 def device_capabilities():
@@ -49,7 +51,9 @@ def device_capabilities():
     if backend == "jax":
         import jax
 
-        return Capabilities(backend, jax.default_backend())
+        platform = jax.default_backend()
+        capability = getattr(jax.devices()[0], "compute_capability", "0") if platform == "gpu" else "0"
+        return Capabilities(backend, platform, _version(capability) >= (8, 0))
     if backend == "torch":
         import torch
 
@@ -89,8 +93,16 @@ def _automatic_path(dtype, training, capabilities):
     if capabilities.backend != "jax" or capabilities.platform == "cpu":
         return EXPLICIT
     if capabilities.platform == "gpu" and training:
-        return PADDED if dtype in _FUSED_DTYPES else CHUNKED
+        return PADDED if dtype in _FUSED_DTYPES and capabilities.cudnn_fused else CHUNKED
     return FUSED  # TPU's Splash kernel; a GPU's cuDNN (or XLA in float32) in inference
+
+
+def _version(text):
+    """"8.0" -> (8, 0); what is not a version, (0,)."""
+    try:
+        return tuple(int(part) for part in str(text).split("."))
+    except ValueError:
+        return (0,)
 
 
 def attend(path, query, key, value, scale, capabilities=None):

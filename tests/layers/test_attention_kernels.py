@@ -208,6 +208,8 @@ TORCH_GPU, TORCH_CPU, TF = Capabilities("torch", "gpu"), Capabilities("torch"), 
     (JAX_GPU, "bfloat16", True, PADDED), (JAX_GPU, "float16", True, PADDED),
     (JAX_GPU, "float32", True, CHUNKED), (JAX_GPU, "bfloat16", False, FUSED),
     (JAX_GPU, "float32", False, FUSED),
+    # a GPU before Ampere has no fused cuDNN attention: half precision trains in query blocks
+    (Capabilities("jax", "gpu", cudnn_fused=False), "float16", True, CHUNKED),
     # TPUs: Keras' Splash kernel; JAX's CPU: explicit (faster there)
     (JAX_TPU, "bfloat16", True, FUSED), (JAX_TPU, "float32", False, FUSED),
     (JAX_CPU, "float32", True, EXPLICIT), (JAX_CPU, "bfloat16", False, EXPLICIT),
@@ -230,6 +232,21 @@ def test_weights_returned_or_dropped_out_keep_the_explicit_path(capabilities):
                                    capabilities=capabilities) == EXPLICIT
     # dropout only counts while training
     assert kernels.choose_path("bfloat16", False, dropout=0.1, capabilities=JAX_GPU) == FUSED
+
+
+def test_cudnn_fused_attention_needs_ampere(monkeypatch):
+    """device_capabilities reads the JAX GPU's compute capability (planted here)."""
+    import jax
+
+    class Device:
+        def __init__(self, capability):
+            self.compute_capability = capability
+
+    monkeypatch.setattr(kernels.keras.backend, "backend", lambda: "jax")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    for capability, fused in (("7.5", False), ("8.0", True), ("9.0", True), ("10.0", True)):
+        monkeypatch.setattr(jax, "devices", lambda c=capability: [Device(c)])
+        assert kernels.device_capabilities() == Capabilities("jax", "gpu", fused), capability
 
 
 def test_a_layer_setting_forces_a_path():
