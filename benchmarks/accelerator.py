@@ -48,7 +48,6 @@ keeps what it measured; `--budget-s` starts no model that the time left would no
 
 import argparse
 import contextlib
-import copy
 import gc
 import io
 import os
@@ -80,7 +79,6 @@ MODELS = {
 DEFAULT_MODELS = tuple(MODELS.values())[:5]  # the ViT-B models; L/16 at 384 on request
 IMAGE_SIZES = {"vit_large_patch16_384": 384}  # each model's own resolution; 224 otherwise
 SETTINGS = ("float32", "tf32", "bfloat16")
-TRAIN_SETTINGS = ("tf32", "bfloat16")  # training in full float32 is no one's choice on a GPU
 # keras_vit and timm are always run (the ratio is theirs); --libraries adds the others.
 LIBRARIES = ("keras_vit", "keras_vit-jit", "timm", "timm-compiled")
 # Whose float32 outputs a library's agreement is measured against (its own where it has them).
@@ -91,6 +89,14 @@ COMPILED_SETTINGS = ("tf32", "bfloat16")
 # The parity tests' bound (tests/checkpoints/formats/test_timm_families.py), relative to the largest
 # output: float32 rounding is ~1e-7 relative per operation, a wrong mapping 1e-3 or more.
 from benchmarks.accelerator_tables import to_markdown  # noqa: E402
+from benchmarks.accelerator_training import (  # noqa: E402
+    DOUBLINGS,
+    LARGEST_BATCH_SETTING,
+    TRAIN_SETTINGS,
+    largest_batch,
+    training_batch,
+    training_steps,
+)
 from benchmarks.families import RELATIVE_TOLERANCE  # noqa: E402
 
 TINY = {"depth": 1, "width": 64, "heads": 2}
@@ -114,9 +120,16 @@ def parse_args(argv=None):
                         help="width 64, 2 heads, depth 1, 112 px, batch 2, one round: checks it works")
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run without a GPU (for --tiny: the numbers mean nothing)")
-    parser.add_argument("--train-models", default="vit_base_patch16_224",
+    parser.add_argument("--train-models", default="vit_base_patch16_224,vit_large_patch16_384",
                         help="comma-separated timm names whose training step is timed after "
-                             "inference (default vit_base_patch16_224; none skips training)")
+                             "inference, each at its row's batch (B/16 64, L/16 384 16; --batch "
+                             "overrides) (default both; none skips training)")
+    parser.add_argument("--remat", action="store_true",
+                        help="keras_vit's training with every encoder block rematerialised "
+                             "(train's --remat)")
+    parser.add_argument("--largest-batch", action="store_true",
+                        help="after each training row, the largest batch (doubling from the "
+                             "row's, 4 times at most) each library's bfloat16 step runs at")
     parser.add_argument("--libraries", default="keras_vit,timm",
                         help=f"comma-separated, of {', '.join(LIBRARIES)} (default keras_vit,"
                              f"timm; both are always run)")
@@ -124,10 +137,13 @@ def parse_args(argv=None):
                         help="torch.compile's backend for timm-compiled (default inductor)")
     parser.add_argument("--memory", action="store_true",
                         help="record each call's peak device memory (benchmarks/device_memory.py)")
-    parser.add_argument("--attention", choices=("auto", "fused", "explicit"), default="auto",
-                        help="keras_vit's attention path: auto (keras_vit's own choice: fused "
-                             "on GPUs), or forced to keras.ops.dot_product_attention (fused) "
-                             "or matmul-softmax-matmul (explicit)")
+    parser.add_argument("--attention", choices=tuple(FORCED_ATTENTION), default="auto",
+                        help="keras_vit's attention path: auto (keras_vit's own choice, "
+                             "keras_vit/layers/attention_kernels.py: on JAX GPUs, cuDNN's fused "
+                             "kernel, in training on tokens padded to a multiple of 64, and "
+                             "float32 training in query blocks), or forced: fused (keras.ops."
+                             "dot_product_attention), explicit (matmul-softmax-matmul), padded "
+                             "or chunked")
     parser.add_argument("--budget-s", type=float, default=420.0,
                         help="start no further model once this many seconds have passed, or when "
                              "the last model's time would overrun them (default 420)")
@@ -190,7 +206,8 @@ def build_models(architecture, image_size, tiny, folder, torch_device):
 
 
 # --attention: None leaves each attention layer keras_vit's choice (`use_fused_attention`).
-FORCED_ATTENTION = {"auto": None, "fused": True, "explicit": False}
+FORCED_ATTENTION = {"auto": None, "fused": True, "explicit": False, "padded": "padded",
+                    "chunked": "chunked"}
 attention_setting = None
 
 
@@ -281,71 +298,35 @@ def _settings_of(library, settings):
 
 def build_training(architecture, image_size, tiny, folder, images, jax_device, torch_device,
                    options):
-    """(steps, memory) as build_pair's: one SGD step (softmax cross-entropy on the logits,
-    learning rate 1e-3) on `images`, each returning the loss. keras_vit: `train_on_batch` of
-    the model compiled by Keras (its bfloat16 one under mixed_bfloat16, head float32); timm:
-    forward under `torch.autocast` for bfloat16, backward, step; timm-compiled the same on
-    `torch.compile` of its own copy. keras_vit-jit is not a training library (Keras' train
-    step is already one jax.jit program); its memory is that program's."""
-    import jax
-    import keras
-    import torch
-
-    from benchmarks.device_memory import torch_peak, xla_peak
-    from keras_vit.runtime.precision import bfloat16_model
-
+    """(steps, memory) as build_pair's, of one training step on `images` in every setting
+    (benchmarks/accelerator_training.py `training_steps`)."""
     ours, theirs = build_models(architecture, image_size, tiny, folder, torch_device)
     labels = np.arange(len(images)) % theirs.num_classes
-    x_jax, y_jax = jax.device_put(images, jax_device), jax.device_put(labels, jax_device)
-    x_torch = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))).to(torch_device)
-    y_torch = torch.from_numpy(labels).to(torch_device)
+    return training_steps(ours, theirs, images, labels, jax_device, torch_device,
+                          {**options, "prepare": force_attention})
 
-    def keras_step(model):
-        model.compile(optimizer=keras.optimizers.SGD(learning_rate=1e-3),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        return lambda: np.float32(model.train_on_batch(x_jax, y_jax))
 
-    def keras_step_memory(model):
-        """Keras' train step as Keras jits it (state donated), lowered after the first step
-        built the optimizer."""
-        def read():
-            state = tuple([v.value for v in variables] for variables in (
-                model.trainable_variables, model.non_trainable_variables,
-                model.optimizer.variables, model.metrics_variables))
-            step = jax.jit(model.train_step, donate_argnums=0)
-            return xla_peak(step.lower(state, (x_jax, y_jax)).compile())
-        return read
+def search_largest_batch(architecture, image_size, tiny, folder, batch, jax_device,
+                         torch_device, options):
+    """{library: accelerator_training.largest_batch's answer} of each training library's
+    LARGEST_BATCH_SETTING step, each batch tried on a fresh build."""
+    def runs_at(library):
+        def run(b):
+            images = np.random.default_rng(0).uniform(-1, 1, (b, image_size, image_size, 3))
+            steps, _ = build_training(architecture, image_size, tiny, folder,
+                                      images.astype(np.float32), jax_device, torch_device,
+                                      {**options, "memory": False})
+            try:
+                with setting(LARGEST_BATCH_SETTING):
+                    steps[library][LARGEST_BATCH_SETTING]()
+            finally:
+                del steps
+                _release()
+        return run
 
-    def timm_step(model, bfloat16):
-        model.train()
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-
-        def step():
-            with torch.autocast(torch_device, torch.bfloat16, enabled=bfloat16):
-                loss = torch.nn.functional.cross_entropy(model(x_torch), y_torch)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            return np.float32(loss.item())
-        return step
-
-    # Each setting trains its own copy from the same weights, so the first losses compare.
-    ours, ours_bf16 = force_attention(ours, bfloat16_model(ours))
-    keras_models = {"tf32": ours, "bfloat16": ours_bf16}
-    steps = {"keras_vit": {s: keras_step(m) for s, m in keras_models.items()},
-             "timm": {s: timm_step(theirs if s == "tf32" else copy.deepcopy(theirs),
-                                   s == "bfloat16") for s in TRAIN_SETTINGS}}
-    if "timm-compiled" in options["libraries"]:
-        steps["timm-compiled"] = {
-            s: timm_step(torch.compile(copy.deepcopy(theirs), backend=options["compile_backend"]),
-                         s == "bfloat16") for s in _settings_of("timm-compiled", TRAIN_SETTINGS)}
-    memory = {}
-    if options["memory"]:
-        memory = {"keras_vit": {s: keras_step_memory(m) for s, m in keras_models.items()},
-                  **{library: {s: (lambda c=step: torch_peak(c, torch_device))
-                               for s, step in by_setting.items()}
-                     for library, by_setting in steps.items() if library != "keras_vit"}}
-    return steps, memory
+    libraries = [lib for lib in _libraries(options) if lib != "keras_vit-jit"]
+    doublings = 1 if tiny else DOUBLINGS  # --tiny: that the search runs, not how far
+    return {library: largest_batch(runs_at(library), batch, doublings) for library in libraries}
 
 
 def _synchronize(torch_device):
@@ -538,7 +519,7 @@ def main(argv=None):
     global attention_setting
     attention_setting = FORCED_ATTENTION[args.attention]
     options = {"libraries": libraries, "compile_backend": args.compile_backend,
-               "memory": args.memory}
+               "memory": args.memory, "remat": args.remat}
 
     from benchmarks.device_memory import jax_allocator
     from keras_vit.layers.transformer import use_fused_attention
@@ -574,8 +555,10 @@ def main(argv=None):
         report["training"] = {}
         report["training_step"] = ("SGD, learning rate 1e-3, softmax cross-entropy on the "
                                    "logits; keras_vit train_on_batch (Keras' jax.jit-compiled "
-                                   "train step), timm forward, backward, optimizer.step, "
-                                   "zero_grad, loss.item()")
+                                   "train step" + (", every block rematerialised" if args.remat
+                                                   else "") + "), timm forward, backward, "
+                                   "optimizer.step, zero_grad, loss.item()")
+        report["remat"] = args.remat
         jobs += [("training", name, build_training, measure_training) for name in train_names]
     last = 0.0
     with tempfile.TemporaryDirectory() as folder:
@@ -588,7 +571,8 @@ def main(argv=None):
                 continue
             begin = time.perf_counter()
             size = image_size(name)
-            images = np.random.default_rng(0).uniform(-1, 1, (batch, size, size, 3)) \
+            rows = training_batch(name, tiny, args.batch) if section == "training" else batch
+            images = np.random.default_rng(0).uniform(-1, 1, (rows, size, size, 3)) \
                 .astype(np.float32)
             try:
                 calls, memory = build(name, size, tiny, folder, images, jax_device,
@@ -598,14 +582,18 @@ def main(argv=None):
             else:
                 built = time.perf_counter() - begin
                 try:
-                    row = measure(calls, batch, repeats, torch_device, memory)
+                    row = measure(calls, rows, repeats, torch_device, memory)
                 except Exception as error:  # noqa: BLE001 - e.g. out of memory while timing
                     row = {"error": f"measuring failed: {one_line(error)}"}
                 del calls, memory
+                if section == "training" and args.largest_batch:
+                    _release()
+                    row["largest_batch"] = search_largest_batch(
+                        name, size, tiny, folder, rows, jax_device, torch_device, options)
             allocator = jax_allocator(jax_device)  # before the release: this model's high water
             _release()
             last = time.perf_counter() - begin
-            report[section][name] = {"title": title[name], "image_size": size,
+            report[section][name] = {"title": title[name], "image_size": size, "batch": rows,
                                      "build_seconds": built, "seconds": last,
                                      **({"jax_allocator": allocator} if allocator else {}), **row}
             print(f"{section}: " + _progress(name, report[section][name]), flush=True)

@@ -71,6 +71,12 @@ def _memory_table(rows, libraries):
     return lines
 
 
+def _largest(found):
+    if found["failed_at"] is None:
+        return f"{found['largest']} (every batch tried ran)"
+    return f"{found['largest']} (failed at {found['failed_at']})"
+
+
 def to_markdown(report):
     m = report["machine"]
     v = m["versions"]
@@ -105,8 +111,17 @@ def to_markdown(report):
     training = report.get("training", {})
     if training:
         train_libraries = [lib for lib in libraries if lib != "keras_vit-jit"]
-        lines += ["", f"Training step ({report['training_step']}), batch {report['batch']}:", ""]
+        batches = ", ".join(f"{row['title']} {row.get('batch', report['batch'])}"
+                            for row in training.values())
+        lines += ["", f"Training step ({report['training_step']}), batch: {batches}:", ""]
         lines += _speed_table(training.values(), train_libraries, "first step")
+        searched = [row for row in training.values() if "largest_batch" in row]
+        if searched:
+            lines += ["", "Largest batch whose bfloat16 training step ran (doubling from the "
+                      "row's): " + "; ".join(
+                          f"{row['title']} " + ", ".join(
+                              f"{lib} {_largest(found)}" for lib, found in row["largest_batch"].items())
+                          for row in searched)]
         lines += ["", "First losses (the same weights and labels): "
                   + "; ".join(f"{row['title']} {key} {loss:.4f}" for row in training.values()
                               for key, loss in row.get("first_loss", {}).items())]

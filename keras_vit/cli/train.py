@@ -99,6 +99,9 @@ def _add_arguments(train):
              "~/tensorflow_datasets)")
     add("--seed", type=int, default=0, help="random seed (default: 0)")
     add_execution_option(train, "the training step")
+    add("--remat", action="store_true",
+        help="gradient checkpointing: each encoder block recomputed in the backward pass "
+             "instead of stored (the same gradients; less memory, about a third more compute)")
     add("--validation-fraction", type=float, default=VALIDATION_FRACTION,
         help="share of the training examples held back, stratified by class, to choose "
              f"best.keras on; the test split is read only for the report "
@@ -191,6 +194,7 @@ def run(args):
                    seed=args.seed, verbose=1 if args.verbose else 2, overwrite=args.overwrite,
                    validation_fraction=args.validation_fraction,
                    validation_seed=args.validation_seed, execution=args.execution,
+                   remat=args.remat,
                    drop_path=args.drop_path, augment=args.augment, mixup=args.mixup,
                    cutmix=args.cutmix, randaugment=args.randaugment,
                    layer_decay=args.layer_decay, ema=args.ema,

@@ -13,6 +13,7 @@ from keras import ops
 
 from keras_vit._support.private_keras import check_private_keras
 from keras_vit.errors import ArgumentError
+from keras_vit.layers import attention_kernels
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.lora_dense import FactorKeepingDense
 
@@ -45,9 +46,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     token) and the output is `(batch, 1, D)`.
 
     Without attention weights to return (and without attention dropout while
-    training), the attention runs as `keras.ops.dot_product_attention` where
-    `use_fused_attention` says that is faster: the fused (flash) kernels of
-    GPUs and TPUs. Both paths give the same result to float32 rounding.
+    training), the attention runs on the kernel `attention_kernels.choose_path`
+    picks for the backend, device and precision: the fused (flash) kernels of
+    GPUs and TPUs, padded to a length cuDNN trains on, or float32 attention in
+    query blocks whose scores are recomputed, not stored, for the backward pass.
+    Every path gives the same result to float32 rounding.
     """
 
     def __init__(self, num_heads, dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
@@ -56,7 +59,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        # None: `use_fused_attention` decides; True/False force a path (tests, benchmarks).
+        # None: `attention_kernels.choose_path` decides; True/False or a path name (one of
+        # attention_kernels.PATHS) force one (tests, benchmarks).
         self.fused_attention = None
         # LoRA factors by projection name, {"query": (a, b), ...} (`enable_lora`); never in
         # the config: saved by name beside the kernels, a layer without LoRA loads them merged
@@ -93,13 +97,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             query = self._lora("query", flat, query)
             queries = tokens
         key, value = self._lora("key", flat, key), self._lora("value", flat, value)
-        if not return_attention_scores and (not training or not self.dropout) \
-                and use_fused_attention(self.fused_attention):
-            # (batch, tokens, heads, head_dim) in and out: no transposes; the backend's
-            # kernel computes the softmax in float32 like the explicit path below.
+        path = attention_kernels.choose_path(x.dtype, training, self.dropout, return_attention_scores,
+                                             self.fused_attention)
+        if path != attention_kernels.EXPLICIT:
+            # (batch, tokens, heads, head_dim) in and out: no transposes; every kernel
+            # computes the softmax in float32 like the explicit path below.
             heads = (self.num_heads, self.head_dim)
-            attended = ops.dot_product_attention(
-                ops.reshape(query, (batch, queries, *heads)), ops.reshape(key, (batch, tokens, *heads)),
+            attended = attention_kernels.attend(
+                path, ops.reshape(query, (batch, queries, *heads)), ops.reshape(key, (batch, tokens, *heads)),
                 ops.reshape(value, (batch, tokens, *heads)), scale=1.0 / math.sqrt(self.head_dim))
             return self._project(attended, batch, queries, width, return_attention_scores, None)
         scale = ops.cast(1.0 / math.sqrt(self.head_dim), x.dtype)
@@ -349,6 +354,8 @@ class TransformerBlock(keras.layers.Layer):
     about 7% fewer FLOPs for ViT-B/16 at 224.
 
     `drop_path` is the stochastic depth rate of both residual branches (`DropPath`).
+    With `remat` set (an attribute, not saved), training stores the block's input alone and
+    recomputes the rest in the backward pass: less memory, about a third more compute.
     """
 
     def __init__(self, num_heads, mlp_dim, dropout=0.0, attention_dropout=0.0,
@@ -379,6 +386,9 @@ class TransformerBlock(keras.layers.Layer):
                                                       dtype=policy)
         self.mlp = MlpBlock(mlp_dim, dropout=dropout, approximate_gelu=approximate_gelu,
                             activation=activation, name="MlpBlock_3", dtype=policy)
+        # Whether training recomputes the block in the backward pass (`--remat`): a way to run
+        # it, not part of the architecture, so not in the config.
+        self.remat = False
         # Named after the branch each scales, as the other sub-layers are numbered.
         self.layer_scale_1 = self.layer_scale_3 = None
         if layer_scale is not None:
@@ -392,6 +402,36 @@ class TransformerBlock(keras.layers.Layer):
                 layer.build(input_shape)
 
     def call(self, x, training=None, return_attention_scores=False, first_token_only=False):
+        if self.remat and training and not return_attention_scores:
+            return self._rematerialised(x, training, first_token_only)
+        return self._block(x, training, return_attention_scores, first_token_only)
+
+    def _rematerialised(self, x, training, first_token_only):
+        """Gradient checkpointing: the backward pass recomputes the block from its input
+        instead of keeping its activations (jax.checkpoint, tf.recompute_grad, torch's).
+
+        The recomputation must draw the forward pass's dropout and drop-path masks, and no
+        generator's state may change inside it (JAX would leak a traced state; TensorFlow and
+        torch would recompute with states the forward pass advanced): each generator draws
+        its seed here, outside, and the seeds go in as inputs that the layers' draws return."""
+        # the layers that draw in training: dropout and drop path at a rate above 0
+        generators = [layer.seed_generator for layer in self._flatten_layers()
+                      if getattr(layer, "seed_generator", None) is not None
+                      and getattr(layer, "rate", 0) > 0]
+        seeds = [generator.next() for generator in generators]
+
+        def block(x, *seeds):
+            for generator, seed in zip(generators, seeds):
+                generator.next = lambda ordered=True, seed=seed: seed
+            try:
+                return self._block(x, training, False, first_token_only)
+            finally:
+                for generator in generators:
+                    del generator.next  # the class's method again
+
+        return keras.remat(block)(x, *seeds)
+
+    def _block(self, x, training=None, return_attention_scores=False, first_token_only=False):
         attended = self.attention(self.norm_0(x), training=training,
                                   return_attention_scores=return_attention_scores,
                                   first_token_only=first_token_only)
@@ -456,23 +496,9 @@ def saved_dtype_policy(layer, sublayers):
 
 
 def use_fused_attention(setting=None):
-    """Whether attention runs as `keras.ops.dot_product_attention` (True) or as today's
-    matmul-softmax-matmul; `setting` True/False forces it, None decides by backend and device.
-    """
-    if setting is not None:
-        return bool(setting)
-    backend = keras.backend.backend()
-    # Why: GPUs and TPUs get fused flash/cuDNN/Pallas kernels (memory linear in tokens). On
-    # CPU, `python -m benchmarks.attention --paths` (CPU ms, forward / forward+backward, this
-    # 2-core EPYC, 2026-11-23) for ViT-B/16 batch 8 and L/16 at 384 px batch 2 said:
-    # JAX: the fused op is slower (112/329 vs 95/305; 255/723 vs 183/547), so explicit on CPU;
-    # torch: its SDPA is faster (165/486 vs 180/530; 206/653 vs 308/817), so always fused;
-    # TensorFlow: no fused kernel, the op is the same matmuls, slower (94/269 vs 90/250).
-    if backend == "jax":
-        import jax
-
-        return jax.default_backend() != "cpu"
-    return backend == "torch"
+    """Whether a float32 inference call leaves the explicit matmul-softmax-matmul here;
+    `setting` True/False forces it (the choice is `attention_kernels.choose_path`'s)."""
+    return attention_kernels.choose_path("float32", setting=setting) != attention_kernels.EXPLICIT
 
 
 def _dense(x, kernel, bias):

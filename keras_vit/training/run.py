@@ -55,6 +55,7 @@ from keras_vit.errors import (
     RunConflictError,
     TrainingDivergedError,
 )
+from keras_vit.layers import TransformerBlock
 from keras_vit.memory import peak_memory
 from keras_vit.models import ViT
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
@@ -168,6 +169,10 @@ def train(dataset=None, *, settings=None, **options):
             faster of "graph" and "xla" for this model and batch on this machine,
             timed once and remembered: `keras_vit.runtime.execution`), "graph" or "xla".
             How, not what: it is not part of the run's configuration.
+        remat: gradient checkpointing: each encoder block keeps only its input for the
+            backward pass, which recomputes the rest (the same gradients, dropout and drop
+            path masks included; less memory, about a third more compute): for a model or
+            batch that does not fit. How, not what: not part of the run's configuration.
         drop_path: stochastic depth rate of the last block (ViT's blocks rise
             linearly from 0 to it; `keras_vit.ViT(drop_path_rate=)`); BiT has none.
         augment: an AugReg setting by its paper name ("none", "light1",
@@ -259,6 +264,8 @@ def _compiled_model(run, placement, splits):
                             recipe.dropout, recipe.drop_path_rate)
         if run.lora is not None:
             enable_lora(model, run.lora["rank"], run.lora["targets"])
+        for block in (layer for layer in model._flatten_layers() if isinstance(layer, TransformerBlock)):
+            block.remat = run.remat
         jit_compile = choose_jit_compile(
             model, (recipe.batch_size, *model.input_shape[1:]), run.execution, training=True)
         if run.teacher is not None:  # fit trains the Distiller; its student is the model

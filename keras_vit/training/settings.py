@@ -52,6 +52,7 @@ class TrainSettings:
     validation_fraction: float = VALIDATION_FRACTION
     validation_seed: int = SPLIT_SEED
     execution: str | None = None
+    remat: bool = False
     drop_path: float | None = None
     augment: str | None = None
     mixup: float | None = None
@@ -87,6 +88,7 @@ class Run:
     execution: str = "auto"
     lora: dict | None = None  # {"rank": R, "targets": [...]}: LoRA instead of full fine-tuning
     teacher: dict | None = None  # run.json's teacher record: distillation from that model
+    remat: bool = False  # each encoder block recomputed in the backward pass (not in the config)
 
 
 def resolve(settings):
@@ -138,7 +140,10 @@ def resolve(settings):
     if recipe.steps is None and recipe.epochs is None:
         raise ArgumentError("Give steps or epochs.")
     check_recipe_values(recipe)
-    for name, value in (("drop_path", recipe.drop_path_rate), ("layer_decay", recipe.layer_decay)):
+    if not isinstance(s.remat, bool):
+        raise ArgumentError(f"remat must be True or False, got {s.remat!r}.")
+    for name, value in (("drop_path", recipe.drop_path_rate), ("layer_decay", recipe.layer_decay),
+                        ("remat", s.remat)):
         if value and not isinstance(variant, Variant):
             raise ArgumentError(f"{name} works on a ViT's encoder blocks; {variant.name} is a BiT "
                                 "ResNet, which has none.")
@@ -154,7 +159,7 @@ def resolve(settings):
     if teacher is not None:  # only then: runs without a teacher keep their run.json
         config["teacher"] = teacher
     run = Run(s.dataset, variant, weights, recipe, s.strategy, policy, s.output, s.data_dir,
-              s.seed, s.verbose, float(fraction), int(seed), execution, lora, teacher)
+              s.seed, s.verbose, float(fraction), int(seed), execution, lora, teacher, s.remat)
     return run, config
 
 

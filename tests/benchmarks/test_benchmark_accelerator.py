@@ -156,10 +156,11 @@ def test_training_steps_record_first_losses_and_time_both_settings():
 
 
 # Imports JAX, torch and timm in a fresh process, builds, loads and compiles a width-64
-# one-block DINOv2 and ViT-B/16 and a training step of the latter (about 40 CPU-s, minutes on
-# 2 loaded cores). The default tests above cover the order of calls, the parity gate, the
-# failures and the settings; this one proves that the whole run needs no TensorFlow and that
-# its tables hold what it measured.
+# one-block DINOv2, and the training steps of ViT-B/16 and L/16 at 384 in three settings, with
+# every block rematerialised and the largest-batch search (minutes on 2 loaded cores). The
+# default tests cover the order of calls, the parity gate, the failures, the settings and
+# the search (test_benchmark_accelerator_training.py); this one proves that the whole run
+# needs no TensorFlow and that its tables hold what it measured.
 @pytest.mark.slow
 def test_tiny_run_without_tensorflow_checks_parity_and_writes_its_tables(tmp_path):
     block_tensorflow = ("import sys, runpy; sys.modules['tensorflow'] = None; "
@@ -168,12 +169,14 @@ def test_tiny_run_without_tensorflow_checks_parity_and_writes_its_tables(tmp_pat
     env = {**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax"}
     out = subprocess.run([sys.executable, "-c", block_tensorflow, "--tiny", "--allow-cpu",
                           "--models", "vit_base_patch14_dinov2", "--output", str(tmp_path),
-                          "--libraries", "keras_vit,keras_vit-jit,timm", "--memory"],
-                         cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
+                          "--libraries", "keras_vit,keras_vit-jit,timm", "--memory",
+                          "--remat", "--largest-batch", "--budget-s", "3600"],
+                         cwd=ROOT, capture_output=True, text=True, env=env, timeout=1800)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "accelerator.json").read_text())
     assert list(report["models"]) == ["vit_base_patch14_dinov2"] and report["batch"] == 2
-    assert list(report["training"]) == ["vit_base_patch16_224"]
+    assert list(report["training"]) == ["vit_base_patch16_224", "vit_large_patch16_384"]
+    assert report["remat"] is True
     row = report["models"]["vit_base_patch14_dinov2"]
     assert "errors" not in row and row["parity_relative_difference"] <= accelerator.RELATIVE_TOLERANCE
     for s in accelerator.SETTINGS:
@@ -194,13 +197,22 @@ def test_tiny_run_without_tensorflow_checks_parity_and_writes_its_tables(tmp_pat
     assert peaks["timm float32"] is None
     # Training: the same weights and labels, so the first steps' losses (float32 on a CPU)
     # agree to the parity tests' relative bound.
-    train = report["training"]["vit_base_patch16_224"]
-    assert "errors" not in train
-    loss = train["first_loss"]
-    assert loss["keras_vit tf32"] == pytest.approx(loss["timm tf32"],
-                                                   rel=accelerator.RELATIVE_TOLERANCE)
-    assert all(train["images_per_s"][s][lib]["median"] > 0
-               for s in accelerator.TRAIN_SETTINGS for lib in LIBRARIES)
+    for train in report["training"].values():
+        assert "errors" not in train and train["batch"] == 2
+        loss = train["first_loss"]
+        for s in ("float32", "tf32"):
+            assert loss[f"keras_vit {s}"] == pytest.approx(loss[f"timm {s}"],
+                                                           rel=accelerator.RELATIVE_TOLERANCE)
+        assert all(train["images_per_s"][s][lib]["median"] > 0
+                   for s in accelerator.TRAIN_SETTINGS for lib in LIBRARIES)
+        # every setting's train step compiled: its memory read
+        assert all(train["peak_memory"][f"keras_vit {s}"]["peak_bytes"] > 0
+                   for s in accelerator.TRAIN_SETTINGS)
+        # a CPU runs batch 2 and 4 of a width-64 model: the search's one doubling ran
+        assert train["largest_batch"] == {lib: {"largest": 4, "failed_at": None, "error": None}
+                                          for lib in LIBRARIES}
+    assert "Largest batch whose bfloat16 training step ran" in \
+        (tmp_path / "accelerator.md").read_text()
 
 
 @pytest.mark.parametrize("flag,expected", [("auto", None), ("fused", True), ("explicit", False)])

@@ -36,7 +36,8 @@ def received(monkeypatch):
     (["--ema"], {"ema": 0.9999}),  # the flag alone: its documented default
     (["--lora-rank", "4", "--lora-targets", "query, value,mlp"],
      {"lora_rank": 4, "lora_targets": ["query", "value", "mlp"]}),
-    ([], {"layer_decay": None, "ema": None, "drop_path": None, "augment": None}),
+    (["--remat"], {"remat": True}),
+    ([], {"layer_decay": None, "ema": None, "drop_path": None, "augment": None, "remat": False}),
 ])
 def test_each_flag_reaches_train(received, tmp_path, flags, expected):
     output = str(tmp_path / "run")

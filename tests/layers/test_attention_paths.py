@@ -60,6 +60,9 @@ def test_fused_and_explicit_attention_agree(python, backend):
             name = f"{dtype} {tokens}"
             assert result[f"{name} fused"]["fused_calls"] == 1  # the forced path ran
             assert result[f"{name} explicit"]["fused_calls"] == 0
+            # on torch, Keras' op is torch's fused F.scaled_dot_product_attention
+            assert result[f"{name} fused"]["torch_sdpa_calls"] == (backend == "torch")
+            assert result[f"{name} explicit"]["torch_sdpa_calls"] == 0
             # The analysis path (attention weights returned) stays the explicit one.
             assert result[f"{name} scores"]["fused_calls"] == 0
             checks = {path: result[f"{name} {path}"] for path in ("fused", "explicit", "scores")}

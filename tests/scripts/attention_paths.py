@@ -138,7 +138,7 @@ def accumulation_roundoff(dtype):
     return UNIT_ROUNDOFF["float32"]
 
 
-calls = []
+calls, sdpa_calls = [], []
 
 
 def as_float64(tensor):
@@ -162,7 +162,22 @@ def run():
 
     transformer.ops.dot_product_attention = counting
     try:
-        return _measure()
+        if keras.backend.backend() != "torch":
+            return _measure()
+        # torch: Keras' op must reach torch's fused F.scaled_dot_product_attention
+        import torch
+
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def counting_sdpa(*args, **kwargs):
+            sdpa_calls.append(1)
+            return sdpa(*args, **kwargs)
+
+        torch.nn.functional.scaled_dot_product_attention = counting_sdpa
+        try:
+            return _measure()
+        finally:
+            torch.nn.functional.scaled_dot_product_attention = sdpa
     finally:
         transformer.ops.dot_product_attention = original
 
@@ -189,11 +204,13 @@ def _measure():
             for fused in (True, False):
                 layer.fused_attention = fused
                 calls.clear()
+                sdpa_calls.clear()
                 out = keras.ops.convert_to_numpy(keras.ops.cast(
                     layer(inputs, first_token_only=first), "float32"))
                 outputs[fused] = out
                 result[f"{case} {'fused' if fused else 'explicit'}"] = {
-                    **worst(np.abs(out - expected), bound), "fused_calls": len(calls)}
+                    **worst(np.abs(out - expected), bound), "fused_calls": len(calls),
+                    "torch_sdpa_calls": len(sdpa_calls)}
             result[case] = {"paths_max_abs_diff": float(np.abs(outputs[True] - outputs[False]).max()),
                             "output_scale": float(np.abs(expected).max())}
             # The analysis path: weights requested -> the explicit path, whatever the setting.
