@@ -44,6 +44,9 @@ BUILTIN_OF = {
 # Raises (and returns) of a bare builtin exception that are not the user's to fix, by
 # (module, enclosing function, exception), each with the reason it is not a family member.
 NOT_THE_USERS = {
+    ("keras_vit/layers/transformer.py", "load_own_variables", "ValueError"):
+        "Keras' own Layer.load_own_variables raises ValueError for a store of other variables, "
+        "and keras.saving gathers it into its one 'could not be loaded' error",
     ("keras_vit/_lazy.py", "__getattr__", "AttributeError"):
         "the module __getattr__ protocol: Python expects AttributeError",
     ("keras_vit/_lazy.py", "moved_name", "AttributeError"):
