@@ -203,15 +203,7 @@ def opened_checkpoint(variant, reader, **fields):
     path = reader.path
     try:
         info = reader.info()
-        if info.heads is not None and info.heads != variant.heads:  # shapes cannot show this one
-            raise CheckpointError(f"{path} has {info.heads} attention heads; {variant.name} has "
-                                  f"{variant.heads}. Nothing was loaded.")
-        recorded = info.variant
-        if recorded is not None and recorded.activation != variant.activation:  # nor this one
-            raise CheckpointError(f"{path} was computed with {recorded.activation}; "
-                                  f"{variant.name} computes {variant.activation}. Build "
-                                  f"keras_vit.from_pretrained({path!r}), which reads it from the "
-                                  "file. Nothing was loaded.")
+        _check_recorded_settings(variant, info, path)
     except BaseException:
         reader.close()
         raise
@@ -222,6 +214,35 @@ def opened_checkpoint(variant, reader, **fields):
                         approximate_gelu=info.approximate_gelu, normalization=info.normalization,
                         trunk_numerics=info.trunk_numerics, **fields)
     return OpenedCheckpoint(record, reader)
+
+
+def _check_recorded_settings(variant, info, path):
+    """Refuses, in one line, a `variant` whose heads, MAP head's heads or MLP activation differ
+    from what the file records (its config, or the heads its shapes split): the weights fit its
+    shapes and would compute another function. The route named is exact: the file's own
+    architecture (from_pretrained), or the variant with the file's value."""
+    recorded = info.variant
+    heads = recorded.heads if recorded is not None else info.heads
+    if recorded is not None:
+        route = f"keras_vit.from_pretrained({path!r}), which reads it from the file"
+    else:
+        route = (f"keras_vit.ViT(dataclasses.replace(keras_vit.get_variant({variant.name!r}), "
+                 f"{{}}), weights={path!r})")
+    found = []
+    if heads is not None and heads != variant.heads:
+        found.append((f"{path} has {heads} attention heads; {variant.name} has {variant.heads}",
+                      f"heads={heads}"))
+    if recorded is not None and recorded.classifier == variant.classifier == "map" \
+            and recorded.pooling_heads != variant.pooling_heads:
+        found.append((f"{path}'s MAP head has {recorded.pooling_heads} attention heads; "
+                      f"{variant.name}'s has {variant.pooling_heads}",
+                      f"map_heads={recorded.pooling_heads}"))
+    if recorded is not None and recorded.activation != variant.activation:
+        found.append((f"{path} was computed with {recorded.activation}; {variant.name} computes "
+                      f"{variant.activation}", f"activation={recorded.activation!r}"))
+    if found:
+        what, field = found[0]
+        raise CheckpointError(f"{what}. Build {route.format(field)}. Nothing was loaded.")
 
 
 def _hub_checkpoint(variant, weights):

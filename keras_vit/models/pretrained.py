@@ -7,7 +7,10 @@ ViTHybrid, DeiT, DINOv2, SigLIP, CLIP), a keras-hub ViT, SigLIP, CLIP or DINOv2 
 config.json, an OpenCLIP Hub folder's open_clip_config.json, a keras_vit `.npz` (its
 metadata's variant), a catalogue entry (its variant).
 A source that records none (a bare state dict, an official `.npz`) is refused, naming the
-variants whose shapes fit; `keras_vit.ViT(name, weights=...)` loads it.
+variants whose shapes fit and every setting that changes the outputs and that neither its
+shapes nor a config give (the heads a torch state dict fuses, the MLP activation, the GELU
+form, the epsilon): the route it names, `keras_vit.ViT(...)` with them spelled out, is exact
+once they are the file's model's.
 
 A file or folder is opened once: the reader the variant is read from is the reader `ViT` loads
 (an `OpenedCheckpoint`), so nothing is parsed twice and a keras-hub preset is built by
@@ -22,7 +25,12 @@ from keras_vit.checkpoints.cache import hub_snapshot
 from keras_vit.checkpoints.catalogue import OpenedCheckpoint, opened_checkpoint
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import is_checkpoint_path, open_checkpoint
-from keras_vit.checkpoints.layout import fitting_variants
+from keras_vit.checkpoints.layout import (
+    MAP_PROBE,
+    MAP_QUERY_KERNEL,
+    QUERY_KERNEL,
+    fitting_variants,
+)
 from keras_vit.errors import ArgumentError, ArgumentTypeError
 from keras_vit.models.vit import ViT
 from keras_vit.variants import get_variant
@@ -115,7 +123,45 @@ def _recorded(reader):
         return info.variant, info.classes is not None
     fit = fitting_variants(info.shapes)
     names = ", ".join(f'"{v.name}"' for v in fit) or "none of keras_vit's variants"
-    first = fit[0].name if fit else "a variant"
-    raise CheckpointError(f"{path} does not record its architecture ({info.format} weights "
-                          f"alone); the variants whose shapes fit: {names}. Build one with "
-                          f"keras_vit.ViT({first!r}, weights={path!r}).")
+    what = f"{path} does not record its architecture ({info.format} weights alone)"
+    if not fit:
+        raise CheckpointError(f"{what}; the variants whose shapes fit: {names}. Build one with "
+                              f"keras_vit.ViT('a variant', weights={path!r}).")
+    settings = unrecorded_settings(reader.format, info.shapes)
+    if not settings:  # the shapes say everything the row does not: the row is exact
+        raise CheckpointError(f"{what}; the variants whose shapes fit: {names}. Build one with "
+                              f"keras_vit.ViT({fit[0].name!r}, weights={path!r}).")
+    described = ", ".join(_SETTING_NAMES[s] for s in settings)
+    raise CheckpointError(f"{what}, and neither its shapes nor a config give its {described}; "
+                          f"the variants whose shapes fit: {names}. Build it with its model's "
+                          f"own values, e.g. {_route(fit[0], settings, reader.format, path)}.")
+
+
+# How a refusal names each setting a file leaves out.
+_SETTING_NAMES = {"heads": "attention heads", "map_heads": "MAP head's attention heads",
+                  "activation": "MLP activation", "approximate_gelu": "GELU form (tanh or erf)",
+                  "layer_norm_epsilon": "LayerNorm epsilon"}
+
+
+def unrecorded_settings(checkpoint_format, shapes):
+    """The settings that change a model's outputs and that a file of these official-key shapes
+    does not record: the heads where its shapes fuse them, then what its format leaves out."""
+    settings = []
+    if len(shapes.get(QUERY_KERNEL.format(i=0), (0, 0, 0))) != 3:
+        settings.append("heads")
+    if MAP_PROBE in shapes and len(shapes.get(MAP_QUERY_KERNEL, (0, 0, 0))) != 3:
+        settings.append("map_heads")
+    return settings + list(checkpoint_format.unrecorded if checkpoint_format else ())
+
+
+def _route(variant, settings, checkpoint_format, path):
+    """The call that builds `variant` with every one of `settings` given, `variant`'s own values
+    spelled out: exact once they are the file's model's."""
+    default_gelu, default_epsilon = checkpoint_format.numerics
+    values = {"heads": variant.heads, "map_heads": variant.pooling_heads,
+              "activation": variant.activation,
+              "layer_norm_epsilon": variant.layer_norm_epsilon or default_epsilon}
+    fields = ", ".join(f"{s}={values[s]!r}" for s in settings if s in values)
+    gelu = f"approximate_gelu={default_gelu!r}, " if "approximate_gelu" in settings else ""
+    return (f"keras_vit.ViT(dataclasses.replace(keras_vit.get_variant({variant.name!r}), "
+            f"{fields}), {gelu}weights={path!r})")
