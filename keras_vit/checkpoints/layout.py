@@ -424,12 +424,14 @@ def variant_fits_shapes(variant, shapes, features=None):
             and (len(map_query) != 3 or map_query[1] == v.pooling_heads))
 
 
-def fitting_variants(shapes):
-    """The variants of `VARIANTS` and `FAMILIES` whose arrays have these official-key shapes
-    (`variant_fits_shapes`)."""
+def fitting_variants(shapes, **fields):
+    """The variants of `VARIANTS` and `FAMILIES` (with `fields` replaced, their names kept) whose
+    arrays have these official-key shapes (`variant_fits_shapes`)."""
     features = shape_features(shapes)
-    return [v for v in [*VARIANTS.values(), *FAMILIES.values()]
-            if variant_fits_shapes(v, shapes, features)]
+    rows = [*VARIANTS.values(), *FAMILIES.values()]
+    if fields:
+        rows = [dataclasses.replace(v, **fields) for v in rows]
+    return [v for v in rows if variant_fits_shapes(v, shapes, features)]
 
 
 def released_shape(key, shape):

@@ -121,20 +121,27 @@ def _recorded(reader):
     info, path = reader.info(), reader.path
     if info.variant is not None:
         return info.variant, info.classes is not None
-    fit = fitting_variants(info.shapes)
+    fit, inferred = fitting_variants(info.shapes), {}
+    if not fit:  # a MAP head whose split arrays show a head count of its own
+        inferred = shape_fields(info.shapes)
+        fit = fitting_variants(info.shapes, **inferred) if inferred else []
     names = ", ".join(f'"{v.name}"' for v in fit) or "none of keras_vit's variants"
+    shown = "".join(f" with {k}={v}" for k, v in inferred.items())
     what = f"{path} does not record its architecture ({info.format} weights alone)"
     if not fit:
         raise CheckpointError(f"{what}; the variants whose shapes fit: {names}. Build one with "
                               f"keras_vit.ViT('a variant', weights={path!r}).")
     settings = unrecorded_settings(reader.format, info.shapes)
     if not settings:  # the shapes say everything the row does not: the row is exact
-        raise CheckpointError(f"{what}; the variants whose shapes fit: {names}. Build one with "
-                              f"keras_vit.ViT({fit[0].name!r}, weights={path!r}).")
+        route = (_route(fit[0], [], reader.format, path, inferred) if inferred
+                 else f"keras_vit.ViT({fit[0].name!r}, weights={path!r})")
+        raise CheckpointError(f"{what}; the variants whose shapes fit{shown}: {names}. Build "
+                              f"one with {route}.")
     described = ", ".join(_SETTING_NAMES[s] for s in settings)
     raise CheckpointError(f"{what}, and neither its shapes nor a config give its {described}; "
-                          f"the variants whose shapes fit: {names}. Build it with its model's "
-                          f"own values, e.g. {_route(fit[0], settings, reader.format, path)}.")
+                          f"the variants whose shapes fit{shown}: {names}. Build it with its "
+                          f"model's own values, e.g. "
+                          f"{_route(fit[0], settings, reader.format, path, inferred)}.")
 
 
 # How a refusal names each setting a file leaves out.
@@ -154,14 +161,23 @@ def unrecorded_settings(checkpoint_format, shapes):
     return settings + list(checkpoint_format.unrecorded if checkpoint_format else ())
 
 
-def _route(variant, settings, checkpoint_format, path):
-    """The call that builds `variant` with every one of `settings` given, `variant`'s own values
-    spelled out: exact once they are the file's model's."""
+def shape_fields(shapes):
+    """The `Variant` fields that official-key shapes set exactly where a row may differ: the
+    MAP head's heads, where its query kernel is split (D, heads, head_dim)."""
+    query = shapes.get(MAP_QUERY_KERNEL, ())
+    return {"map_heads": query[1]} if len(query) == 3 else {}
+
+
+def _route(variant, settings, checkpoint_format, path, inferred=None):
+    """The call that builds `variant` with what the shapes showed (`inferred`) and every one of
+    `settings` given, `variant`'s own values spelled out: exact once they are the file's
+    model's."""
     default_gelu, default_epsilon = checkpoint_format.numerics
     values = {"heads": variant.heads, "map_heads": variant.pooling_heads,
               "activation": variant.activation,
               "layer_norm_epsilon": variant.layer_norm_epsilon or default_epsilon}
-    fields = ", ".join(f"{s}={values[s]!r}" for s in settings if s in values)
+    given = {**(inferred or {}), **{s: values[s] for s in settings if s in values}}
+    fields = ", ".join(f"{s}={v!r}" for s, v in given.items())
     gelu = f"approximate_gelu={default_gelu!r}, " if "approximate_gelu" in settings else ""
     return (f"keras_vit.ViT(dataclasses.replace(keras_vit.get_variant({variant.name!r}), "
             f"{fields}), {gelu}weights={path!r})")

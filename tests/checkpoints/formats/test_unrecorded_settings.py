@@ -73,8 +73,12 @@ def tiny_rows(monkeypatch):
     from keras_vit.models import pretrained
 
     rows = [_tiny(v) for v in [*VARIANTS.values(), *FAMILIES.values()]]
-    monkeypatch.setattr(pretrained, "fitting_variants",
-                        lambda shapes: [v for v in rows if variant_fits_shapes(v, shapes)])
+
+    def fitting(shapes, **fields):
+        return [v for v in (dataclasses.replace(r, **fields) for r in rows)
+                if variant_fits_shapes(v, shapes)]
+
+    monkeypatch.setattr(pretrained, "fitting_variants", fitting)
 
 
 def _refusal(path):
@@ -118,7 +122,8 @@ def test_a_map_head_with_its_own_heads_is_refused_and_then_exact(tmp_path, tiny_
     # A SigLIP whose attention pooling has 4 heads under a 12-head encoder (timm's own
     # AttentionPoolLatent, built with its num_heads): expressible as Variant.map_heads.
     import torch
-    from timm.layers import AttentionPoolLatent
+
+    AttentionPoolLatent = import_timm().layers.AttentionPoolLatent
 
     def four_head_pool(model):  # as VisionTransformer builds it, but for num_heads
         model.attn_pool = AttentionPoolLatent(
@@ -132,6 +137,29 @@ def test_a_map_head_with_its_own_heads_is_refused_and_then_exact(tmp_path, tiny_
     assert _relative(ours, reference) <= RELATIVE_TOLERANCE
     wrong, _ = _output(_follow(message), theirs)
     assert _relative(wrong, reference) > RELATIVE_TOLERANCE
+
+
+def test_a_map_heads_own_count_is_read_from_big_visions_shapes(tmp_path, tiny_rows):
+    # big_vision splits its attention arrays (D, heads, head_dim): the MAP head's 4 heads are
+    # in its shapes, and nothing else is left out, so the refusal names the row with them.
+    import torch
+
+    from tests.checkpoints.formats.test_big_vision import big_vision_arrays
+
+    timm = import_timm()
+    AttentionPoolLatent = timm.layers.AttentionPoolLatent
+    theirs = timm.create_model("vit_base_patch16_siglip_224", pretrained=False, depth=DEPTH,
+                               img_size=SIZE, num_classes=16, act_layer="gelu_tanh")
+    theirs.attn_pool = AttentionPoolLatent(theirs.embed_dim, num_heads=4, mlp_ratio=4.0,
+                                           norm_layer=partial(torch.nn.LayerNorm, eps=1e-6),
+                                           act_layer=timm.layers.get_act_layer("gelu_tanh"))
+    _randomise(theirs, torch)
+    path = str(tmp_path / "siglip.npz")
+    np.savez(path, **big_vision_arrays(theirs.eval()))
+    message = _refusal(path)
+    assert "fit with map_heads=4" in message and "neither its shapes nor" not in message
+    ours, reference = _output(_follow(message), theirs)  # as named, nothing to replace
+    assert _relative(ours, reference) <= RELATIVE_TOLERANCE
 
 
 def test_a_bare_gelu_clip_file_is_refused_naming_the_activation(tmp_path, tiny_rows):
