@@ -2,17 +2,21 @@
 record is refused in one line naming it, and the route each refusal names, followed, computes
 what the library that wrote the file computes.
 
-timm writes every file here, from its own models (random weights, 2 blocks, 48 pixels); timm's
-forward is the reference. A bare state dict fuses its attention heads and records neither the
-MLP activation, the GELU form nor the epsilon; from_pretrained refuses it naming each and the
-`keras_vit.ViT(dataclasses.replace(...))` call that gives them. The tests follow that call with
-the file's model's values in place of the row's. The files are 2 blocks deep where the rows are
-12: `_tiny_rows` stands in the rows at that depth (the only thing changed), so the refusal names
-the real rows and the call runs on the rows at the file's depth.
+timm writes every file here, from its own models (random weights, 2 blocks, 48 pixels), as a
+bare state dict, or in open_clip's or big_vision's layout by inverting timm's own converters
+(test_open_clip.py, test_big_vision.py); timm's forward is the reference. A bare state dict
+fuses its attention heads and records neither the MLP activation, the GELU form nor the
+epsilon; from_pretrained refuses it naming each and the `keras_vit.ViT(dataclasses.replace(...))`
+call that gives them. The tests follow that call with the file's model's values in place of
+the row's. The files are 2 blocks deep where the rows are 12: the `tiny_rows` fixture stands in
+the rows at that depth (the only thing changed), so the refusal names the real rows and the
+call runs on the rows at the file's depth. What the shapes do say (the registers, LayerScale,
+big_vision's split heads) is read from them, and named with the row.
 
-A config that records a setting the model built disagrees with (a GELU folder into a QuickGELU
-row, a 16-head folder into a 12-head row) is refused by the loader, naming the setting and
-`keras_vit.from_pretrained`, which the tests follow too.
+A file whose config records a setting the variant named differs in is refused when `ViT` opens
+it, naming the setting and `keras_vit.from_pretrained` (keras_vit/checkpoints/catalogue.py):
+tests/checkpoints/formats/test_timm_names.py (the heads), test_transformers_families.py (the
+activation), tests/checkpoints/test_npz_metadata.py (the MAP head's heads).
 
 Tolerance: relative (to the largest output) 1e-4, as tests/checkpoints/formats/test_timm_families.py
 derives it: two float32 implementations of two blocks differ by ~1e-6. Where the wrong value
@@ -46,14 +50,14 @@ def _relative(ours, theirs):
     return np.abs(ours - theirs).max() / np.abs(theirs).max()
 
 
-def _timm_file(tmp_path, architecture, setup=None, **kwargs):
+def _timm_file(tmp_path, architecture, setup=None, size=SIZE, **kwargs):
     """timm's model with random weights (`setup` may change it, as a user's code would), its
     state dict written bare by safetensors."""
     timm = import_timm()
     import torch
     from safetensors.torch import save_file
 
-    model = timm.create_model(architecture, pretrained=False, depth=DEPTH, img_size=SIZE,
+    model = timm.create_model(architecture, pretrained=False, depth=DEPTH, img_size=size,
                               num_classes=0, **kwargs)
     if setup is not None:
         setup(model)
@@ -81,29 +85,29 @@ def tiny_rows(monkeypatch):
     monkeypatch.setattr(pretrained, "fitting_variants", fitting)
 
 
-def _refusal(path):
+def _refusal(path, size=SIZE):
     with pytest.raises(CheckpointError) as raised:
-        keras_vit.from_pretrained(path, include_top=False, image_size=SIZE)
+        keras_vit.from_pretrained(path, include_top=False, image_size=size)
     message = str(raised.value)
     assert "\n" not in message
     return message
 
 
-def _follow(message, **values):
+def _follow(message, size=SIZE, **values):
     """Runs the call the refusal names, its values replaced by `values` (the file's model's),
     on the rows at the file's depth; the model it builds."""
     call = re.search(r"keras_vit\.ViT\(dataclasses\.replace\(.*\)", message).group(0)
     for name, value in values.items():
         call, count = re.subn(rf"\b{name}=[^,)]+", f"{name}={value!r}", call)
         assert count == 1, f"the refusal's call does not give {name}: {call}"
-    call = call[:-1] + f", include_top=False, image_size={SIZE})"
+    call = call[:-1] + f", include_top=False, image_size={size})"
     tiny = types.SimpleNamespace(ViT=keras_vit.ViT,
                                  get_variant=lambda name: _tiny(keras_vit.get_variant(name)))
     return eval(call, {"keras_vit": tiny, "dataclasses": dataclasses})
 
 
-def _output(model, theirs):
-    images = _images(2, (SIZE, SIZE))
+def _output(model, theirs, size=SIZE):
+    images = _images(2, (size, size))
     return np.asarray(model(images)), run_timm(theirs, images, features=True)
 
 
@@ -174,6 +178,30 @@ def test_a_bare_gelu_clip_file_is_refused_naming_the_activation(tmp_path, tiny_r
     assert _relative(wrong, reference) > RELATIVE_TOLERANCE
 
 
+def test_a_bare_open_clip_file_is_refused_naming_the_activation(tmp_path, tiny_rows):
+    # open_clip builds GELU towers as well as OpenAI's QuickGELU ones, and its state dict
+    # (written here from timm's GELU CLIP by inverting timm's own converter) records neither.
+    import torch
+    from safetensors.numpy import save_file
+
+    from tests.checkpoints.formats.test_open_clip import open_clip_arrays
+
+    timm = import_timm()
+    theirs = timm.create_model("vit_base_patch16_clip_224", pretrained=False, depth=DEPTH,
+                               img_size=SIZE, num_classes=24)
+    _randomise(theirs, torch)
+    with torch.no_grad():
+        theirs.head.bias.zero_()  # open_clip's projection has none
+    path = str(tmp_path / "open_clip_model.safetensors")
+    save_file(open_clip_arrays(theirs.eval()), path)
+    message = _refusal(path)
+    assert "MLP activation" in message and "GELU form" not in message
+    ours, reference = _output(_follow(message, activation="gelu"), theirs)
+    assert _relative(ours, reference) <= RELATIVE_TOLERANCE
+    wrong, _ = _output(_follow(message), theirs)
+    assert _relative(wrong, reference) > RELATIVE_TOLERANCE
+
+
 def test_a_bare_file_is_refused_naming_the_gelu_form(tmp_path, tiny_rows):
     # timm builds some SigLIPs with tanh GELU (act_layer="gelu_tanh"), others with erf.
     theirs, path = _timm_file(tmp_path, "vit_base_patch16_siglip_224", act_layer="gelu_tanh")
@@ -196,6 +224,19 @@ def test_a_bare_file_is_refused_naming_the_epsilon(tmp_path, tiny_rows):
     assert _relative(ours, reference) <= RELATIVE_TOLERANCE
     wrong, _ = _output(_follow(message), theirs)  # the row's 1e-6
     assert _relative(wrong, reference) > RELATIVE_TOLERANCE
+
+
+def test_registers_and_layer_scale_are_read_from_the_shapes(tmp_path, tiny_rows):
+    # The register count (reg_token's shape) and LayerScale (its gamma arrays) are in a bare
+    # file exactly: the refusal names the row with 4 registers and LayerScale alone, and its
+    # call, given the settings a timm file leaves out, computes what timm computes.
+    size = 56  # a multiple of DINOv2's patch 14
+    theirs, path = _timm_file(tmp_path, "vit_small_patch14_reg4_dinov2", size=size)
+    message = _refusal(path, size)
+    assert '"DINOv2-S/14-reg4"' in message and '"DINOv2-S/14"' not in message
+    assert '"DeiT-S/16"' not in message
+    ours, reference = _output(_follow(message, size), theirs, size)
+    assert _relative(ours, reference) <= RELATIVE_TOLERANCE
 
 
 def test_a_file_whose_shapes_record_everything_names_the_row_alone(tmp_path):
