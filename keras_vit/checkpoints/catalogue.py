@@ -223,11 +223,6 @@ def _check_recorded_settings(variant, info, path):
     architecture (from_pretrained), or the variant with the file's value."""
     recorded = info.variant
     heads = recorded.heads if recorded is not None else info.heads
-    if recorded is not None:
-        route = f"keras_vit.from_pretrained({path!r}), which reads it from the file"
-    else:
-        route = (f"keras_vit.ViT(dataclasses.replace(keras_vit.get_variant({variant.name!r}), "
-                 f"{{}}), weights={path!r})")
     found = []
     if heads is not None and heads != variant.heads:
         found.append((f"{path} has {heads} attention heads; {variant.name} has {variant.heads}",
@@ -242,7 +237,19 @@ def _check_recorded_settings(variant, info, path):
                       f"{variant.activation}", f"activation={recorded.activation!r}"))
     if found:
         what, field = found[0]
-        raise CheckpointError(f"{what}. Build {route.format(field)}. Nothing was loaded.")
+        route = (f"keras_vit.from_pretrained({path!r}), which reads it from the file"
+                 if recorded is not None else
+                 f"keras_vit.ViT(dataclasses.replace({_spelled(variant)}, {field}), "
+                 f"weights={path!r})")
+        raise CheckpointError(f"{what}. Build {route}. Nothing was loaded.")
+
+
+def _spelled(variant):
+    """How a message spells `variant` in code: its table row by name, else the caller's own."""
+    from keras_vit.variants import FAMILIES, VARIANTS
+
+    row = VARIANTS.get(variant.name) or FAMILIES.get(variant.name)
+    return f"keras_vit.get_variant({variant.name!r})" if row == variant else "your variant"
 
 
 def _hub_checkpoint(variant, weights):

@@ -256,3 +256,27 @@ def test_a_file_whose_shapes_record_everything_names_the_row_alone(tmp_path):
     theirs = timm_vit(variant, 32, 10, npz_path=path)
     images = _images(2, (32, 32))
     assert _relative(np.asarray(ours(images)), run_timm(theirs, images)) <= RELATIVE_TOLERANCE
+
+
+def test_heads_a_files_shapes_record_refuse_another_count_naming_them(tmp_path):
+    # big_vision's split arrays record 4 heads; a variant of 2 is refused naming the count and
+    # the call with it, which (followed) is the variant that computes what timm computes.
+    import torch
+
+    from tests.checkpoints.formats.test_big_vision import (
+        _timm_siglip,
+        _variant,
+        big_vision_arrays,
+    )
+
+    theirs = _randomise(_timm_siglip(), torch).eval()
+    path = str(tmp_path / "siglip.npz")
+    np.savez(path, **big_vision_arrays(theirs))
+    with pytest.raises(CheckpointError) as raised:
+        keras_vit.ViT(dataclasses.replace(_variant(), heads=2), weights=path)
+    message = str(raised.value)
+    assert "\n" not in message and "has 4 attention heads" in message
+    assert "dataclasses.replace(your variant, heads=4)" in message
+    ours = keras_vit.ViT(dataclasses.replace(_variant(), heads=4), weights=path)
+    images = _images(2, (32, 32))
+    assert _relative(np.asarray(ours(images)), run_timm(theirs, images)) <= RELATIVE_TOLERANCE
