@@ -178,6 +178,20 @@ def test_a_bare_gelu_clip_file_is_refused_naming_the_activation(tmp_path, tiny_r
     assert _relative(wrong, reference) > RELATIVE_TOLERANCE
 
 
+def test_a_timm_folder_of_an_architecture_without_a_row_names_the_activation(tmp_path, tiny_rows):
+    # The route: a timm Hub folder of the GELU CLIP (no row: the CLIP rows are
+    # QuickGELU) was refused recommending keras_vit.ViT("CLIP-B/16", weights=folder), 0.7-1.2%
+    # off. Its refusal now names the activation, and the call it names, followed, is exact.
+    from tests.checkpoints.formats.test_timm_names import _timm_folder
+
+    theirs, folder = _timm_folder(tmp_path, "vit_base_patch16_clip_224", depth=DEPTH,
+                                  img_size=SIZE, num_classes=0)
+    message = _refusal(str(folder))
+    assert "MLP activation" in message and '"CLIP-B/16"' in message
+    ours, reference = _output(_follow(message, activation="gelu"), theirs.eval())
+    assert _relative(ours, reference) <= RELATIVE_TOLERANCE
+
+
 def test_a_bare_open_clip_file_is_refused_naming_the_activation(tmp_path, tiny_rows):
     # open_clip builds GELU towers as well as OpenAI's QuickGELU ones, and its state dict
     # (written here from timm's GELU CLIP by inverting timm's own converter) records neither.
