@@ -205,7 +205,7 @@ def opened_checkpoint(variant, reader, **fields):
     try:
         info = reader.info()
         if not isinstance(variant, BiTVariant):  # a ViT file for a BiT: the loader's one line
-            _check_what_shapes_cannot_show(path, info, variant)
+            _check_recorded_settings(variant, info, path)
     except BaseException:
         reader.close()
         raise
@@ -218,17 +218,40 @@ def opened_checkpoint(variant, reader, **fields):
     return OpenedCheckpoint(record, reader)
 
 
-def _check_what_shapes_cannot_show(path, info, variant):
-    """A ViT's heads and activation, where the file records them."""
-    if info.heads is not None and info.heads != variant.heads:
-        raise CheckpointError(f"{path} has {info.heads} attention heads; {variant.name} has "
-                              f"{variant.heads}. Nothing was loaded.")
+def _check_recorded_settings(variant, info, path):
+    """Refuses, in one line, a `variant` whose heads, MAP head's heads or MLP activation differ
+    from what the file records (its config, or the heads its shapes split): the weights fit its
+    shapes and would compute another function. The route named is exact: the file's own
+    architecture (from_pretrained), or the variant with the file's value."""
     recorded = info.variant
+    heads = recorded.heads if recorded is not None else info.heads
+    found = []
+    if heads is not None and heads != variant.heads:
+        found.append((f"{path} has {heads} attention heads; {variant.name} has {variant.heads}",
+                      f"heads={heads}"))
+    if recorded is not None and recorded.classifier == variant.classifier == "map" \
+            and recorded.pooling_heads != variant.pooling_heads:
+        found.append((f"{path}'s MAP head has {recorded.pooling_heads} attention heads; "
+                      f"{variant.name}'s has {variant.pooling_heads}",
+                      f"map_heads={recorded.pooling_heads}"))
     if recorded is not None and recorded.activation != variant.activation:
-        raise CheckpointError(f"{path} was computed with {recorded.activation}; "
-                              f"{variant.name} computes {variant.activation}. Build "
-                              f"keras_vit.from_pretrained({path!r}), which reads it from the "
-                              "file. Nothing was loaded.")
+        found.append((f"{path} was computed with {recorded.activation}; {variant.name} computes "
+                      f"{variant.activation}", f"activation={recorded.activation!r}"))
+    if found:
+        what, field = found[0]
+        route = (f"keras_vit.from_pretrained({path!r}), which reads it from the file"
+                 if recorded is not None else
+                 f"keras_vit.ViT(dataclasses.replace({_spelled(variant)}, {field}), "
+                 f"weights={path!r})")
+        raise CheckpointError(f"{what}. Build {route}. Nothing was loaded.")
+
+
+def _spelled(variant):
+    """How a message spells `variant` in code: its table row by name, else the caller's own."""
+    from keras_vit.variants import FAMILIES, VARIANTS
+
+    row = VARIANTS.get(variant.name) or FAMILIES.get(variant.name)
+    return f"keras_vit.get_variant({variant.name!r})" if row == variant else "your variant"
 
 
 def _hub_checkpoint(variant, weights):

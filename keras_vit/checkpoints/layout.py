@@ -33,7 +33,7 @@ __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_ke
            "LS1_SCALE", "LS3_SCALE", "HEAD_DIST_KERNEL_KEY", "HEAD_DIST_BIAS_KEY", "MAP_PROBE",
            "MAP_QUERY_KERNEL", "MAP_QUERY_BIAS", "MAP_KEY_KERNEL", "MAP_KEY_BIAS",
            "MAP_VALUE_KERNEL", "MAP_VALUE_BIAS", "MAP_OUT_KERNEL", "MAP_OUT_BIAS", "MAP_LN_SCALE",
-           "MAP_LN_BIAS", "MAP_MLP0_KERNEL", "MAP_MLP0_BIAS", "MAP_MLP1_KERNEL", "MAP_MLP1_BIAS",
+           "MAP_LN_BIAS", "MAP_MLP0_KERNEL", "MAP_MLP0_BIAS", "MAP_MLP1_KERNEL", "MAP_MLP1_BIAS", "MAP",
            "linen_key", "SCANNED_BLOCK", "LINEN_POS_EMBED_KEY"]
 
 # The official keys, as released (pre-Linen names); "{i}" is an encoder block's index, "{s}"
@@ -408,10 +408,11 @@ def shape_features(shapes):
 
 def variant_fits_shapes(variant, shapes, features=None):
     """Whether a checkpoint of these official-key shapes can be `variant`'s: width, patch,
-    depth, MLP width, heads (where the file splits them), the tokens before the patches,
+    depth, MLP width, heads and the MAP head's (where the file splits them), the tokens before the patches,
     LayerScale, the pre-norm and the MAP head."""
     found = shape_features(shapes) if features is None else features
     query = shapes.get(QUERY_KERNEL.format(i=0), ())
+    map_query = shapes.get(MAP_QUERY_KERNEL, ())
     v = variant
     return (found is not None
             and dict(width=v.width, patch_size=v.patch_size, depth=v.depth, mlp_dim=v.mlp_dim,
@@ -419,15 +420,18 @@ def variant_fits_shapes(variant, shapes, features=None):
                      register_tokens=v.register_tokens, pre_norm=v.pre_norm,
                      map=v.classifier == "map", layer_scale=v.layer_scale is not None,
                      hybrid=v.is_hybrid) == found
-            and (len(query) != 3 or query[1] == v.heads))
+            and (len(query) != 3 or query[1] == v.heads)
+            and (len(map_query) != 3 or map_query[1] == v.pooling_heads))
 
 
-def fitting_variants(shapes):
-    """The variants of `VARIANTS` and `FAMILIES` whose arrays have these official-key shapes
-    (`variant_fits_shapes`)."""
+def fitting_variants(shapes, **fields):
+    """The variants of `VARIANTS` and `FAMILIES` (with `fields` replaced, their names kept) whose
+    arrays have these official-key shapes (`variant_fits_shapes`)."""
     features = shape_features(shapes)
-    return [v for v in [*VARIANTS.values(), *FAMILIES.values()]
-            if variant_fits_shapes(v, shapes, features)]
+    rows = [*VARIANTS.values(), *FAMILIES.values()]
+    if fields:
+        rows = [dataclasses.replace(v, **fields) for v in rows]
+    return [v for v in rows if variant_fits_shapes(v, shapes, features)]
 
 
 def released_shape(key, shape):

@@ -15,6 +15,7 @@ from keras_vit.checkpoints.formats import open_checkpoint
 from keras_vit.checkpoints.formats.base import ArraysReader, CheckpointReader, Resizes
 from keras_vit.checkpoints.formats.npz import PICKLE_PROBLEM
 from keras_vit.checkpoints.formats.npz_metadata import VARIANT_ATTRIBUTE
+from keras_vit.checkpoints.formats.rows import AttentionHeads
 from keras_vit.checkpoints.layout import (
     BIT_ROOT_KEY,
     DROPPABLE_PREFIXES,
@@ -28,7 +29,14 @@ from keras_vit.checkpoints.layout import (
     layout,
     square_grid,
 )
-from keras_vit.layer_names import EMBEDDING, POSEMBED_INPUT, PREPROCESSING, RESNET, block_name
+from keras_vit.layer_names import (
+    EMBEDDING,
+    MAP_POOL,
+    POSEMBED_INPUT,
+    PREPROCESSING,
+    RESNET,
+    block_name,
+)
 from keras_vit.layers.patching import resample_patch_embedding
 from keras_vit.layers.tokens import resize_position_embedding
 from keras_vit.normalization import (
@@ -263,10 +271,15 @@ def _warn_if_normalized_otherwise(model, reader):
 
 def _heads(model):
     """The attention heads of `model`'s blocks (None without blocks): formats that store
-    (D, D) attention kernels are split into the official (D, heads, head_dim)."""
+    (D, D) attention kernels are split into the official (D, heads, head_dim); an
+    `AttentionHeads` where the MAP head has a count of its own."""
     names = {layer.name for layer in model.layers}
     first = block_name(0)
-    return model.get_layer(first).num_heads if first in names else None
+    if first not in names:
+        return None
+    heads = model.get_layer(first).num_heads
+    pooling = model.get_layer(MAP_POOL).num_heads if MAP_POOL in names else heads
+    return heads if pooling == heads else AttentionHeads(heads, pooling)
 
 
 def _non_finite(array):

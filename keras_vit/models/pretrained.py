@@ -7,7 +7,10 @@ ViTHybrid, DeiT, DINOv2, SigLIP, CLIP), a keras-hub ViT, SigLIP, CLIP or DINOv2 
 config.json, an OpenCLIP Hub folder's open_clip_config.json, a keras_vit `.npz` (its
 metadata's variant), a catalogue entry (its variant).
 A source that records none (a bare state dict, an official `.npz`) is refused, naming the
-variants whose shapes fit; `keras_vit.ViT(name, weights=...)` loads it.
+variants whose shapes fit and every setting that changes the outputs and that neither its
+shapes nor a config give (the heads a torch state dict fuses, the MLP activation, the GELU
+form, the epsilon): the route it names, `keras_vit.ViT(...)` with them spelled out, is exact
+once they are the file's model's.
 
 A file or folder is opened once: the reader the variant is read from is the reader `ViT` loads
 (an `OpenedCheckpoint`), so nothing is parsed twice and a keras-hub preset is built by
@@ -22,7 +25,12 @@ from keras_vit.checkpoints.cache import hub_snapshot
 from keras_vit.checkpoints.catalogue import OpenedCheckpoint, opened_checkpoint
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import is_checkpoint_path, open_checkpoint
-from keras_vit.checkpoints.layout import fitting_variants
+from keras_vit.checkpoints.layout import (
+    MAP_PROBE,
+    MAP_QUERY_KERNEL,
+    QUERY_KERNEL,
+    fitting_variants,
+)
 from keras_vit.errors import ArgumentError, ArgumentTypeError
 from keras_vit.models.vit import ViT
 from keras_vit.variants import get_variant
@@ -113,9 +121,63 @@ def _recorded(reader):
     info, path = reader.info(), reader.path
     if info.variant is not None:
         return info.variant, info.classes is not None
-    fit = fitting_variants(info.shapes)
+    fit, inferred = fitting_variants(info.shapes), {}
+    if not fit:  # a MAP head whose split arrays show a head count of its own
+        inferred = shape_fields(info.shapes)
+        fit = fitting_variants(info.shapes, **inferred) if inferred else []
     names = ", ".join(f'"{v.name}"' for v in fit) or "none of keras_vit's variants"
-    first = fit[0].name if fit else "a variant"
-    raise CheckpointError(f"{path} does not record its architecture ({info.format} weights "
-                          f"alone); the variants whose shapes fit: {names}. Build one with "
-                          f"keras_vit.ViT({first!r}, weights={path!r}).")
+    shown = "".join(f" with {k}={v}" for k, v in inferred.items())
+    what = f"{path} does not record its architecture ({info.format} weights alone)"
+    if not fit:
+        raise CheckpointError(f"{what}; the variants whose shapes fit: {names}. Build one with "
+                              f"keras_vit.ViT('a variant', weights={path!r}).")
+    settings = unrecorded_settings(reader.format, info.shapes)
+    if not settings:  # the shapes say everything the row does not: the row is exact
+        route = (_route(fit[0], [], reader.format, path, inferred) if inferred
+                 else f"keras_vit.ViT({fit[0].name!r}, weights={path!r})")
+        raise CheckpointError(f"{what}; the variants whose shapes fit{shown}: {names}. Build "
+                              f"one with {route}.")
+    described = ", ".join(_SETTING_NAMES[s] for s in settings)
+    raise CheckpointError(f"{what}, and neither its shapes nor a config give its {described}; "
+                          f"the variants whose shapes fit{shown}: {names}. Build it with its "
+                          f"model's own values, e.g. "
+                          f"{_route(fit[0], settings, reader.format, path, inferred)}.")
+
+
+# How a refusal names each setting a file leaves out.
+_SETTING_NAMES = {"heads": "attention heads", "map_heads": "MAP head's attention heads",
+                  "activation": "MLP activation", "approximate_gelu": "GELU form (tanh or erf)",
+                  "layer_norm_epsilon": "LayerNorm epsilon"}
+
+
+def unrecorded_settings(checkpoint_format, shapes):
+    """The settings that change a model's outputs and that a file of these official-key shapes
+    does not record: the heads where its shapes fuse them, then what its format leaves out."""
+    settings = []
+    if len(shapes.get(QUERY_KERNEL.format(i=0), (0, 0, 0))) != 3:
+        settings.append("heads")
+    if MAP_PROBE in shapes and len(shapes.get(MAP_QUERY_KERNEL, (0, 0, 0))) != 3:
+        settings.append("map_heads")
+    return settings + list(checkpoint_format.unrecorded if checkpoint_format else ())
+
+
+def shape_fields(shapes):
+    """The `Variant` fields that official-key shapes set exactly where a row may differ: the
+    MAP head's heads, where its query kernel is split (D, heads, head_dim)."""
+    query = shapes.get(MAP_QUERY_KERNEL, ())
+    return {"map_heads": query[1]} if len(query) == 3 else {}
+
+
+def _route(variant, settings, checkpoint_format, path, inferred=None):
+    """The call that builds `variant` with what the shapes showed (`inferred`) and every one of
+    `settings` given, `variant`'s own values spelled out: exact once they are the file's
+    model's."""
+    default_gelu, default_epsilon = checkpoint_format.numerics
+    values = {"heads": variant.heads, "map_heads": variant.pooling_heads,
+              "activation": variant.activation,
+              "layer_norm_epsilon": variant.layer_norm_epsilon or default_epsilon}
+    given = {**(inferred or {}), **{s: values[s] for s in settings if s in values}}
+    fields = ", ".join(f"{s}={v!r}" for s, v in given.items())
+    gelu = f"approximate_gelu={default_gelu!r}, " if "approximate_gelu" in settings else ""
+    return (f"keras_vit.ViT(dataclasses.replace(keras_vit.get_variant({variant.name!r}), "
+            f"{fields}), {gelu}weights={path!r})")

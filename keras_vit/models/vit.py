@@ -342,7 +342,7 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
     if variant.distilled and head.pooling == "token":
         return keras.Model(images, _distilled_head(variant, x, head), name=name)
     if head.pooling == "map":
-        x = MAPHead(variant.heads, variant.mlp_dim, approximate_gelu=approximate_gelu,
+        x = MAPHead(variant.pooling_heads, variant.mlp_dim, approximate_gelu=approximate_gelu,
                     activation=variant.block_options["activation"], layer_norm_epsilon=epsilon,
                     name=names.MAP_POOL)(x)
     elif head.pooling is not None:

@@ -56,8 +56,23 @@ class Variant:
     pre_norm: bool = False  # a LayerNorm before the encoder (CLIP)
     patch_bias: bool = True  # whether the patch embedding has a bias (not in CLIP)
     layer_norm_epsilon: float | None = None  # None: the weights' source's (1e-6 official)
+    # The MAP head's attention heads where they differ from the encoder's (a big_vision MAPHead
+    # built with its own num_heads); None: the encoder's `heads`, as timm, transformers and
+    # big_vision build SigLIP by default.
+    map_heads: int | None = None
     image_size: int = 224  # the default resolution
     normalization: tuple | None = None  # (mean, std) on [0, 1] pixels; None: official [-1, 1]
+
+    def __post_init__(self):
+        # One spelling per architecture: a MAP head with the encoder's heads is the default, so
+        # a config that says so equals the table's row.
+        if self.map_heads == self.heads:
+            object.__setattr__(self, "map_heads", None)
+
+    @property
+    def pooling_heads(self):
+        """The MAP head's attention heads: `map_heads`, else the encoder's."""
+        return self.heads if self.map_heads is None else self.map_heads
 
     @property
     def has_class_token(self):

@@ -79,3 +79,20 @@ def test_a_bad_record_is_refused_in_one_line(tmp_path, record, words):
     with pytest.raises(keras_vit.CheckpointError) as error:
         keras_vit.ViT(TINY, weights=str(path), image_size=32)
     assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_map_heads_own_count_round_trips_and_is_checked(tmp_path):
+    # A SigLIP whose MAP head has 4 heads under 12: the record builds it back (the route the
+    # refusal below names), and a row of 12 is refused naming the setting.
+    variant = dataclasses.replace(get_variant("SigLIP-B/16"), depth=1, map_heads=4)
+    assert variant.map_heads == 4 and dataclasses.replace(variant, map_heads=12).map_heads is None
+    model = _randomised_keras(keras_vit.ViT(variant, image_size=32, include_top=False))
+    path = keras_vit.save_npz(model, tmp_path / "map4.npz")
+    again = keras_vit.from_pretrained(path, include_top=False)
+    assert again.get_layer("map_pool").num_heads == 4
+    assert again.get_layer("encoderblock_0").attention.num_heads == 12
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(np.asarray(again(images)), np.asarray(model(images)), atol=1e-6)
+    with pytest.raises(keras_vit.CheckpointError, match="MAP head has 4 attention heads; "
+                       r"SigLIP-B/16's has 12\. Build keras_vit\.from_pretrained"):
+        keras_vit.ViT(dataclasses.replace(variant, map_heads=None), weights=path, include_top=False)

@@ -126,6 +126,11 @@ class CheckpointFormat:
     patch_resize: str = "bilinear"
     # ((family, Resizes), ...): a family its library resizes otherwise (timm's FlexiViT).
     family_resizes: tuple = ()
+    # What its files, without a config beside them, do not record and that changes their
+    # outputs (a head count its shapes fuse aside: that the shapes tell): `Variant` fields, and
+    # "approximate_gelu", ViT's argument. A load that must guess them is refused, naming them
+    # (keras_vit/models/pretrained.py).
+    unrecorded: tuple = ()
     # Whether it reads pickled torch files (.pth, .bin, ...), through torch's weights-only
     # unpickler: only such formats are tried on a pickled file, and only on one.
     pickled: bool = False

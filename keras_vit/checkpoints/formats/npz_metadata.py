@@ -115,6 +115,9 @@ def _field_problem(name, value):
         return isinstance(v, int) and not isinstance(v, bool)
     if name in _COUNTS:
         return None if is_int(value) and 0 <= value <= MAX_PIXELS * 16 else "not a count"
+    if name == "map_heads":  # None: the encoder's heads
+        return None if value is None or (is_int(value) and 0 < value <= MAX_PIXELS * 16) \
+            else "not a count"
     if name in _FLAGS or name == "class_token":
         ok = isinstance(value, bool) or (value is None and name == "class_token")
         return None if ok else "not true or false"

@@ -110,4 +110,5 @@ FORMAT = CheckpointFormat(
     description="OpenCLIP / OpenAI CLIP state dict (.safetensors: the image tower under visual.), "
                 "or an OpenCLIP Hub folder (open_clip_config.json, open_clip_model.safetensors)",
     recognises=_recognises, open=OpenClipReader, numerics=(False, 1e-5),
+    unrecorded=("activation",),  # OpenAI's QuickGELU or open_clip's GELU: its config says
     position_resize="bicubic")  # open_clip's resize_pos_embed: bicubic, antialiased

@@ -13,13 +13,15 @@ uses (`read_only`).
 import dataclasses
 import re
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
-from keras_vit.checkpoints.layout import CLS_KEY, POS_EMBED_KEY, REG_TOKEN_KEY
+from keras_vit.checkpoints.layout import CLS_KEY, MAP, POS_EMBED_KEY, REG_TOKEN_KEY
 from keras_vit.errors import ArgumentError
 
-__all__ = ["Transform", "KeyRow", "to_official", "from_official", "COPY", "LINEAR", "CONV",
+__all__ = ["Transform", "KeyRow", "AttentionHeads", "heads_of", "to_official", "from_official",
+           "COPY", "LINEAR", "CONV",
            "HEADS_IN", "HEADS_BIAS", "HEADS_OUT", "FUSED_QKV", "FUSED_QKV_BIAS",
            "ADD_BATCH_AXIS", "FUSED_KV", "FUSED_KV_BIAS", "TOKEN_VECTOR", "bias_free",
            "renamed", "fold_class_position"]
@@ -48,6 +50,22 @@ class KeyRow:
             object.__setattr__(self, "official", (self.official,))
         if self.transform is None:
             object.__setattr__(self, "transform", COPY)
+
+
+class AttentionHeads(NamedTuple):
+    """The heads a fused attention kernel is split into where the MAP head has its own count:
+    the encoder blocks' and the MAP head's (`Variant.map_heads`)."""
+
+    encoder: int
+    pooling: int
+
+
+def heads_of(heads, official_key):
+    """The head count that splits `official_key`'s array: `heads` itself (an int or None), or
+    the MAP head's or the encoder's of an `AttentionHeads`."""
+    if not isinstance(heads, AttentionHeads):
+        return heads
+    return heads.pooling if official_key.startswith(MAP + "/") else heads.encoder
 
 
 def split_heads(a, heads, axis):
@@ -186,15 +204,16 @@ def _compiled(table):
 def to_official(table, arrays, heads=None, unknown_prefix="source:"):
     """{source key: array} -> {official key: array} through `table`'s rows. `heads` splits
     the attention arrays of formats that fuse heads (None keeps them (D, D): enough for a
-    check of which keys are there). A key no row takes passes through as `unknown_prefix` +
-    key, for the strict loader to name as unexpected."""
+    check of which keys are there; an `AttentionHeads` splits the MAP head's by its own count).
+    A key no row takes passes through as `unknown_prefix` + key, for the strict loader to name
+    as unexpected."""
     compiled = _compiled(table)
     out = {}
     for key, array in arrays.items():
         for row, source, officials in compiled:
             fields = source.match(key)
             if fields is not None:
-                values = row.transform.forward(array, heads)
+                values = row.transform.forward(array, heads_of(heads, officials[0].text))
                 values = values if len(officials) > 1 else [values]
                 out.update((t.fill(fields), v) for t, v in zip(officials, values))
                 break

@@ -2,10 +2,11 @@
 
 timm stores torch Linear weights (out, in), a fused `qkv` (3D, D), `cls_token`,
 `pos_embed`, `patch_embed.proj` (D, C, p, p), `norm` and `head`; no pre_logits.
-A bare state dict records neither its head count nor its normalisation: the
-variant's heads are assumed and said so. A Hub folder's `config.json` names the
-architecture (whose heads keras_vit/variants/timm_names.py's table knows) and `pretrained_cfg`
-its mean/std.
+A bare state dict records neither its head count (nor the MAP head's), its
+activation, GELU form, epsilon nor normalisation: `keras_vit.ViT(variant, weights=...)` takes
+the variant's, and `keras_vit.from_pretrained` refuses it naming each (`unrecorded`). A Hub
+folder's `config.json` names the architecture (whose heads keras_vit/variants/timm_names.py's
+table knows) and `pretrained_cfg` its mean/std.
 """
 
 import dataclasses
@@ -141,6 +142,9 @@ FORMAT = CheckpointFormat(
     name="timm", description="timm state dict (.safetensors, sharded, or a Hub folder with "
                              "timm's config.json)",
     recognises=_recognises, open=TimmReader, numerics=(False, 1e-6), write="save_safetensors",
+    # timm builds each architecture with its own activation, GELU form and epsilon (its CLIP
+    # QuickGELU or GELU at 1e-5, its SigLIP-B/32 tanh GELU): a bare state dict records none.
+    unrecorded=("activation", "approximate_gelu", "layer_norm_epsilon"),
     # timm's checkpoint_filter_fn resizes every file it loads at another size so
     # (resample_abs_pos_embed, resample_patch_embed: antialiased bicubic): DINOv2's 518-pixel
     # files at 224 give timm's output; dynamic_img_size resizes so too. Its FlexiViT models

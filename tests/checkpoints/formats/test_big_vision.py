@@ -69,7 +69,8 @@ def big_vision_arrays(model, scanned=False):
     w.update(_mha("MAPHead_0/MultiHeadDotProductAttention_0/", {
         "query": (sd["attn_pool.q.weight"], sd["attn_pool.q.bias"]),
         "key": (kv_weight[0], kv_bias[0]), "value": (kv_weight[1], kv_bias[1]),
-        "out": (sd["attn_pool.proj.weight"], sd["attn_pool.proj.bias"])}, heads))
+        "out": (sd["attn_pool.proj.weight"], sd["attn_pool.proj.bias"])},
+        model.attn_pool.num_heads))
     for r in range(2):
         w[f"MAPHead_0/MlpBlock_0/Dense_{r}/kernel"] = sd[f"attn_pool.mlp.fc{r + 1}.weight"].T
         w[f"MAPHead_0/MlpBlock_0/Dense_{r}/bias"] = sd[f"attn_pool.mlp.fc{r + 1}.bias"]
