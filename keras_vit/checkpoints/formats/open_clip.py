@@ -34,10 +34,8 @@ from keras_vit.checkpoints.formats.rows import (
     CONV,
     COPY,
     HEADS_OUT,
-    LINEAR,
     TOKEN_VECTOR,
     KeyRow,
-    bias_free,
     to_official,
 )
 from keras_vit.checkpoints.formats.timm import open_state_dict, open_weights, timm_to_official
@@ -60,13 +58,13 @@ OPEN_CLIP_ROWS = (
     *g.dense(_BLOCK + "mlp.c_proj", g.MLP_OUT),
     *g.norm(VISUAL + "ln_post", g.ENCODER_NORM),
     # The projection (D, E), applied as x @ proj, is a Dense kernel as it is; its bias is zero.
-    KeyRow(VISUAL + "proj", g.HEAD, bias_free(COPY)),
+    *g.bias_free_dense(VISUAL + "proj", g.HEAD, COPY),
 )
 
 
 TRUNK = VISUAL + "trunk."  # a timm trunk's prefix (open_clip's TimmModel)
 # TimmModel's projection (timm_proj "linear"): a Linear, with a bias where timm_proj_bias says.
-TIMM_HEAD_ROWS = (KeyRow(VISUAL + "head.proj.weight", g.HEAD, bias_free(LINEAR)),)
+TIMM_HEAD_ROWS = g.bias_free_dense(VISUAL + "head.proj.weight", g.HEAD)
 TIMM_HEAD_BIAS_ROWS = g.dense(VISUAL + "head.proj", g.HEAD)
 
 

@@ -47,7 +47,6 @@ from keras_vit.checkpoints.formats.rows import (
     TOKEN_VECTOR,
     KeyRow,
     Transform,
-    bias_free,
     fold_class_position,
     to_official,
 )
@@ -152,7 +151,7 @@ CLIP_ROWS = (
     # (keras_vit's encoder_norm) gives the same pooled features.
     *g.norm("post_layernorm", g.ENCODER_NORM),
     # The projection has no bias: the head, with a zero bias.
-    KeyRow("visual_projection.weight", g.HEAD, bias_free(LINEAR)),
+    *g.bias_free_dense("visual_projection.weight", g.HEAD),
 )
 
 
