@@ -21,7 +21,8 @@ from keras_vit.variants import FAMILIES, VARIANTS
 __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "is_head_key",
            "square_grid", "describe_architecture", "fitting_variants", "variant_fits_shapes",
            "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
-           "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "TRUNK_PREFIXES", "released_shape",
+           "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "POOLING_PREFIXES", "TRUNK_PREFIXES",
+           "released_shape",
            "BIT_ROOT_KEY", "BIT_HEAD_KERNEL_KEY", "bit_rows", "is_bit_model", "describe_bit",
            "official_arrays", "EMBEDDING_KERNEL", "EMBEDDING_BIAS", "CLS_KEY", "ENCODER_NORM_SCALE",
            "ENCODER_NORM_BIAS", "PRE_LOGITS_BIAS_KEY", "HEAD_BIAS_KEY", "BLOCK", "ATTENTION",
@@ -110,6 +111,9 @@ BIT_HEAD_KERNEL_KEY = "resnet/head/conv2d/kernel"  # (1, 1, features, classes)
 HEAD_PREFIXES = ("head/", "head_dist/", "resnet/head/")
 # Keys a model may leave unused: a fine-tuned model drops the pre-training head.
 DROPPABLE_PREFIXES = ("pre_logits/", *HEAD_PREFIXES)
+# Keys a model that pools otherwise leaves unread (SigLIP's MAP head under pooling=None or
+# "token"): a loaded model's choice, never a backbone's export (training/transfer.py keeps them).
+POOLING_PREFIXES = (MAP + "/",)
 # Every key of the hybrids' ResNet trunk starts with one of these.
 TRUNK_PREFIXES = ("conv_root/", "gn_root/", "block")
 

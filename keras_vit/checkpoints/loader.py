@@ -20,6 +20,7 @@ from keras_vit.checkpoints.layout import (
     BIT_ROOT_KEY,
     DROPPABLE_PREFIXES,
     EMBEDDING_KERNEL,
+    POOLING_PREFIXES,
     POS_EMBED_KEY,
     describe_architecture,
     fits,
@@ -107,6 +108,9 @@ def _load_from(model, reader, trunk_only, resample_patches=False):
         considered = set(headers)
         subject = f"model {model.name!r}"
     head_rows = [r for r in rows if is_head_key(r.keys[0])]
+    refusal = reader.info().head_refusal if head_rows and not trunk_only else None
+    if refusal:
+        raise CheckpointError(f"{source}: {refusal} No weights were changed.")
     new_head = bool(head_rows) and _replaces_head(headers, head_rows)
     if new_head:  # classes differ, or a headless file: the head starts at zero, below
         rows = [r for r in rows if r not in head_rows]
@@ -135,7 +139,8 @@ def _load_from(model, reader, trunk_only, resample_patches=False):
             elif not fits(headers[key].shape, tuple(shape)):
                 mismatched.append(f"{key}: expected {tuple(shape)}, found {headers[key].shape}")
     used = {k for row in rows for k in row.keys}
-    unexpected = sorted(k for k in considered if k not in used and not k.startswith(DROPPABLE_PREFIXES))
+    unused = DROPPABLE_PREFIXES + POOLING_PREFIXES
+    unexpected = sorted(k for k in considered if k not in used and not k.startswith(unused))
     present = sorted(used & set(headers))
     problems = {
         "missing keys": missing, "unexpected keys": unexpected,

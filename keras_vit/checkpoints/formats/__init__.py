@@ -16,9 +16,11 @@
 Each defines `FORMAT` (a `base.CheckpointFormat`): how it recognises a path, how
 it opens it, the numerics of its library. Beside them: `base.py` (the reader
 every load goes through; `RowTableReader`, every library format's), `safetensors.py` (the
-container, read and written with NumPy), `npz_metadata.py` (keras_vit's record in its own
-.npz files), `rows.py` (converters as tables: each format's key rows, applied in either
-direction, and the fix-ups formats share), `groups.py` (the official keys by feature, and
+container, read and written with NumPy), `torch_state_dict.py` (pickled state dicts, through
+torch's weights-only loader: the same interface, so every row-table format reads both),
+`npz_metadata.py` (keras_vit's record in its own .npz files), `rows.py` (converters as
+tables: each format's key rows, applied in either direction, and the fix-ups formats share),
+`groups.py` (the official keys by feature, and
 the row builders each table is composed of), `config_values.py` (the checks of every value a
 format reads from a config, which a new format's table of fields reuses), `config_variant.py`
 (a config's architecture -> its Variant, one matcher for every format).
@@ -45,6 +47,7 @@ from keras_vit.checkpoints.formats import (
 )
 from keras_vit.checkpoints.formats.base import CheckpointInfo, CheckpointReader, Source
 from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX
+from keras_vit.checkpoints.formats.torch_state_dict import PICKLED_SUFFIXES, is_pickled
 
 __all__ = ["FORMATS", "open_checkpoint", "inspect_checkpoint", "read_checkpoint", "detect_format",
            "is_checkpoint_path", "numerics_of", "CheckpointInfo", "CheckpointReader",
@@ -54,22 +57,22 @@ __all__ = ["FORMATS", "open_checkpoint", "inspect_checkpoint", "read_checkpoint"
 # file no other format took; transformers_hybrid before transformers, whose patch-embedding
 # key a ViTHybrid folder has too; transformers_families (by config.json's model_type) before
 # transformers, whose patch-embedding key DeiT and DINOv2 folders have too; keras_hub_families
-# (by config.json's class_name) before keras_hub, which refuses every other keras-hub class. A
-# pickled file is tried only by the formats that read pickles (`pickled`), the others never
-# see one.
-FORMATS = [keras_hub_families.FORMAT, keras_hub.FORMAT, timm.FORMAT, transformers_hybrid.FORMAT,
-           transformers_families.FORMAT, transformers.FORMAT, open_clip.FORMAT, bit.FORMAT,
-           big_vision.FORMAT, dinov2.FORMAT, npz.FORMAT]
+# (by config.json's class_name) before keras_hub, which refuses every other keras-hub class;
+# dinov2 (by its mask_token) before timm, whose patch-embedding key DINOv2's release files have
+# too; open_clip (by open_clip_config.json) before transformers_families, whose CLIPModel an
+# OpenCLIP repository holds beside its own weights. A pickled file (.bin, .pth, .pth.tar,
+# .pt) is tried only by the formats that read state dicts through torch_state_dict.py
+# (`pickled`), the others never see one.
+FORMATS = [keras_hub_families.FORMAT, keras_hub.FORMAT, dinov2.FORMAT, timm.FORMAT,
+           transformers_hybrid.FORMAT, open_clip.FORMAT, transformers_families.FORMAT,
+           transformers.FORMAT, bit.FORMAT, big_vision.FORMAT, npz.FORMAT]
 
-# Pickled torch files: unpickling runs whatever code the file holds, so only torch's
-# weights-only loader opens one, and only for a format that reads pickles (dinov2.py).
-PICKLED_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt", ".pkl", ".pickle")
 
 
 def is_checkpoint_path(weights):
     """Whether a `weights=` string names a file or directory rather than a catalogue tag."""
     return (weights.endswith((".npz", ".safetensors", INDEX_SUFFIX))
-            or weights.lower().endswith(PICKLED_SUFFIXES)
+            or is_pickled(weights)
             or os.path.sep in weights or os.path.isdir(weights))
 
 
@@ -88,27 +91,17 @@ def _named(name):
 
 def detect(source):
     """The `CheckpointFormat` of an open `Source`. A pickled file is tried only by the formats
-    that read pickles (through torch's weights-only loader); a folder of pickles is refused
-    unread."""
+    that read pickles (through torch's weights-only loader, torch_state_dict.py)."""
     path = source.path
-    pickled = not source.is_dir and path.lower().endswith(PICKLED_SUFFIXES)
-    names = os.listdir(path) if source.is_dir else []
-    # A folder whose weights are pickles only (a safetensors file beside them, as in the Hub's
-    # repositories, is what the formats read).
-    if pickled or (names and not any(n.endswith((".safetensors", INDEX_SUFFIX)) for n in names)
-                   and any(n.lower().endswith(PICKLED_SUFFIXES) for n in names)):
-        for candidate in FORMATS:
-            if pickled and candidate.pickled and candidate.recognises(source):
-                return candidate
-        raise CheckpointError(
-            f"{path} is a pickled PyTorch file; keras_vit does not open it, because unpickling "
-            "runs any code the file holds (it reads only DINOv2's .pth release files, through "
-            "torch's weights-only loader). Use the model's .safetensors file (timm and "
-            "transformers publish one), or convert it where you trust it: "
-            "safetensors.torch.save_file(torch.load(path, weights_only=True), 'model.safetensors').")
+    pickled = not source.is_dir and is_pickled(path)
     for candidate in FORMATS:
-        if not candidate.pickled and candidate.recognises(source):
+        if (candidate.pickled or not pickled) and candidate.recognises(source):
             return candidate
+    if pickled:
+        raise CheckpointError(
+            f"{path} is a pickled PyTorch file whose names are in no layout keras_vit reads "
+            "(timm's, transformers', OpenCLIP's or DINOv2's release); keras_vit opens it only "
+            "through torch's weights-only loader, so none of its code runs.")
     kinds = "; ".join(f.description for f in FORMATS)
     if source.is_dir:
         raise CheckpointError(f"{path} is a folder; a checkpoint is one .npz file, a .safetensors "

@@ -69,6 +69,9 @@ class CheckpointInfo:
     # The image size the source's own model is built at, where its config sets one apart from
     # its position embedding's grid (a keras-hub DINOv2's image_shape): the default resolution.
     image_size: int | None = None
+    # Why the file's head cannot be loaded into keras_vit's (a classifier on features its
+    # heads do not compute), where it cannot: a load with a head is refused saying so.
+    head_refusal: str | None = None
 
     @property
     def classes(self):

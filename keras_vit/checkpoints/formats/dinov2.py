@@ -1,13 +1,6 @@
 """DINOv2's own release files (facebookresearch/dinov2 `dinov2_vits14_pretrain.pth`,
 `dinov2_vits14_reg4_pretrain.pth`, ...): a torch state dict, read with torch's weights-only
-loader.
-
-The file is a pickle. keras_vit opens it only through `torch.load(path, weights_only=True,
-map_location="cpu")`, torch's restricted unpickler, which builds tensors and plain containers
-and refuses any other object (no code of the file runs), and only when torch is installed;
-without torch, or for a pickle that is not a plain {name: tensor} dict, the load is refused in
-one line. Files in torch's zip format are memory-mapped, so detection costs no read of the
-arrays.
+loader (torch_state_dict.py: no code of the file runs; without torch, refused in one line).
 
 The layout is timm's VisionTransformer with DINOv2's own names (timm's
 `_convert_dinov2`, which `checkpoint_filter_fn` runs on a state dict holding `mask_token`):
@@ -25,11 +18,6 @@ architecture: width, depth, registers and feed-forward name one row of FAMILIES,
 DINOv2 fixes (64 features a head).
 """
 
-import zipfile
-
-import numpy as np
-
-from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import CheckpointFormat, CheckpointInfo, RowTableReader
 from keras_vit.checkpoints.formats.rows import fold_class_position, renamed, to_official
@@ -38,6 +26,7 @@ from keras_vit.checkpoints.formats.timm import (
     TIMM_EMBEDDING,
     TIMM_LAYER_SCALE,
     TIMM_REGISTERS,
+    open_weights,
 )
 from keras_vit.checkpoints.layout import shape_features
 from keras_vit.variants import FAMILIES
@@ -80,93 +69,17 @@ def release_variant(shapes):
     return None
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
-def _refuse(path, why):
-    raise CheckpointError(f"{path} is a pickled PyTorch file {why}; or convert it where you "
-                          "trust it: safetensors.torch.save_file(torch.load(path, "
-                          "weights_only=True), 'model.safetensors').")
-
-
-def _reason(error):
-    """torch's one line on why, from its multi-line message."""
-    text = str(error)
-    if "WeightsUnpickler error:" in text:
-        text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation")[0]
-    return " ".join(text.split())[:160] or type(error).__name__
-
-
-def _load(path):
-    """{name: tensor} of a pickled state dict, through torch's weights-only unpickler."""
-    torch = _torch()
-    if torch is None:
-        _refuse(path, "and torch is not installed: keras_vit reads DINOv2's .pth release "
-                      "files only through torch.load(weights_only=True) (pip install torch)")
-    try:
-        sd = torch.load(path, map_location="cpu", weights_only=True,
-                        mmap=zipfile.is_zipfile(path))  # torch's zip format maps; legacy not
-    except Exception as error:  # noqa: BLE001 - torch raises many types for one bad file
-        _refuse(path, f"that torch's weights-only loader refuses ({_reason(error)}): keras_vit "
-                      "reads a plain dict of tensors only")
-    if not isinstance(sd, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                           for k, v in sd.items()):
-        _refuse(path, f"holding a {type(sd).__name__} that is not a plain dict of named "
-                      "tensors, which is what keras_vit reads")
-    return sd
-
-
-def _numpy_dtype(torch_dtype):
-    torch = _torch()
-    if torch_dtype in (torch.bfloat16, torch.float16):  # read widened to float32
-        return np.dtype(np.float32)
-    try:
-        return torch.empty((), dtype=torch_dtype).numpy().dtype
-    except (TypeError, RuntimeError):  # no NumPy dtype (quantised, float8): not read as weights
-        return np.dtype("V")
-
-
-class TorchStateDict:
-    """A pickled state dict opened once: shapes, and arrays on request (float32)."""
-
-    def __init__(self, path):
-        self._tensors = _load(path)
-        self.shapes = {k: tuple(v.shape) for k, v in self._tensors.items()}
-        # What `read` returns, so that a header reports an integer or bool tensor as one.
-        self.dtypes = {k: _numpy_dtype(v.dtype) for k, v in self._tensors.items()}
-
-    def read(self, names=None):
-        torch, out = _torch(), {}
-        for name in self.shapes if names is None else names:
-            tensor = self._tensors[name].detach()
-            if tensor.dtype in (torch.bfloat16, torch.float16):  # bfloat16 has no NumPy view
-                tensor = tensor.float()
-            out[name] = tensor.numpy()
-        return out
-
-    def close(self):
-        self._tensors = {}
-
-
-def _state_dict(source):
-    return source.once("torch", lambda: TorchStateDict(source.path))
-
-
 def _recognises(source):
-    # Reached for pickled files only (formats/__init__.py detect): timm's test of a DINOv2
-    # file, its mask_token beside the patch embedding.
-    shapes = _state_dict(source).shapes
-    return MASK_TOKEN in shapes and "patch_embed.proj.weight" in shapes
+    # timm's test of a DINOv2 file: its mask_token beside the patch embedding (a pickled
+    # release file, or the same state dict as safetensors).
+    weights = open_weights(source)
+    return weights is not None and MASK_TOKEN in weights.shapes \
+        and "patch_embed.proj.weight" in weights.shapes
 
 
 class Dinov2Reader(RowTableReader):
     def __init__(self, source):
-        state = _state_dict(source)
+        state = open_weights(source)
         super().__init__(source, FORMAT, state, dinov2_to_official,
                          names=[k for k in state.shapes if k != MASK_TOKEN])
 
@@ -181,7 +94,8 @@ class Dinov2Reader(RowTableReader):
 
 FORMAT = CheckpointFormat(
     name="dinov2",
-    description="DINOv2's own release file (.pth, read with torch.load(weights_only=True))",
+    description="DINOv2's own release file (.pth through torch's weights-only loader, or "
+                "the same state dict as .safetensors)",
     recognises=_recognises, open=Dinov2Reader, numerics=(False, 1e-6),
     # timm's conversion of these files (see the docstring)
     position_resize="bicubic", patch_resize="bicubic",

@@ -18,6 +18,7 @@ from keras_vit.checkpoints.formats.rows import (
     HEADS_OUT,
     LINEAR,
     KeyRow,
+    bias_free,
 )
 from keras_vit.checkpoints.layout import (
     CLS_KEY,
@@ -127,6 +128,12 @@ def dense(source, keys, transform=LINEAR, suffixes=TORCH, read_only=False):
     bias = HEADS_BIAS if transform is HEADS_IN else COPY
     return (KeyRow(source + suffixes[0], keys[0], transform, read_only),
             KeyRow(source + suffixes[1], keys[1], bias, read_only))
+
+
+def bias_free_dense(weight, keys, transform=LINEAR):
+    """The one row of a dense layer stored without a bias (CLIP's projections): its kernel
+    through `transform`, its bias read as zero."""
+    return (KeyRow(weight, keys, bias_free(transform)),)
 
 
 def norm(source, keys, suffixes=TORCH, read_only=False):

@@ -14,7 +14,9 @@ antialias, as open_clip's `resize_pos_embed` and timm do.
 An OpenCLIP Hub folder (`open_clip_model.safetensors` beside `open_clip_config.json`, as
 open_clip's `push_to_hf_hub` writes it) is the same state dict with its config, which records
 the architecture, the activation and the normalisation (open_clip_config.py): from it,
-`keras_vit.from_pretrained` builds the tower without being told which.
+`keras_vit.from_pretrained` builds the tower without being told which. Where the config names
+a timm trunk (open_clip's SigLIP), the weights are timm's under `visual.trunk.` (timm's rows)
+and its linear projection, if any, `visual.head.proj` (the head).
 """
 
 import os
@@ -23,6 +25,7 @@ from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import CheckpointFormat, CheckpointInfo, RowTableReader
 from keras_vit.checkpoints.formats.open_clip_config import (
     CONFIG_NAME,
+    PICKLED_WEIGHTS_NAME,
     WEIGHTS_NAME,
     read_open_clip_config,
 )
@@ -33,11 +36,9 @@ from keras_vit.checkpoints.formats.rows import (
     HEADS_OUT,
     TOKEN_VECTOR,
     KeyRow,
-    bias_free,
     to_official,
 )
-from keras_vit.checkpoints.formats.safetensors import open_safetensors
-from keras_vit.checkpoints.formats.timm import open_weights
+from keras_vit.checkpoints.formats.timm import open_state_dict, open_weights, timm_to_official
 
 __all__ = ["FORMAT", "OPEN_CLIP_ROWS", "open_clip_to_official"]
 
@@ -57,8 +58,25 @@ OPEN_CLIP_ROWS = (
     *g.dense(_BLOCK + "mlp.c_proj", g.MLP_OUT),
     *g.norm(VISUAL + "ln_post", g.ENCODER_NORM),
     # The projection (D, E), applied as x @ proj, is a Dense kernel as it is; its bias is zero.
-    KeyRow(VISUAL + "proj", g.HEAD, bias_free(COPY)),
+    *g.bias_free_dense(VISUAL + "proj", g.HEAD, COPY),
 )
+
+
+TRUNK = VISUAL + "trunk."  # a timm trunk's prefix (open_clip's TimmModel)
+# TimmModel's projection (timm_proj "linear"): a Linear, with a bias where timm_proj_bias says.
+TIMM_HEAD_ROWS = g.bias_free_dense(VISUAL + "head.proj.weight", g.HEAD)
+TIMM_HEAD_BIAS_ROWS = g.dense(VISUAL + "head.proj", g.HEAD)
+
+
+def timm_trunk_to_official(sd, heads=None):
+    """A timm trunk's arrays (visual.trunk.*: timm's own names) and its projection
+    (visual.head.proj) -> official-key arrays; the text tower left."""
+    trunk = {k[len(TRUNK):]: v for k, v in sd.items() if k.startswith(TRUNK)}
+    out = timm_to_official(trunk, heads)
+    head = {k: v for k, v in sd.items() if k.startswith(VISUAL + "head.")}
+    rows = TIMM_HEAD_BIAS_ROWS if VISUAL + "head.proj.bias" in head else TIMM_HEAD_ROWS
+    out.update(to_official(rows, head, heads, unknown_prefix="open_clip:"))
+    return out
 
 
 def open_clip_to_official(sd, heads=None):
@@ -69,37 +87,50 @@ def open_clip_to_official(sd, heads=None):
     return to_official(OPEN_CLIP_ROWS, visual, heads, unknown_prefix="open_clip:")
 
 
+def _hub_weights(source):
+    """A Hub folder's weights file (open_clip_model.safetensors, else its pickled copy), or
+    None where the source is no folder with open_clip_config.json."""
+    if not source.is_dir or not os.path.exists(os.path.join(source.path, CONFIG_NAME)):
+        return None
+    paths = (os.path.join(source.path, name) for name in (WEIGHTS_NAME, PICKLED_WEIGHTS_NAME))
+    return next((path for path in paths if os.path.exists(path)), None)
+
+
 def _is_hub_folder(source):
-    return source.is_dir and all(os.path.exists(os.path.join(source.path, name))
-                                 for name in (CONFIG_NAME, WEIGHTS_NAME))
+    return _hub_weights(source) is not None
 
 
 def _weights(source):
     """The state dict: a file, or a Hub folder's open_clip_model.safetensors (beside which the
     Hub's repositories may hold transformers' model.safetensors, which is not it)."""
-    if _is_hub_folder(source):
-        path = os.path.join(source.path, WEIGHTS_NAME)
-        return source.once("open_clip", lambda: open_safetensors(path))
+    path = _hub_weights(source)
+    if path is not None:
+        return source.once("open_clip", lambda: open_state_dict(path))
     return open_weights(source)
 
 
 def _recognises(source):
+    # A Hub folder by its config (a timm trunk has no class_embedding), a file by its names.
+    if _is_hub_folder(source):
+        return True
     weights = _weights(source)
     return weights is not None and VISUAL + "class_embedding" in weights.shapes
 
 
 class OpenClipReader(RowTableReader):
     def __init__(self, source):
-        weights = _weights(source)  # the image tower's arrays only, not the text tower's
-        super().__init__(source, FORMAT, weights, open_clip_to_official,
-                         names=[k for k in weights.shapes if k.startswith(VISUAL)])
         # A Hub folder's config: read (and checked) before anything is built.
         self._config = read_open_clip_config(source) if _is_hub_folder(source) else None
+        timm_trunk = self._config is not None and self._config[3] is not None
+        weights = _weights(source)  # the image tower's arrays only, not the text tower's
+        super().__init__(source, FORMAT, weights,
+                         timm_trunk_to_official if timm_trunk else open_clip_to_official,
+                         names=[k for k in weights.shapes if k.startswith(VISUAL)])
 
     def info(self):
         if self._config is None:
             return CheckpointInfo(self.shapes(), format="open_clip", layer_norm_epsilon=1e-5)
-        variant, layer_norm_epsilon, normalization = self._config
+        variant, layer_norm_epsilon, normalization, _ = self._config
         return CheckpointInfo(self.shapes(variant.heads), format="open_clip",
                               layer_norm_epsilon=layer_norm_epsilon, approximate_gelu=False,
                               heads=variant.heads, normalization=normalization, variant=variant)
@@ -107,8 +138,11 @@ class OpenClipReader(RowTableReader):
 
 FORMAT = CheckpointFormat(
     name="open_clip",
-    description="OpenCLIP / OpenAI CLIP state dict (.safetensors: the image tower under visual.), "
-                "or an OpenCLIP Hub folder (open_clip_config.json, open_clip_model.safetensors)",
+    description="OpenCLIP / OpenAI CLIP state dict (.safetensors, or .pt/.bin through torch's "
+                "weights-only loader: the image tower under visual.), "
+                "or an OpenCLIP Hub folder (open_clip_config.json, open_clip_model.safetensors or "
+                "its .bin; OpenAI's tower, or a timm trunk keras_vit has a row for)",
     recognises=_recognises, open=OpenClipReader, numerics=(False, 1e-5),
     unrecorded=("activation",),  # OpenAI's QuickGELU or open_clip's GELU: its config says
-    position_resize="bicubic")  # open_clip's resize_pos_embed: bicubic, antialiased
+    position_resize="bicubic",  # open_clip's resize_pos_embed: bicubic, antialiased
+    pickled=True)

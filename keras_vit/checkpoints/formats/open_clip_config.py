@@ -11,8 +11,10 @@ epsilon is torch's 1e-5 unless `norm_kwargs` sets `eps`. `preprocess_cfg` holds 
 `mean` and `std`.
 
 The config names a CLIP row (`CLIP-B/32`, ...; a LAION GELU tower is the row with "-gelu",
-another size the CLIP row resized). What open_clip builds otherwise, keras_vit does not: a
-timm trunk (`timm_model_name`), a ModifiedResNet (`layers` a list), the attentional pooler,
+another size the CLIP row resized), or a timm trunk (`timm_model_name`: open_clip's SigLIP
+towers) that is a timm VisionTransformer keras_vit has a row for, pooled as that row pools,
+with open_clip's linear projection or none (another is refused naming the field). What
+open_clip builds otherwise, keras_vit does not: a ModifiedResNet (`layers` a list), the attentional pooler,
 another `pool_type`, no `ln_pre`, sin-cos positions, a LayerNorm after the pooling, LayerScale,
 the custom attention block's norms and scales, or activation arguments are each refused in
 one line naming the field.
@@ -25,11 +27,12 @@ from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import config_values as checks
 from keras_vit.checkpoints.formats.base import normalization_from
 from keras_vit.checkpoints.formats.config_variant import match_or_name
-from keras_vit.variants import FAMILIES
+from keras_vit.variants import FAMILIES, timm_variant
 
-__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "read_open_clip_config"]
+__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "PICKLED_WEIGHTS_NAME", "read_open_clip_config"]
 
 CONFIG_NAME, WEIGHTS_NAME = "open_clip_config.json", "open_clip_model.safetensors"
+PICKLED_WEIGHTS_NAME = "open_clip_pytorch_model.bin"  # read where no safetensors file is
 
 _MODEL_FIELDS = {"embed_dim": checks.WIDTH, "vision_cfg": checks.mapping, "quick_gelu": checks.flag}
 _VISION_FIELDS = {"width": checks.WIDTH, "head_width": checks.WIDTH,
@@ -39,7 +42,6 @@ _VISION_FIELDS = {"width": checks.WIDTH, "head_width": checks.WIDTH,
 # CLIPVisionCfg's fields that build another tower than OpenAI's: the values that keep
 # OpenAI's (open_clip's default first), and what another value builds.
 _UNREAD = {
-    "timm_model_name": ((None, ""), "a timm trunk"),
     "attentional_pool": ((False,), "the attentional pooler"),
     "pool_type": (("tok",), "another pooling than the class token"),
     "no_ln_pre": ((False,), "a tower without ln_pre"),
@@ -105,8 +107,42 @@ def _variant(vision, layers, image_size, activation):
     return dataclasses.replace(found, name=f"{found.name}-{activation}", activation=activation)
 
 
+# A timm trunk's fields (open_clip's TimmModel): timm's global_pool names as Variant.classifier.
+_TIMM_FIELDS = {"timm_model_name": checks.string, "timm_pool": checks.string,
+                "timm_proj": checks.string, "timm_proj_bias": checks.flag}
+_TIMM_POOLS = {"token": "token", "avg": "gap", "map": "map"}
+
+
+def timm_trunk(path, vision):
+    """(the `Variant`, whether a projection follows) of a timm trunk (vision_cfg's
+    timm_model_name: open_clip's TimmModel, the timm model under visual.trunk., a bias-free
+    Linear under visual.head.proj where timm_proj is "linear"); refused in one line naming the
+    field where keras_vit has no row for the model or does not pool or project as it says."""
+    from keras_vit.checkpoints.formats.timm import gelu_clip_variant  # timm.py: the CLIP names
+
+    vision = checks.check_fields(path, vision, _TIMM_FIELDS, prefix="model_cfg.vision_cfg.")
+    name = vision["timm_model_name"]
+    variant = timm_variant(name) or gelu_clip_variant(name)
+    if variant is None or variant.is_hybrid:
+        raise CheckpointError(f"{path}: model_cfg.vision_cfg.timm_model_name {name[:80]!r} is "
+                              "no timm VisionTransformer keras_vit has a row for, so its trunk "
+                              "is not read.")
+    pool = vision.get("timm_pool", "avg")
+    if _TIMM_POOLS.get(pool) != variant.classifier:
+        raise CheckpointError(f"{path}: model_cfg.vision_cfg.timm_pool {pool[:40]!r} is not how "
+                              f"{variant.name} pools ({variant.classifier}); keras_vit reads "
+                              "a timm trunk pooled as its architecture pools.")
+    projection = vision.get("timm_proj", "linear")
+    if projection not in ("linear", "none", ""):
+        raise CheckpointError(f"{path}: model_cfg.vision_cfg.timm_proj {projection[:40]!r} builds "
+                              "a projection keras_vit does not read (it reads \"linear\" and "
+                              "\"none\").")
+    return variant, projection == "linear"
+
+
 def read_open_clip_config(source):
-    """(the `Variant`, LayerNorm epsilon, normalisation) an OpenCLIP Hub folder's
+    """(the `Variant`, LayerNorm epsilon, normalisation, the timm trunk's projection: None
+    for OpenAI's tower, else whether one follows) an OpenCLIP Hub folder's
     open_clip_config.json records (`source`: the folder's `base.Source`); a one-line
     `CheckpointError` for a config that is not one, or builds a tower keras_vit does not read."""
     path = os.path.join(source.path, CONFIG_NAME)
@@ -118,15 +154,21 @@ def read_open_clip_config(source):
     model = checks.check_fields(path, checks.check_object(f"{path} (its model_cfg)", model), _MODEL_FIELDS,
                          prefix="model_cfg.", required=("vision_cfg",))
     vision = checks.check_fields(path, model["vision_cfg"], _VISION_FIELDS, prefix="model_cfg.vision_cfg.")
-    layers, layer_norm_epsilon = _check_tower(path, vision)
-    activation = "quick_gelu" if model.get("quick_gelu", False) else "gelu"
-    variant = _variant(vision, layers, _image_size(path, vision), activation)
-    if variant is None:
-        raise CheckpointError(f"{path}: model_cfg.vision_cfg.width {vision.get('width', 768)} is "
-                              f"not a multiple of head_width {vision.get('head_width', 64)}.")
+    projection = None
+    if vision.get("timm_model_name") not in (None, ""):  # timm's own model, its own numerics
+        variant, projection = timm_trunk(path, vision)
+        layer_norm_epsilon = variant.layer_norm_epsilon or 1e-6
+    else:
+        layers, layer_norm_epsilon = _check_tower(path, vision)
+        activation = "quick_gelu" if model.get("quick_gelu", False) else "gelu"
+        variant = _variant(vision, layers, _image_size(path, vision), activation)
+        if variant is None:
+            raise CheckpointError(f"{path}: model_cfg.vision_cfg.width "
+                                  f"{vision.get('width', 768)} is not a multiple of head_width "
+                                  f"{vision.get('head_width', 64)}.")
     checks.check_architecture(path, variant, variant.image_size)  # before anything is built
     preprocess = config.get("preprocess_cfg") or {}
     preprocess = checks.check_object(f"{path} (its preprocess_cfg)", preprocess)
     normalization = (normalization_from(path, preprocess["mean"], preprocess["std"])
                      if "mean" in preprocess and "std" in preprocess else None)
-    return variant, layer_norm_epsilon, normalization
+    return variant, layer_norm_epsilon, normalization, projection

@@ -36,33 +36,46 @@ from keras_vit.checkpoints.formats.rows import (
     to_official,
 )
 from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX, open_safetensors, write_safetensors
+from keras_vit.checkpoints.formats.torch_state_dict import TorchStateDict, is_pickled
 from keras_vit.checkpoints.layout import PRE_LOGITS_KERNEL_KEY, is_trunk_key, official_arrays
 from keras_vit.errors import ArgumentError
 from keras_vit.variants import timm_variant
 
 __all__ = ["FORMAT", "TIMM_ROWS", "timm_to_official", "official_to_timm", "save_safetensors",
-           "weights_file", "open_weights"]
+           "weights_file", "open_weights", "open_state_dict", "PYTORCH_WEIGHTS"]
+
+# A folder's pickled weights, where it has no safetensors file.
+PYTORCH_WEIGHTS = "pytorch_model.bin"
 
 # The stem of timm's hybrid (ResNet + ViT) models, which keras_vit does not read from timm.
 _HYBRID_STEM = "patch_embed.backbone.stem.conv.weight"
 
 
 def weights_file(source):
-    """The safetensors weights of a source: the file itself, or a folder's model.safetensors
-    (or the index of its shards); None where there is none."""
+    """The weights of a source: the file itself (.safetensors, a shard index or a pickled
+    state dict), or a folder's model.safetensors (or its shards' index), else its
+    pytorch_model.bin (timm's save_for_hf default, older transformers folders); None where
+    there is none."""
     if not source.is_dir:
-        return source.path if source.path.endswith((".safetensors", INDEX_SUFFIX)) else None
-    for name in ("model.safetensors", "model" + INDEX_SUFFIX):
+        return source.path if source.path.endswith((".safetensors", INDEX_SUFFIX)) \
+            or is_pickled(source.path) else None
+    for name in ("model.safetensors", "model" + INDEX_SUFFIX, PYTORCH_WEIGHTS):
         if os.path.exists(os.path.join(source.path, name)):
             return os.path.join(source.path, name)
     return None
 
 
+def open_state_dict(path):
+    """The state-dict container of `path`: safetensors, or a pickle through torch's
+    weights-only loader (torch_state_dict.py); either gives shapes, dtypes and read."""
+    return TorchStateDict(path) if is_pickled(path) else open_safetensors(path)
+
+
 def open_weights(source):
-    """The source's safetensors weights, opened once per source (timm and transformers share
-    it: detection reads its names, the reader its arrays)."""
+    """The source's weights, opened once per source (timm and transformers share it:
+    detection reads its names, the reader its arrays)."""
     path = weights_file(source)
-    return None if path is None else source.once("safetensors", lambda: open_safetensors(path))
+    return None if path is None else source.once("weights", lambda: open_state_dict(path))
 
 
 # The fields keras_vit reads from timm's config.json: the architecture's name (variants/timm_names.py's
@@ -77,12 +90,26 @@ _MODEL_ARGS = {"depth": "depth", "embed_dim": "width", "num_heads": "heads",
 _NEUTRAL_ARGS = ("num_classes", "drop_rate", "drop_path_rate", "attn_drop_rate", "pretrained_cfg")
 
 
+def gelu_clip_variant(architecture):
+    """timm's GELU CLIP (vit_base_patch16_clip_224: its _clip_quickgelu_ twin with torch's erf
+    GELU, everything else the same in timm's model functions) as that twin's row with GELU,
+    named "-gelu" as open_clip_config.py names LAION's; None for any other name."""
+    base = architecture.split(".", 1)[0]
+    if "_clip_" not in base or "quickgelu" in base:
+        return None
+    twin = timm_variant(base.replace("_clip_", "_clip_quickgelu_", 1))
+    if twin is None or twin.activation != "quick_gelu":
+        return None
+    return dataclasses.replace(twin, name=f"{twin.name}-gelu", activation="gelu")
+
+
 def timm_config_variant(config):
     """The `Variant` a timm Hub folder's config.json records: its architecture, with its
     model_args applied; None where it names none keras_vit knows, or model_args that change
     the architecture otherwise."""
     architecture = config.get("architecture")
-    variant = timm_variant(architecture) if architecture is not None else None
+    variant = (timm_variant(architecture) or gelu_clip_variant(architecture)
+               if architecture is not None else None)
     args = dict(config.get("model_args") or {})
     size = args.get("img_size")
     if isinstance(size, list) and len(size) == 2 and size[0] == size[1]:  # timm writes [h, w]
@@ -139,7 +166,8 @@ class TimmReader(RowTableReader):
 
 
 FORMAT = CheckpointFormat(
-    name="timm", description="timm state dict (.safetensors, sharded, or a Hub folder with "
+    name="timm", description="timm state dict (.safetensors, sharded, a .bin, .pth, .pth.tar or "
+                             ".pt through torch's weights-only loader, or a Hub folder with "
                              "timm's config.json)",
     recognises=_recognises, open=TimmReader, numerics=(False, 1e-6), write="save_safetensors",
     # timm builds each architecture with its own activation, GELU form and epsilon (its CLIP
@@ -151,7 +179,8 @@ FORMAT = CheckpointFormat(
     # load with bilinear, unantialiased resizes instead (big_vision's, which they were trained
     # with), and still resize by antialiased bicubic at run time.
     position_resize="bicubic", patch_resize="bicubic",
-    family_resizes=(("FlexiViT", Resizes(load="bilinear", dynamic="bicubic", patch="bilinear")),))
+    family_resizes=(("FlexiViT", Resizes(load="bilinear", dynamic="bicubic", patch="bilinear")),),
+    pickled=True)
 
 
 # timm's VisionTransformer state dict, row by row (formats/rows.py applies them both ways), by

@@ -112,10 +112,10 @@ def processor_normalization(source):
 
 FORMAT = CheckpointFormat(
     name="transformers", description="transformers save_pretrained folder (config.json + "
-                                     "model.safetensors or shards)",
+                                     "model.safetensors, shards or pytorch_model.bin)",
     recognises=_recognises, open=TransformersReader, numerics=(False, 1e-12),
     # ViTModel's interpolate_pos_encoding: torch's bicubic, no antialiasing.
-    position_resize="torch_bicubic")
+    position_resize="torch_bicubic", pickled=True)
 
 
 def read_config(source):

@@ -6,11 +6,17 @@ One row table per transformers model type, chosen by config.json's `model_type`:
                            transformers' DeiT always has the distillation token),
                            DeiTForImageClassification (its one classifier, on the class
                            token, read as twice itself beside a zero distillation head)
-    dinov2                 Dinov2Model (SwiGLU for the giant: use_swiglu_ffn)
-    dinov2_with_registers  Dinov2WithRegistersModel
+    dinov2                 Dinov2Model (SwiGLU for the giant: use_swiglu_ffn);
+                           Dinov2ForImageClassification's backbone (its classifier, on the
+                           class token beside the mean of the patch tokens, is no keras_vit
+                           head: a load with a head is refused saying so)
+    dinov2_with_registers  Dinov2WithRegistersModel (0 registers: Dinov2's layout)
     siglip_vision_model    SiglipVisionModel (the MAP head: `head.*`)
     clip_vision_model      CLIPVisionModel, CLIPVisionModelWithProjection (the projection is
                            the head, a Dense without bias)
+    clip, siglip           CLIPModel, SiglipModel (two towers): the image tower, by its
+                           vision_config, and CLIP's visual_projection as the head; the text
+                           tower left
 
 The config sets the numerics (hidden_act: "gelu" is erf, "gelu_pytorch_tanh" tanh,
 "quick_gelu" CLIP's; layer_norm_eps) and the architecture (`family_variant`: a row of
@@ -41,7 +47,6 @@ from keras_vit.checkpoints.formats.rows import (
     TOKEN_VECTOR,
     KeyRow,
     Transform,
-    bias_free,
     fold_class_position,
     to_official,
 )
@@ -146,7 +151,7 @@ CLIP_ROWS = (
     # (keras_vit's encoder_norm) gives the same pooled features.
     *g.norm("post_layernorm", g.ENCODER_NORM),
     # The projection has no bias: the head, with a zero bias.
-    KeyRow("visual_projection.weight", g.HEAD, bias_free(LINEAR)),
+    *g.bias_free_dense("visual_projection.weight", g.HEAD),
 )
 
 
@@ -176,6 +181,20 @@ FAMILY_SOURCES = {
 _ACTIVATIONS = ("gelu", *TANH_GELU, "quick_gelu")
 
 
+# Dinov2ForImageClassification's classifier: a Linear on the class token beside the mean of
+# the patch tokens (2 x hidden_size features), which no keras_vit head computes (its
+# poolings give one of them). Its backbone is read; a load with a head is refused.
+_DINOV2_CLASSIFIER = ("classifier.weight", "classifier.bias")
+DINOV2_HEAD_REFUSAL = (
+    "its classifier (Dinov2ForImageClassification) reads the class token beside the mean of "
+    "the patch tokens (2 x hidden_size features), which keras_vit's heads do not compute; load "
+    "its backbone with include_top=False (pooling=None gives every token, the classifier's "
+    "input is their concatenation).")
+# Dinov2WithRegisters with num_register_tokens 0 saves an empty register array: it is then
+# Dinov2's own layout (the position embedding covers the class token).
+_REGISTERS = "embeddings.register_tokens"
+
+
 def family_to_official(model_type, sd, heads=None):
     """A family's transformers arrays -> official-key arrays. Keys no row takes pass through
     as "transformers:" + key, for the strict loader to name."""
@@ -183,6 +202,8 @@ def family_to_official(model_type, sd, heads=None):
     stripped = {}
     for key, array in sd.items():
         name = next((key[len(p):] for p in source.prefixes if key.startswith(p)), key)
+        if name == _REGISTERS and array.size == 0:
+            continue
         if name not in source.ignored:
             stripped[name] = array
     # DINOv2 with registers: the class token's position, added to it alone, folded in.
@@ -190,12 +211,21 @@ def family_to_official(model_type, sd, heads=None):
                                            unknown_prefix="transformers:"))
 
 
+# Two-tower models (CLIPModel, SiglipModel): config.json's vision_config is the image tower's
+# config, its weights those under vision_model. (and CLIP's visual_projection, the head); the
+# text tower is left.
+TWO_TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
+_TOWER_NAMES = ("vision_model.", "visual_projection.")
+
+
 def model_type_of(source):
-    """The family model type config.json names, or None (no config, or another model)."""
+    """The family model type config.json names (a two-tower model's: its image tower's), or
+    None (no config, or another model)."""
     if not source.is_dir or open_weights(source) is None:
         return None
     config = source.json("config.json")
     model_type = config.get("model_type") if isinstance(config, dict) else None
+    model_type = TWO_TOWERS.get(model_type, model_type)
     return model_type if model_type in FAMILY_SOURCES else None
 
 
@@ -206,7 +236,7 @@ _FIELDS = {
     "image_size": checks.PIXELS, "patch_size": checks.PIXELS,
     "num_channels": checks.WIDTH, "layer_norm_eps": checks.epsilon, "hidden_act": checks.string,
     "mlp_ratio": checks.number(0, checks.MAX_WIDTH), "use_swiglu_ffn": checks.flag,
-    "num_register_tokens": checks.WIDTH, "layerscale_value": checks.number(0, 1e3),
+    "num_register_tokens": checks.count(checks.MAX_WIDTH, low=0), "layerscale_value": checks.number(0, 1e3),
     "vision_use_head": checks.flag,
 }
 _DEFAULTS = {"hidden_act": "gelu", "layer_norm_eps": 1e-12, "num_channels": 3}
@@ -215,6 +245,11 @@ _DEFAULTS = {"hidden_act": "gelu", "layer_norm_eps": 1e-12, "num_channels": 3}
 def _read_config(source):
     path = os.path.join(source.folder, "config.json")
     config = checks.check_object(path, source.json("config.json"))
+    if config.get("model_type") in TWO_TOWERS:  # the image tower's own config
+        tower = TWO_TOWERS[config["model_type"]]
+        path = f"{path} (its vision_config)"
+        config = {**checks.check_object(path, config.get("vision_config") or {}),
+                  "model_type": tower}
     config = {**_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
     checks.check_fields(path, config, {f: checks.optional(c) for f, c in _FIELDS.items()},
                  required=("hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -265,16 +300,28 @@ class FamilyReader(RowTableReader):
         # The format as this model type resizes its position embedding.
         found = dataclasses.replace(
             FORMAT, position_resize=FAMILY_SOURCES[config["model_type"]].position_resize)
-        super().__init__(source, found, open_weights(source),
-                         lambda sd, heads: family_to_official(config["model_type"], sd, heads))
+        weights = open_weights(source)
+        names = list(weights.shapes)
+        if source.json("config.json").get("model_type") in TWO_TOWERS:
+            names = [n for n in names if n.startswith(_TOWER_NAMES)]
+        # DINOv2's classifier is left unread: only its backbone loads (DINOV2_HEAD_REFUSAL).
+        self._head_refusal = None
+        if config["model_type"].startswith("dinov2") and set(_DINOV2_CLASSIFIER) & set(names):
+            self._head_refusal = DINOV2_HEAD_REFUSAL
+            names = [n for n in names if n not in _DINOV2_CLASSIFIER]
+        super().__init__(source, found, weights,
+                         lambda sd, heads: family_to_official(config["model_type"], sd, heads),
+                         names=names)
         self._config = config
 
     def info(self):
-        return folder_info(self, self._config, family_variant(self._config))
+        return folder_info(self, self._config, family_variant(self._config),
+                           head_refusal=self._head_refusal)
 
 
 FORMAT = CheckpointFormat(
     name="transformers_families",
     description="transformers save_pretrained folder of DeiT, DINOv2 (with registers), SigLIP "
-                "or CLIP vision models (config.json model_type)",
-    recognises=_recognises, open=FamilyReader, numerics=(False, 1e-6))
+                "or CLIP vision models, or the image tower of CLIPModel and SiglipModel "
+                "(config.json model_type)",
+    recognises=_recognises, open=FamilyReader, numerics=(False, 1e-6), pickled=True)

@@ -88,7 +88,7 @@ FORMAT = CheckpointFormat(
     name="transformers_hybrid",
     description="transformers ViTHybrid save_pretrained folder (config.json with a BiT "
                 "backbone + model.safetensors)",
-    recognises=_recognises, open=TransformersHybridReader, numerics=(False, 1e-12))
+    recognises=_recognises, open=TransformersHybridReader, numerics=(False, 1e-12), pickled=True)
 
 
 def read_hybrid_config(source):

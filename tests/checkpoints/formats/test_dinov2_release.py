@@ -205,10 +205,15 @@ def test_pickles_that_are_not_plain_tensor_dicts_are_refused_in_one_line(tmp_pat
         write(path)
         _refused(path, "pickled PyTorch file")
     assert not marker.exists()
-    # A plain tensor dict in another layout (timm's) is not DINOv2's: convert it.
+    # A plain tensor dict in another layout keras_vit reads (timm's) is read as that layout,
+    # through the same loader (tests/checkpoints/formats/test_torch_state_dicts.py).
     path = tmp_path / "timm.pth"
     torch.save({"patch_embed.proj.weight": torch.zeros(4, 3, 2, 2)}, path)
-    _refused(path, "convert it")
+    assert detect_format(str(path)) == "timm"
+    # One no format reads is refused in one line.
+    path = tmp_path / "other.pth"
+    torch.save({"encoder.weight": torch.zeros(4, 3)}, path)
+    _refused(path, "in no layout keras_vit reads")
 
 
 def test_without_torch_a_pth_is_refused_in_one_line(tmp_path, monkeypatch):

@@ -288,8 +288,10 @@ def _with_config(hub_folder, tmp_path, change):
      "attentional_pool is True, which builds the attentional pooler"),
     (lambda c: c["model_cfg"]["vision_cfg"].update(pool_type="avg"), "pool_type is 'avg'"),
     (lambda c: c["model_cfg"]["vision_cfg"].update(no_ln_pre=True), "no_ln_pre"),
+    # A timm trunk is read where it is a row pooled as the row pools
+    # (test_open_clip_timm_trunk.py); open_clip's default pooling, "avg", is not ViT-B/16's.
     (lambda c: c["model_cfg"]["vision_cfg"].update(timm_model_name="vit_base_patch16_224"),
-     "timm_model_name .* a timm trunk"),
+     "timm_pool 'avg' is not how ViT-B_16 pools"),
     (lambda c: c["model_cfg"]["vision_cfg"].update(layers=[3, 4, 6, 3]), "ModifiedResNet"),
     (lambda c: c["model_cfg"]["vision_cfg"].update(width="64"), "vision_cfg.width is '64'"),
     (lambda c: c["model_cfg"]["vision_cfg"].update(width=2 ** 17, layers=256),
@@ -318,7 +320,8 @@ def test_a_config_names_its_row_and_its_activation(hub_folder, tmp_path):
         model_cfg = {"vision_cfg": b32, "quick_gelu": quick_gelu}
         directory = _with_config(hub_folder, tmp_path / name.replace("/", "_"),
                                  lambda c, model_cfg=model_cfg: c["model_cfg"].update(model_cfg))
-        variant, epsilon, _ = read_open_clip_config(Source(directory))
+        variant, epsilon, _, timm_trunk = read_open_clip_config(Source(directory))
+        assert timm_trunk is None
         assert (variant.name, variant.activation, epsilon) == \
             (name, "quick_gelu" if quick_gelu else "gelu", 1e-5)
         assert dataclasses.replace(variant, name="CLIP-B/32", activation="quick_gelu") \

@@ -236,3 +236,22 @@ def test_the_full_size_so400m_key_set_maps_exactly():
     assert theirs[block] == theirs["MAPHead_0/MlpBlock_0/Dense_0/kernel"] == (1152, 4304)
     assert theirs["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"] \
         == (1152, 16, 72)
+
+
+@pytest.mark.parametrize("architecture,size", [
+    ("deit_small_distilled_patch16_224", 32), ("deit3_small_patch16_224", 32),
+    ("vit_small_patch14_dinov2", 28), ("vit_small_patch14_reg4_dinov2", 28),
+    ("vit_base_patch16_siglip_224", 32), ("vit_base_patch16_clip_quickgelu_224", 32),
+    ("flexivit_small", 48)])
+def test_pooling_none_gives_timms_tokens_for_every_family(architecture, size, tmp_path):
+    """pooling=None: the whole normalised token sequence, timm's forward_features (prefix
+    tokens first); a file's MAP head (SigLIP) is left unread."""
+    import torch
+
+    theirs, path = _timm_file(tmp_path, architecture, size)
+    ours = _ours(architecture, path, size, include_top=False, pooling=None)
+    images = _images(2, (size, size))
+    with torch.no_grad():
+        expected = theirs.forward_features(
+            torch.from_numpy(images.transpose(0, 3, 1, 2).copy())).numpy()
+    _assert_close(np.asarray(ours(images)), expected)

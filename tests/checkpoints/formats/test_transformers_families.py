@@ -21,6 +21,7 @@ from keras_vit.checkpoints.formats import inspect_checkpoint, read_checkpoint
 from keras_vit.checkpoints.formats.transformers_families import family_to_official
 from keras_vit.checkpoints.layout import official_arrays
 from tests.checkpoints.formats.test_formats import _images, _randomise, _torch
+from tests.checkpoints.formats.test_open_clip_timm_trunk import randomise_clip
 from tests.checkpoints.formats.writers import official_to_family
 
 RELATIVE_TOLERANCE = 1e-4
@@ -161,6 +162,89 @@ def test_the_configs_activation_is_checked_against_the_variants(tmp_path):
     with pytest.raises(keras_vit.CheckpointError, match="computed with gelu; .* quick_gelu"):
         keras_vit.ViT(_variant("CLIP-B/16", mlp_dim=64), weights=directory, include_top=False)
     ours = keras_vit.ViT(_variant("CLIP-B/16", mlp_dim=64, activation="gelu"), weights=directory,
+                         include_top=False)
+    images = _images(2, (32, 32))
+    _assert_close(np.asarray(ours(images)), _run(theirs, torch, images, "pooler_output"))
+
+
+# Two-tower models: a one-block text tower beside the image tower, which keras_vit leaves.
+_TEXT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+             vocab_size=64, max_position_embeddings=16)
+
+
+@pytest.mark.parametrize("model_class,config_class,row,include_top", [
+    ("CLIPModel", "CLIPConfig", "CLIP-B/16", True),
+    ("SiglipModel", "SiglipConfig", "SigLIP-B/16", False),
+])
+def test_a_two_tower_folder_loads_its_image_tower(model_class, config_class, row, include_top,
+                                                  tmp_path):
+    """CLIPModel and SiglipModel as save_pretrained writes them: the image tower (CLIP's
+    projection as the head) computes transformers' image features."""
+    extra = dict(projection_dim=16) if model_class == "CLIPModel" else {}
+    torch = _torch()
+    import transformers
+
+    config = getattr(transformers, config_class)(text_config=_TEXT, vision_config=SMALL, **extra)
+    theirs = randomise_clip(getattr(transformers, model_class)(config), torch)  # logit_scale
+    theirs.save_pretrained(str(tmp_path))
+    assert inspect_checkpoint(str(tmp_path)).format == "transformers_families"
+    images = _images(2, (32, 32))
+    with torch.no_grad():
+        pooled = theirs.vision_model(
+            pixel_values=torch.from_numpy(images.transpose(0, 3, 1, 2).copy())).pooler_output
+        expected = (theirs.visual_projection(pooled) if include_top else pooled).numpy()
+    ours = keras_vit.ViT(_variant(row, mlp_dim=64), weights=str(tmp_path),
+                         include_top=include_top, **(dict(classes=16) if include_top else {}))
+    _assert_close(np.asarray(ours(images)), expected)
+
+
+def _normed_tokens(model, out):
+    """The whole normalised token sequence: CLIP norms only its pooled token, the rest their
+    sequence."""
+    if hasattr(model, "post_layernorm") and not hasattr(model, "head"):
+        return model.post_layernorm(out.last_hidden_state).detach()
+    return out.last_hidden_state
+
+
+@pytest.mark.parametrize("model_class,config_class,extra,variant", [
+    (c[0], c[1], c[2], c[3]) for c in CASES if c[0] in (
+        "DeiTModel", "Dinov2Model", "Dinov2WithRegistersModel", "SiglipVisionModel",
+        "CLIPVisionModel")])
+def test_pooling_none_gives_every_familys_tokens(model_class, config_class, extra, variant,
+                                                 tmp_path):
+    """pooling=None: the whole normalised token sequence, SigLIP's MAP head left unread."""
+    theirs, torch, directory = _saved(tmp_path, model_class, config_class, **extra)
+    ours = keras_vit.ViT(variant, weights=directory, include_top=False, pooling=None)
+    images = _images(2, (32, 32))
+    model = getattr(theirs, "vision_model", theirs)
+    expected = _run(theirs, torch, images, lambda out: _normed_tokens(model, out))
+    _assert_close(np.asarray(ours(images)), expected)
+
+
+def test_dinov2_for_image_classification_loads_its_backbone_and_refuses_its_head(tmp_path):
+    """Its classifier reads the class token beside the mean of the patch tokens, which no
+    keras_vit head computes: the backbone is exact, a load with a head is refused in one line
+    (never a zero head in its place)."""
+    theirs, torch, directory = _saved(tmp_path, "Dinov2ForImageClassification", "Dinov2Config",
+                                      num_labels=5)
+    variant = _variant("DINOv2-S/14", mlp_dim=128)
+    images = _images(2, (32, 32))
+    with torch.no_grad():
+        expected = theirs.dinov2(
+            pixel_values=torch.from_numpy(images.transpose(0, 3, 1, 2).copy())).pooler_output
+    ours = keras_vit.ViT(variant, weights=directory, include_top=False)
+    _assert_close(np.asarray(ours(images)), expected.numpy())
+    with pytest.raises(keras_vit.CheckpointError, match="class token beside the mean") as raised:
+        keras_vit.ViT(variant, weights=directory, classes=5)
+    assert "\n" not in str(raised.value) and "include_top=False" in str(raised.value)
+
+
+def test_dinov2_with_zero_registers_is_dinov2(tmp_path):
+    theirs, torch, directory = _saved(tmp_path, "Dinov2WithRegistersModel",
+                                      "Dinov2WithRegistersConfig", num_register_tokens=0)
+    info = inspect_checkpoint(directory)
+    assert info.variant.register_tokens == 0
+    ours = keras_vit.ViT(_variant("DINOv2-S/14", mlp_dim=128), weights=directory,
                          include_top=False)
     images = _images(2, (32, 32))
     _assert_close(np.asarray(ours(images)), _run(theirs, torch, images, "pooler_output"))

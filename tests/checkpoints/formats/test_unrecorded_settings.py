@@ -26,6 +26,7 @@ moves these random two blocks by ~1.4e-4 only, too near the bound to assert.
 """
 
 import dataclasses
+import json
 import re
 import types
 from functools import partial
@@ -178,17 +179,20 @@ def test_a_bare_gelu_clip_file_is_refused_naming_the_activation(tmp_path, tiny_r
     assert _relative(wrong, reference) > RELATIVE_TOLERANCE
 
 
-def test_a_timm_folder_of_an_architecture_without_a_row_names_the_activation(tmp_path, tiny_rows):
-    # The issue's route: a timm Hub folder of the GELU CLIP (no row: the CLIP rows are
-    # QuickGELU) was refused recommending keras_vit.ViT("CLIP-B/16", weights=folder), 0.7-1.2%
-    # off. Its refusal now names the activation, and the call it names, followed, is exact.
+def test_a_timm_folder_of_the_gelu_clip_loads_with_gelu(tmp_path, tiny_rows):
+    # The issue's route: a timm Hub folder of the GELU CLIP (the CLIP rows are QuickGELU) was
+    # refused recommending keras_vit.ViT("CLIP-B/16", weights=folder), 0.7-1.2% off. Its
+    # config's architecture names the CLIP row with erf GELU, which from_pretrained builds.
     from tests.checkpoints.formats.test_timm_names import _timm_folder
 
     theirs, folder = _timm_folder(tmp_path, "vit_base_patch16_clip_224", depth=DEPTH,
                                   img_size=SIZE, num_classes=0)
-    message = _refusal(str(folder))
-    assert "MLP activation" in message and '"CLIP-B/16"' in message
-    ours, reference = _output(_follow(message, activation="gelu"), theirs.eval())
+    config = json.loads((folder / "config.json").read_text())  # the depth, as timm records it
+    config["model_args"] = {"depth": DEPTH, "img_size": SIZE}
+    (folder / "config.json").write_text(json.dumps(config))
+    ours = keras_vit.from_pretrained(str(folder), include_top=False, image_size=SIZE)
+    assert ours.get_layer("encoderblock_0").mlp.activation == "gelu"
+    ours, reference = _output(ours, theirs.eval())
     assert _relative(ours, reference) <= RELATIVE_TOLERANCE
 
 
