@@ -144,6 +144,11 @@ def _export(args):
     _check_arguments(args)
     model = load_model(args)
     if args.quantize is not None:
+        from keras_vit.models.factory import quantized_layers
+
+        if quantized_layers(model):
+            raise CommandError(f"--model {args.model} is already quantised (int8); --quantize "
+                               "starts from a float model: give the one it was quantised from.")
         return _export_quantized(args, model)
     if args.precision == "bfloat16":
         return _export_bfloat16(args, model)

@@ -18,7 +18,7 @@ import zipfile
 from keras_vit.errors import ArgumentError, CheckpointError
 
 __all__ = ["build", "load", "keras_file", "load_keras", "load_serve_bytes", "is_saved_model",
-           "RUN_FILE", "RUN_MODEL"]
+           "quantized_layers", "RUN_FILE", "RUN_MODEL"]
 
 # What a training run's folder holds (keras_vit/training/run.py writes both): its record, and
 # the finished run's model.
@@ -121,6 +121,14 @@ def load_keras(path, compile=True):
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise CheckpointError(f"{path} is not a .keras model keras_vit can load "
                               f"({type(error).__name__}: {reason}).") from error
+
+
+def quantized_layers(model):
+    """The names of `model`'s layers that Keras' `Model.quantize` has quantised (an int8
+    `.keras` from `keras-vit export --quantize int8`): such a model runs, but cannot be
+    quantised again, cast to bfloat16 nor trained."""
+    return [layer.name for layer in model._flatten_layers(include_self=False)
+            if getattr(layer, "quantization_mode", None) is not None]
 
 
 def load_serve_bytes(folder):

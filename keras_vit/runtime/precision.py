@@ -107,6 +107,13 @@ def bfloat16_model(model):
     float32), holding the same weights; its outputs are cast to float32 by whoever runs it."""
     import keras
 
+    from keras_vit.models.factory import quantized_layers
+
+    if quantized_layers(model):
+        raise ArgumentError(f"{getattr(model, 'name', 'this model')} is quantised (int8); "
+                            "bfloat16 applies to a float model: give the float32 model it was "
+                            "quantised from.")
+
     def under_bfloat16(layer):
         config = layer.get_config()
         config["dtype"] = "float32" if layer.name in FLOAT32_LAYERS else "mixed_bfloat16"
@@ -159,6 +166,11 @@ def choose_precision(model, batch_shape, precision=None, execution=None, calibra
     if not bfloat16_native():
         return _float32(model, batch_shape, "auto", execution, measure,
                         "bfloat16 is not native on this machine")
+    from keras_vit.models.factory import quantized_layers
+
+    if quantized_layers(model):
+        return _float32(model, batch_shape, "auto", execution, measure,
+                        "the model is quantised (int8)")
     key = _KEY_PREFIX + executions._cache_key(model, batch_shape, False)
     seconds = (executions._read_choices().get(key) or executions._MEASURED.get(key) or {})
     seconds = seconds.get("seconds_per_call") if isinstance(seconds, dict) else None

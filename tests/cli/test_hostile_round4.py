@@ -87,3 +87,86 @@ def test_a_lora_run_out_of_memory_names_its_rank(cli, monkeypatch, tmp_path):
     result = cli(["train", "--lora-rank", "8", "--batch-size", "16", "--output",
                   str(tmp_path / "run")])
     _one_line(result, "out of memory", "retry with a smaller --batch-size or --lora-rank")
+
+
+@pytest.fixture(scope="module")
+def digit_models(tmp_path_factory):
+    """Models of the digits' ten classes at 8x8: a float .keras, its int8 quantisation (as
+    `export --format keras --quantize int8` writes it), a one-channel one and a LoRA one."""
+    import warnings
+
+    folder = tmp_path_factory.mktemp("digit_models")
+    model = keras_vit.ViT("demo", image_size=8, classes=10)
+    model.save(folder / "float.keras")
+    with warnings.catch_warnings():  # Keras names each layer it has no int8 form of
+        warnings.simplefilter("ignore")
+        model.quantize("int8")
+    model.save(folder / "int8.keras")
+    keras_vit.ViT("demo", image_size=8, classes=10, channels=1).save(folder / "gray.keras")
+    lora = keras_vit.enable_lora(keras_vit.ViT("demo", image_size=8, classes=10), rank=2)
+    lora.save(folder / "lora.keras")
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(folder / "a.png")
+    return folder
+
+
+@pytest.mark.parametrize("teacher, named", [("int8.keras", "quantised (int8)"),
+                                            ("gray.keras", "takes 1 channels")],
+                         ids=["int8", "one-channel"])
+def test_a_teacher_that_cannot_teach_is_refused_before_the_run_starts(
+        cli, digit_models, tmp_path, teacher, named):
+    result = cli(["train", "--dataset", "digits", "--model", "demo", "--image-size", "8",
+                  "--steps", "1", "--teacher", str(digit_models / teacher),
+                  "--output", str(tmp_path / "run")])
+    _one_line(result, named)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (["predict", "--model", "{m}/int8.keras", "--precision", "bfloat16", "{m}/a.png"],
+     "quantised (int8)"),
+    (["export", "--model", "{m}/int8.keras", "--precision", "bfloat16", "--format", "keras",
+      "--output", "{o}/b.keras"], "quantised (int8)"),
+    (["export", "--model", "{m}/int8.keras", "--quantize", "int8", "--format", "keras",
+      "--output", "{o}/q.keras"], "already quantised (int8)"),
+], ids=["predict-bfloat16", "export-bfloat16", "export-requantised"])
+def test_an_int8_model_is_not_cast_nor_quantised_again(cli, digit_models, tmp_path, arguments,
+                                                       named):
+    result = cli([a.replace("{m}", str(digit_models)).replace("{o}", str(tmp_path))
+                  for a in arguments])
+    _one_line(result, named)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_lora_model_runs_in_bfloat16(cli, digit_models, tmp_path):
+    """Saved merged (keras_vit/lora.py), a LoRA model is a plain model to bfloat16."""
+    result = cli(["predict", "--model", str(digit_models / "lora.keras"), "--precision",
+                  "bfloat16", "--top", "1", "--output", str(tmp_path / "p.csv"),
+                  str(digit_models / "a.png")])
+    assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "p.csv").read_text().splitlines()) == 2  # a header, the image
+
+
+@pytest.mark.parametrize("archive", ["photos.zip", "flowers.tar.gz"],
+                         ids=["a-zip-that-exists", "a-tarball-that-does-not"])
+@pytest.mark.parametrize("command", [
+    ["train", "--model", "demo", "--image-size", "8", "--steps", "1", "--output", "{o}/run",
+     "--dataset"],
+    ["evaluate", "--model", "{m}/float.keras", "--output", "{o}/eval", "--dataset"],
+    ["export", "--model", "{m}/float.keras", "--format", "tflite", "--quantize", "int8",
+     "--output", "{o}/m.tflite", "--calibration-data"],
+], ids=["train", "evaluate", "export"])
+def test_an_archive_as_a_dataset_is_refused_saying_extract_it_first(
+        cli, digit_models, tmp_path, monkeypatch, archive, command):
+    monkeypatch.chdir(tmp_path)
+    if archive.endswith(".zip"):
+        import zipfile
+
+        with zipfile.ZipFile(archive, "w") as zipped:
+            zipped.writestr("cats/a.png", b"")
+    before = _snapshot(tmp_path)
+    result = cli([a.replace("{m}", str(digit_models)).replace("{o}", str(tmp_path))
+                  for a in command] + [archive])
+    _one_line(result, archive, "archives are not read", "extract")
+    assert _snapshot(tmp_path) == before
