@@ -170,3 +170,34 @@ def test_an_archive_as_a_dataset_is_refused_saying_extract_it_first(
                   for a in command] + [archive])
     _one_line(result, archive, "archives are not read", "extract")
     assert _snapshot(tmp_path) == before
+
+
+def test_lora_targets_without_a_rank_are_refused(cli, tmp_path):
+    result = cli(["train", "--lora-targets", "mlp", "--output", str(tmp_path / "run")])
+    _one_line(result, "--lora-targets needs --lora-rank")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("arguments", [["info"], ["predict", "--model", "{m}/float.keras",
+                                                  "{m}/a.png", "{m}/a.png"]],
+                         ids=["info", "predict"])
+def test_a_reader_that_has_gone_ends_the_command_quietly(digit_models, arguments):
+    """`keras-vit info | head -1`: stdout a pipe whose reader has closed. Ends as a Unix tool
+    the pipe killed, 128 + SIGPIPE, with no traceback."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "keras_vit.cli",
+             *[a.replace("{m}", str(digit_models)) for a in arguments]],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"},
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert result.returncode == 141, result.stderr
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
