@@ -232,8 +232,16 @@ def _modes(execution):
 
 
 def _complete(seconds):
-    return isinstance(seconds, dict) and any(k.startswith("float32 ") for k in seconds) \
-        and any(k.startswith("bfloat16 ") for k in seconds)
+    """Whether a stored entry times both precisions, every timing a finite positive number
+    (else both are measured again)."""
+    from keras_vit.runtime.execution import stored_timings
+
+    if stored_timings(seconds) is None:
+        return False
+    names = [key.split(" ") for key in seconds]
+    return all(len(name) == 2 and name[0] in ("float32", "bfloat16")
+               and name[1] in ("graph", "xla", "keras") for name in names) \
+        and {name[0] for name in names} == {"float32", "bfloat16"}
 
 
 def _faster_mode(seconds, precision):

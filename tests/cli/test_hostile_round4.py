@@ -201,3 +201,21 @@ def test_a_reader_that_has_gone_ends_the_command_quietly(digit_models, arguments
         os.close(write)
     assert result.returncode == 141, result.stderr
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+
+
+def test_calibration_images_are_bounded_and_exports_memory_advice_names_its_own_flags(
+        cli, digit_models, tmp_path, monkeypatch):
+    arguments = ["export", "--model", str(digit_models / "float.keras"), "--format", "tflite",
+                 "--quantize", "int8", "--calibration-data", "digits",
+                 "--output", str(tmp_path / "m.tflite")]
+    _one_line(cli([*arguments, "--calibration-images", "100000"]),
+              "--calibration-images 100000", "1000")
+    assert os.listdir(tmp_path) == []
+    from keras_vit.cli import export
+
+    def no_memory(args, model):
+        raise MemoryError("planted")
+    monkeypatch.setattr(export, "_export_quantized", no_memory)
+    result = cli(arguments)
+    _one_line(result, "out of memory", "retry with a smaller --calibration-images")
+    assert "--batch-size" not in result.stderr  # a flag export does not have
