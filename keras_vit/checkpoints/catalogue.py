@@ -257,7 +257,7 @@ def _spelled(variant):
 def _hub_checkpoint(variant, weights):
     """`hf://owner/name[@revision]`: the catalogue's entry for it, else one read from the
     repository's files (fetched through huggingface_hub, which keeps its own cache)."""
-    repo, _, revision = weights[len("hf://"):].partition("@")
+    repo, revision = cache.hub_address(weights)
     for c in catalogue():
         if c.hub == repo and c.variant == variant.name:
             # A revision asked for is fetched, and checked against the entry like the main one.
@@ -266,5 +266,5 @@ def _hub_checkpoint(variant, weights):
     if others:
         raise CheckpointError(f"{weights} holds {' or '.join(others)} weights (catalogue), not "
                               f"{variant.name}; build {others[0]} to use them.")
-    snapshot = cache.hub_snapshot(repo, revision or None, weights)
-    return opened_checkpoint(variant, open_checkpoint(snapshot), hub=repo, revision=revision or None)
+    snapshot = cache.hub_snapshot(repo, revision, weights)
+    return opened_checkpoint(variant, open_checkpoint(snapshot), hub=repo, revision=revision)

@@ -219,3 +219,22 @@ def test_calibration_images_are_bounded_and_exports_memory_advice_names_its_own_
     result = cli(arguments)
     _one_line(result, "out of memory", "retry with a smaller --calibration-images")
     assert "--batch-size" not in result.stderr  # a flag export does not have
+
+
+@pytest.mark.parametrize("address", ["hf://me/tiny@../../../../evilref", "hf://me/tiny@/etc",
+                                     "hf://../../tiny", "hf://me/tiny@main/../../x"],
+                         ids=["revision-up", "revision-absolute", "repo-up", "revision-inside-up"])
+def test_a_hub_address_never_reaches_outside_the_hub_cache(cli, digit_models, monkeypatch,
+                                                           address):
+    """Offline, huggingface_hub reads the revision as a file under its cache's refs/: the
+    address is refused as spelled, before the Hub is asked."""
+    import huggingface_hub
+
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda *args, **kwargs: asked.append(args) or "/")
+    with pytest.raises(keras_vit.CheckpointError, match="hf://owner/name|is not a revision"):
+        keras_vit.from_pretrained(address)
+    _one_line(cli(["predict", "--model", "demo", "--weights", address,
+                   str(digit_models / "a.png")]), address)
+    assert asked == []
