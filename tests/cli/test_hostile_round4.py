@@ -238,3 +238,26 @@ def test_a_hub_address_never_reaches_outside_the_hub_cache(cli, digit_models, mo
     _one_line(cli(["predict", "--model", "demo", "--weights", address,
                    str(digit_models / "a.png")]), address)
     assert asked == []
+
+
+def test_an_int8_model_of_a_trained_run_loads_without_a_warning(tmp_path):
+    """An int8 export of a compiled, trained model keeps its optimizer's state, which Keras'
+    fresh optimizer skips with a UserWarning on every load: nothing a user can act on."""
+    import warnings
+
+    import keras
+
+    from keras_vit.models.factory import load_keras
+
+    model = keras_vit.ViT("demo", image_size=8, classes=3)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.fit(np.zeros((2, 8, 8, 3), np.float32), np.zeros((2,), np.int32), verbose=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.quantize("int8")
+    model.save(tmp_path / "int8.keras")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = load_keras(tmp_path / "int8.keras")
+    assert [str(w.message) for w in caught if "optimizer" in str(w.message)] == []
+    assert isinstance(loaded, keras.Model)
