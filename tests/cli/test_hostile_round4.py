@@ -261,3 +261,25 @@ def test_an_int8_model_of_a_trained_run_loads_without_a_warning(tmp_path):
         loaded = load_keras(tmp_path / "int8.keras")
     assert [str(w.message) for w in caught if "optimizer" in str(w.message)] == []
     assert isinstance(loaded, keras.Model)
+
+
+@pytest.mark.parametrize("content", ["legacy-pickle", "torch-zip-of-an-object"])
+def test_a_pth_refusal_comes_with_no_warning_before_it(tmp_path, content):
+    """torch's warnings on the way (its import's, its loader's) would print before the
+    command's one line: the refusal is all there is."""
+    import pickle
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    from keras_vit.checkpoints.formats import inspect_checkpoint
+
+    path = tmp_path / "dinov2_vits14_pretrain.pth"
+    if content == "legacy-pickle":
+        path.write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
+    else:
+        torch.save({"model": {"w": torch.zeros(2)}}, path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(keras_vit.CheckpointError, match="pickled PyTorch file") as error:
+            inspect_checkpoint(str(path))
+    assert [str(w.message) for w in caught] == [] and "\n" not in str(error.value)

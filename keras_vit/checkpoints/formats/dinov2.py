@@ -25,6 +25,7 @@ architecture: width, depth, registers and feed-forward name one row of FAMILIES,
 DINOv2 fixes (64 features a head).
 """
 
+import warnings
 import zipfile
 
 import numpy as np
@@ -82,7 +83,9 @@ def release_variant(shapes):
 
 def _torch():
     try:
-        import torch
+        with warnings.catch_warnings():  # torch's import-time notes are not the file's
+            warnings.simplefilter("ignore")
+            import torch
     except ImportError:
         return None
     return torch
@@ -109,8 +112,12 @@ def _load(path):
         _refuse(path, "and torch is not installed: keras_vit reads DINOv2's .pth release "
                       "files only through torch.load(weights_only=True) (pip install torch)")
     try:
-        sd = torch.load(path, map_location="cpu", weights_only=True,
-                        mmap=zipfile.is_zipfile(path))  # torch's zip format maps; legacy not
+        with warnings.catch_warnings():
+            # torch's own warnings on the way (a legacy pickle, a TorchScript archive): the
+            # file is read, or refused below in one line that says why.
+            warnings.simplefilter("ignore")
+            sd = torch.load(path, map_location="cpu", weights_only=True,
+                            mmap=zipfile.is_zipfile(path))  # torch's zip format maps; legacy not
     except Exception as error:  # noqa: BLE001 - torch raises many types for one bad file
         _refuse(path, f"that torch's weights-only loader refuses ({_reason(error)}): keras_vit "
                       "reads a plain dict of tensors only")
