@@ -23,7 +23,7 @@ import numpy as np
 
 from keras_vit._support.checks import positive_int, real_in
 from keras_vit.errors import ArgumentError
-from keras_vit.layer_names import HEAD
+from keras_vit.layer_names import HEADS
 from keras_vit.layers.transformer import (
     LORA_TARGETS as ATTENTION_TARGETS,
 )
@@ -40,7 +40,7 @@ LORA_TARGETS = (*ATTENTION_TARGETS, "mlp")
 
 def enable_lora(model, rank, targets=("query", "value"), lora_alpha=None):
     """Adds LoRA factors of `rank` to `targets` in every encoder block of `model`, and
-    freezes every other weight but the head's; returns `model`.
+    freezes every other weight but the head's (both heads of a distilled DeiT); returns `model`.
 
     `targets`: any of "query", "key", "value", "out" (the attention's projections) and
     "mlp" (both MLP layers). The default, query and value, is LoRA's paper's choice and
@@ -145,7 +145,7 @@ def _lora_layers(block):
 
 
 def _head_weights(model):
-    try:
-        return model.get_layer(HEAD).weights
-    except ValueError:
-        return []
+    """The weights of the head, and of a distilled DeiT's distillation head: the teacher
+    teaches "head_dist", which a frozen one would leave at what it was."""
+    names = {layer.name for layer in model.layers}
+    return [weight for name in HEADS if name in names for weight in model.get_layer(name).weights]

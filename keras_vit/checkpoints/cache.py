@@ -16,6 +16,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 
 from keras_vit._support.json_files import read_json
 from keras_vit._support.paths import cache_dir
@@ -37,7 +38,7 @@ from keras_vit.checkpoints.layout import (
 from keras_vit.errors import ArgumentError
 
 __all__ = ["cache_dir", "cache_key", "download_url", "cached_file", "pin_checksum", "is_pinned",
-           "pin_first_use", "check_contents", "hub_snapshot", "OFFICIAL_BASE_URL",
+           "pin_first_use", "check_contents", "hub_snapshot", "hub_address", "OFFICIAL_BASE_URL",
            "OFFICIAL_BASE_URLS", "WEIGHTS_URL_ENV"]
 
 # The prefix of every official URL, and the variable that points it at a mirror. BiT's files
@@ -272,6 +273,27 @@ HUB_FILES = ["*.json", "*.safetensors", "*.h5"]
 CATALOGUED_HUB_FILES = ["*.json", "model.safetensors", "model-*.safetensors"]
 
 
+# The Hub's repository ids (owner/name) and git's ref names: the revision names a file under
+# the Hub cache's refs/ when offline, so "..", a leading "/" or a backslash would reach a
+# folder outside that cache.
+_HUB_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_HUB_REVISION = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
+
+
+def hub_address(weights):
+    """(repo, revision or None) of `hf://owner/name[@revision]`, each checked as the Hub and
+    git spell them (one-line CheckpointError otherwise)."""
+    repo, at, revision = weights[len("hf://"):].partition("@")
+    if not _HUB_REPO.fullmatch(repo) or ".." in repo:
+        raise CheckpointError(f"{weights!r} is not hf://owner/name[@revision]: {repo!r} is not "
+                              "a Hub repository id.")
+    if at and (not _HUB_REVISION.fullmatch(revision)
+               or any(part in (".", "..") for part in revision.split("/"))):
+        raise CheckpointError(f"{weights!r}: {revision!r} is not a revision (a branch, tag or "
+                              "commit, without '..' or a leading '/').")
+    return repo, revision or None
+
+
 def hub_snapshot_of(checkpoint):
     at = f"@{checkpoint.revision}" if checkpoint.revision else ""
     return hub_snapshot(checkpoint.hub, checkpoint.revision, f"hf://{checkpoint.hub}{at}",
@@ -279,6 +301,9 @@ def hub_snapshot_of(checkpoint):
 
 
 def hub_snapshot(repo, revision, weights, files=HUB_FILES):
+    """The local folder of the Hub repository `repo` at `revision`, fetched (or found in the
+    Hub's cache) through huggingface_hub; `weights` is what the user wrote, for messages."""
+    hub_address(f"hf://{repo}" + (f"@{revision}" if revision else ""))
     try:
         import huggingface_hub
     except ImportError as error:

@@ -17,6 +17,8 @@ from keras_vit.checkpoints import cache
 from keras_vit.checkpoints.cache import pin_checksum
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import is_checkpoint_path, numerics_of, open_checkpoint
+from keras_vit.checkpoints.formats.config_values import check_geometry
+from keras_vit.checkpoints.layout import config_mismatches
 from keras_vit.errors import ArgumentError, ArgumentTypeError, PathNotFoundError
 from keras_vit.variants.bit import BiTVariant
 
@@ -205,6 +207,7 @@ def opened_checkpoint(variant, reader, **fields):
     try:
         info = reader.info()
         if not isinstance(variant, BiTVariant):  # a ViT file for a BiT: the loader's one line
+            _check_config_against_arrays(variant, info, path)
             _check_recorded_settings(variant, info, path)
     except BaseException:
         reader.close()
@@ -216,6 +219,25 @@ def opened_checkpoint(variant, reader, **fields):
                         approximate_gelu=info.approximate_gelu, normalization=info.normalization,
                         trunk_numerics=info.trunk_numerics, **fields)
     return OpenedCheckpoint(record, reader)
+
+
+def _check_config_against_arrays(variant, info, path):
+    """Refuses, in one line and before anything is built, a head of no classes (else taken
+    for no head, and a fresh 1000-class one built), and, when the model to build is the one
+    the file's config describes (from_pretrained), a config that describes another
+    architecture than the arrays' shapes (every source with a config: an edited mlp_ratio
+    would build a model of gigabytes first). A variant the caller chose is the loader's to
+    check against the arrays."""
+    if info.classes == 0:
+        raise CheckpointError(f"{path} has a head of 0 classes; a head scores at least one "
+                              "class.")
+    if info.variant is None or info.variant != variant:
+        return
+    check_geometry(path, info.variant)
+    found = config_mismatches(info.variant, info.shapes)
+    if found:
+        raise CheckpointError(f"{path}: its config does not describe its weights "
+                              f"({'; '.join(found[:3])}). Nothing was built.")
 
 
 def _check_recorded_settings(variant, info, path):
@@ -257,7 +279,7 @@ def _spelled(variant):
 def _hub_checkpoint(variant, weights):
     """`hf://owner/name[@revision]`: the catalogue's entry for it, else one read from the
     repository's files (fetched through huggingface_hub, which keeps its own cache)."""
-    repo, _, revision = weights[len("hf://"):].partition("@")
+    repo, revision = cache.hub_address(weights)
     for c in catalogue():
         if c.hub == repo and c.variant == variant.name:
             # A revision asked for is fetched, and checked against the entry like the main one.
@@ -266,5 +288,5 @@ def _hub_checkpoint(variant, weights):
     if others:
         raise CheckpointError(f"{weights} holds {' or '.join(others)} weights (catalogue), not "
                               f"{variant.name}; build {others[0]} to use them.")
-    snapshot = cache.hub_snapshot(repo, revision or None, weights)
-    return opened_checkpoint(variant, open_checkpoint(snapshot), hub=repo, revision=revision or None)
+    snapshot = cache.hub_snapshot(repo, revision, weights)
+    return opened_checkpoint(variant, open_checkpoint(snapshot), hub=repo, revision=revision)

@@ -19,7 +19,8 @@ from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.variants import FAMILIES, VARIANTS
 
 __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "is_head_key",
-           "square_grid", "describe_architecture", "fitting_variants", "variant_fits_shapes",
+           "square_grid", "describe_architecture", "fitting_variants", "config_mismatches",
+           "variant_fits_shapes",
            "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
            "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "POOLING_PREFIXES", "TRUNK_PREFIXES",
            "released_shape",
@@ -426,6 +427,26 @@ def variant_fits_shapes(variant, shapes, features=None):
                      hybrid=v.is_hybrid) == found
             and (len(query) != 3 or query[1] == v.heads)
             and (len(map_query) != 3 or map_query[1] == v.pooling_heads))
+
+
+def config_mismatches(variant, shapes):
+    """["field: the config's value, the file's"] where the architecture a file's config
+    describes (`variant`) and its arrays' official-key shapes disagree on a size: width,
+    patch, depth, MLP width, the tokens before the patches. Read from headers, so a config
+    that would build a model far larger than its arrays (an edited MLP ratio) is refused
+    before anything is built; [] when they agree or the shapes are no ViT's."""
+    found = shape_features(shapes)
+    if found is None:
+        return []
+    query = shapes.get(QUERY_KERNEL.format(i=0), ())
+    expected = dict(width=variant.width, patch_size=variant.patch_size, depth=variant.depth,
+                    mlp_dim=variant.mlp_dim, distilled=variant.distilled,
+                    register_tokens=variant.register_tokens)
+    if len(query) == 3:  # split (D, heads, head_dim): the heads show
+        found["heads"], expected["heads"] = query[1], variant.heads
+    return [f"{field}: {value} in the config, {found[field]} in the arrays"
+            for field, value in expected.items()
+            if found.get(field) is not None and found[field] != value]
 
 
 def fitting_variants(shapes, **fields):

@@ -111,10 +111,12 @@ def report_errors(prog, run, args):
     except Exception as error:  # out of memory only; anything else is re-raised
         if not _out_of_memory(error):
             raise
-        sizes = [f"--{name.replace('_', '-')}" for name in SIZE_OPTIONS if getattr(args, name, None)]
+        # The flags given, else those the command has: never one it lacks.
+        sizes = ([name for name in SIZE_OPTIONS if getattr(args, name, None)]
+                 or [name for name in SIZE_OPTIONS[:2] if hasattr(args, name)])
         reason = (str(error).strip().splitlines() or [""])[0][:200]
         text = (f"out of memory ({type(error).__name__}: {reason}); retry with a smaller "
-                f"{' or '.join(sizes) or '--batch-size or --image-size'}")
+                f"{' or '.join('--' + name.replace('_', '-') for name in sizes)}")
     # Some messages (a checkpoint report, the offline advice) span lines: fold them.
     text = " ".join(line.strip() for line in text.splitlines() if line.strip())
     print(f"{prog}: error: {text}", file=sys.stderr)
@@ -122,8 +124,9 @@ def report_errors(prog, run, args):
 
 
 # The flags whose smaller values need less memory, named in the out-of-memory advice when given
-# (a LoRA run's factors and their optimizer slots grow with --lora-rank).
-SIZE_OPTIONS = ("batch_size", "image_size", "lora_rank", "classes")
+# (a LoRA run's factors and their optimizer slots grow with --lora-rank, export's calibration
+# pixels with --calibration-images).
+SIZE_OPTIONS = ("batch_size", "image_size", "lora_rank", "classes", "calibration_images")
 
 
 def _out_of_memory(error):

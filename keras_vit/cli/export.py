@@ -90,6 +90,10 @@ def _check_arguments(args):
         raise CommandError("--quantize applies to --format tflite or keras.")
     if args.format == "keras" and args.quantize not in (None, "int8"):
         raise CommandError(f"--format keras quantises to int8 only, not {args.quantize}.")
+    if args.calibration_data:
+        from keras_vit.export.quantized import check_calibration_images
+
+        check_calibration_images(args.calibration_images)
     if args.quantize == "int8" and args.format == "tflite" and not args.calibration_data:
         raise CommandError("--quantize int8 calibrates on images: give --calibration-data "
                            "(a dataset name or a folder).")
@@ -144,6 +148,11 @@ def _export(args):
     _check_arguments(args)
     model = load_model(args)
     if args.quantize is not None:
+        from keras_vit.models.factory import quantized_layers
+
+        if quantized_layers(model):
+            raise CommandError(f"--model {args.model} is already quantised (int8); --quantize "
+                               "starts from a float model: give the one it was quantised from.")
         return _export_quantized(args, model)
     if args.precision == "bfloat16":
         return _export_bfloat16(args, model)

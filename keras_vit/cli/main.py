@@ -36,12 +36,34 @@ _interrupted_note = INTERRUPTED  # the running command's, once its arguments are
 def main(argv=None):
     """Runs the command; Ctrl-C ends it with one line and exit status 130 (128 + SIGINT)."""
     if threading.current_thread() is not threading.main_thread():  # only it may set handlers
-        return _main(argv)
+        return _main_to_a_reader(argv)
     previous = signal.signal(signal.SIGINT, _interrupted)
     try:
-        return _main(argv)
+        return _main_to_a_reader(argv)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# A writer whose reader has gone (`keras-vit info | head -1`) ends quietly with the status a
+# Unix tool killed by SIGPIPE has in the shell: 128 + 13.
+READER_GONE = 141
+
+
+def _main_to_a_reader(argv):
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not as a traceback at exit
+        return code
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+            pass
+        finally:
+            os.close(devnull)
+        return READER_GONE
 
 
 def _interrupted(signum, frame):

@@ -153,7 +153,7 @@ def _add_lora_arguments(train):
     train.add_argument("--lora-rank", type=int, default=None,
                        help="train rank-R LoRA factors and the head instead of every weight; "
                             "the saved models hold the merged weights (default: off)")
-    train.add_argument("--lora-targets", default="query,value",
+    train.add_argument("--lora-targets", default=None,
                        help="comma-separated projections LoRA adapts, of query, key, value, "
                             "out, mlp (default: query,value)")
 
@@ -218,9 +218,14 @@ def run(args):
 
 def _lora_options(args):
     if args.lora_rank is None:
+        if args.lora_targets is not None:  # else the targets would be silently ignored
+            from keras_vit.errors import CommandError
+
+            raise CommandError("--lora-targets needs --lora-rank (LoRA is off without a rank).")
         return {}
+    targets = "query,value" if args.lora_targets is None else args.lora_targets
     return {"lora_rank": args.lora_rank,
-            "lora_targets": [t.strip() for t in args.lora_targets.split(",") if t.strip()]}
+            "lora_targets": [t.strip() for t in targets.split(",") if t.strip()]}
 
 
 def _plural(count, noun):

@@ -111,9 +111,26 @@ def load_dataset(source, data_dir=None, validation_fraction=0.0, validation_seed
         return load_digits(**carve)
     if os.path.isdir(source):
         return load_image_folder(source, **carve)
+    _refuse_a_file(source)
     if os.sep in source or source.startswith("."):
         raise PathNotFoundError(f"Dataset folder {source!r} does not exist.")
     return load_tfds(source, data_dir=data_dir, **carve)
+
+
+# What users zip or tar a folder of photos into; TFDS would read such a name as a dataset's.
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz",
+                    ".gz", ".bz2", ".xz", ".7z", ".rar")
+
+
+def _refuse_a_file(source):
+    """A dataset is a folder: an archive (existing or not) or any other file is refused
+    here, in one line, before TFDS reads its name as a dataset's."""
+    if source.lower().endswith(ARCHIVE_SUFFIXES):
+        raise DatasetError(f"Dataset {source!r} is an archive; archives are not read: extract "
+                           "it first and give the folder of class sub-folders.")
+    if os.path.exists(source):
+        raise DatasetError(f"Dataset {source!r} is a file; give a folder of class sub-folders, "
+                           "'digits' or a TFDS name.")
 
 
 def load_digits(validation_fraction=0.0, validation_seed=SPLIT_SEED):

@@ -22,12 +22,16 @@ float model's, and the largest logit difference.
 
 import numpy as np
 
-from keras_vit.errors import ArgumentError
+from keras_vit.errors import ArgumentError, SizeError
 
 __all__ = ["QUANTIZE_MODES", "FLOAT_OPS", "configure_converter", "convert",
-           "tflite_logits", "calibration_pixels", "quantize_keras"]
+           "tflite_logits", "calibration_pixels", "check_calibration_images", "quantize_keras",
+           "MAX_CALIBRATION_IMAGES"]
 
 QUANTIZE_MODES = ("float16", "dynamic", "int8")
+# Calibration holds its images' pixels in memory at once (the converter's representative
+# dataset); TFLite's guidance is a few hundred, and 1,000 at 384 pixels is 1.8 GB of float32.
+MAX_CALIBRATION_IMAGES = 1000
 # The TFLite ops an "int8" file keeps in float: all but the weight ops (FULLY_CONNECTED,
 # CONV_2D). Measured on the digits model (docs/serving.md, python -m benchmarks.int8_ops):
 # int8 attention matmuls (BATCH_MATMUL) cost the most agreement, and keeping every op below
@@ -107,12 +111,22 @@ def keras_logits(model, pixels, batch_size=64):
     return np.log(scores) if has_softmax_head(model) else scores
 
 
+def check_calibration_images(count):
+    """`count` calibration images, refused above MAX_CALIBRATION_IMAGES (held in memory)."""
+    if count > MAX_CALIBRATION_IMAGES:
+        raise SizeError(f"calibration_images {count} is more than the "
+                            f"{MAX_CALIBRATION_IMAGES} calibration holds in memory at once "
+                            "(a few hundred calibrate int8 as well).", parameter="calibration_images")
+    return count
+
+
 def calibration_pixels(source, image_size, count, held_out=1000, data_dir=None):
     """(calibration, held_out) pixels `(n, height, width, 3)` in [0, 255] from a dataset
     name or folder: the first `count` images of its training split calibrate, and up to
     `held_out` of its test split, which calibration never sees, measure the agreement."""
     from keras_vit.data import load_dataset, make_pipeline
 
+    check_calibration_images(count)
     splits = load_dataset(source, data_dir=data_dir)
 
     def pixels(split, limit):

@@ -13,12 +13,13 @@ function, with one set of errors (tests/models/test_factory.py checks no second
 """
 
 import os
+import warnings
 import zipfile
 
 from keras_vit.errors import ArgumentError, CheckpointError
 
 __all__ = ["build", "load", "keras_file", "load_keras", "load_serve_bytes", "is_saved_model",
-           "RUN_FILE", "RUN_MODEL"]
+           "quantized_layers", "RUN_FILE", "RUN_MODEL"]
 
 # What a training run's folder holds (keras_vit/training/run.py writes both): its record, and
 # the finished run's model.
@@ -113,7 +114,11 @@ def load_keras(path, compile=True):
     # which `import keras_vit` registers (the command's load_model registers it itself:
     # under the command keras_vit loads on first use). The models know no training code.
     try:
-        return keras.saving.load_model(path, compile=compile)
+        with warnings.catch_warnings():
+            # A saved optimizer's state that Keras' fresh optimizer has not built yet (an int8
+            # export of a run's model): a UserWarning per load, about state nothing here uses.
+            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+            return keras.saving.load_model(path, compile=compile)
     except (ValueError, KeyError, TypeError, AttributeError, OSError, zipfile.BadZipFile,
             EOFError) as error:
         # Keras' errors for a torn or foreign file (a truncated zip, no config.json, an
@@ -121,6 +126,14 @@ def load_keras(path, compile=True):
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise CheckpointError(f"{path} is not a .keras model keras_vit can load "
                               f"({type(error).__name__}: {reason}).") from error
+
+
+def quantized_layers(model):
+    """The names of `model`'s layers that Keras' `Model.quantize` has quantised (an int8
+    `.keras` from `keras-vit export --quantize int8`): such a model runs, but cannot be
+    quantised again, cast to bfloat16 nor trained."""
+    return [layer.name for layer in model._flatten_layers(include_self=False)
+            if getattr(layer, "quantization_mode", None) is not None]
 
 
 def load_serve_bytes(folder):

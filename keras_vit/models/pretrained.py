@@ -21,7 +21,7 @@ import contextlib
 import os
 
 from keras_vit.checkpoints import catalogue
-from keras_vit.checkpoints.cache import hub_snapshot
+from keras_vit.checkpoints.cache import hub_address, hub_snapshot
 from keras_vit.checkpoints.catalogue import OpenedCheckpoint, opened_checkpoint
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import is_checkpoint_path, open_checkpoint
@@ -83,12 +83,12 @@ def _resolve(source):
                                 f"tag, got {type(source).__name__}.")
     source = os.fspath(source)
     if source.startswith("hf://"):
-        repo, _, revision = source[len("hf://"):].partition("@")
+        repo, revision = hub_address(source)
         entries = [c for c in catalogue() if c.hub == repo]
         if len({c.variant for c in entries}) == 1:
             return get_variant(entries[0].variant), source, bool(entries[0].classes)
         # Not catalogued: fetched (or found in huggingface_hub's cache), then read as a folder.
-        source = hub_snapshot(repo, revision or None, source)
+        source = hub_snapshot(repo, revision, source)
     if is_checkpoint_path(source) or os.path.exists(source):
         reader = open_checkpoint(source)
         try:

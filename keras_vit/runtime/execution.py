@@ -19,6 +19,7 @@ own choice (XLA on accelerators, the graph under a strategy), and on JAX (always
 """
 
 import json
+import math
 import os
 import time
 
@@ -119,6 +120,19 @@ def fastest_calls(calls, inputs, rounds=ROUNDS):
     return {name: min(seconds) for name, seconds in times.items()}
 
 
+def stored_timings(seconds):
+    """An execution.json entry's {name: seconds per call}, or None unless every timing is a
+    finite positive number (the file is the user's: an edited or torn entry is measured again,
+    never read)."""
+    if not isinstance(seconds, dict) or not seconds:
+        return None
+    for name, value in seconds.items():
+        if not isinstance(name, str) or isinstance(value, bool) \
+                or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            return None
+    return seconds
+
+
 def recheck_choice(model, batch_shape, jit_compile, seconds, training=False):
     """A later run's fastest `seconds` per call of `model` on `batch_shape` in the mode it ran
     (`jit_compile`): when the stored choice is that mode and `seconds` exceed
@@ -129,9 +143,9 @@ def recheck_choice(model, batch_shape, jit_compile, seconds, training=False):
     mode = "xla" if jit_compile else "graph"
     if not isinstance(choice, dict) or choice.get("mode") != mode:
         return False
-    other = (choice.get("seconds_per_call") or {}).get("graph" if jit_compile else "xla")
-    if isinstance(other, bool) or not isinstance(other, (int, float)) \
-            or not seconds > REMEASURE_FACTOR * other:
+    other = (stored_timings(choice.get("seconds_per_call")) or {}).get(
+        "graph" if jit_compile else "xla")
+    if other is None or not seconds > REMEASURE_FACTOR * other:
         return False
     _store_choice(key, None)
     return True

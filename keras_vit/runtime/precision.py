@@ -107,6 +107,13 @@ def bfloat16_model(model):
     float32), holding the same weights; its outputs are cast to float32 by whoever runs it."""
     import keras
 
+    from keras_vit.models.factory import quantized_layers
+
+    if quantized_layers(model):
+        raise ArgumentError(f"{getattr(model, 'name', 'this model')} is quantised (int8); "
+                            "bfloat16 applies to a float model: give the float32 model it was "
+                            "quantised from.")
+
     def under_bfloat16(layer):
         config = layer.get_config()
         config["dtype"] = "float32" if layer.name in FLOAT32_LAYERS else "mixed_bfloat16"
@@ -159,6 +166,11 @@ def choose_precision(model, batch_shape, precision=None, execution=None, calibra
     if not bfloat16_native():
         return _float32(model, batch_shape, "auto", execution, measure,
                         "bfloat16 is not native on this machine")
+    from keras_vit.models.factory import quantized_layers
+
+    if quantized_layers(model):
+        return _float32(model, batch_shape, "auto", execution, measure,
+                        "the model is quantised (int8)")
     key = _KEY_PREFIX + executions._cache_key(model, batch_shape, False)
     seconds = (executions._read_choices().get(key) or executions._MEASURED.get(key) or {})
     seconds = seconds.get("seconds_per_call") if isinstance(seconds, dict) else None
@@ -220,8 +232,16 @@ def _modes(execution):
 
 
 def _complete(seconds):
-    return isinstance(seconds, dict) and any(k.startswith("float32 ") for k in seconds) \
-        and any(k.startswith("bfloat16 ") for k in seconds)
+    """Whether a stored entry times both precisions, every timing a finite positive number
+    (else both are measured again)."""
+    from keras_vit.runtime.execution import stored_timings
+
+    if stored_timings(seconds) is None:
+        return False
+    names = [key.split(" ") for key in seconds]
+    return all(len(name) == 2 and name[0] in ("float32", "bfloat16")
+               and name[1] in ("graph", "xla", "keras") for name in names) \
+        and {name[0] for name in names} == {"float32", "bfloat16"}
 
 
 def _faster_mode(seconds, precision):

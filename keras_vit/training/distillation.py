@@ -164,8 +164,14 @@ def load_teacher(teacher, weights=None):
 
 def check_teacher(teacher, name, classes, dataset):
     """`teacher`, refused in one line unless it returns logits of the dataset's classes."""
+    from keras_vit.models.factory import quantized_layers
     from keras_vit.models.vit import has_softmax_head
 
+    if quantized_layers(teacher):
+        # Keras cannot write a run's backup of a distiller holding int8 layers (the teacher's
+        # weights are the distiller's), so the run would fail at its first backup.
+        raise ArgumentError(f"teacher {name} is quantised (int8); a teacher must be a float "
+                            "model: give the float32 model it was quantised from.")
     scored = teacher.output_shape[-1]
     if scored != classes:
         raise ArgumentError(f"teacher {name} scores {scored} classes, the dataset {dataset!r} "
@@ -183,6 +189,9 @@ def _has_preprocessing(model):
 def teacher_input_adapter(teacher, student):
     """`teacher` behind the layers that turn `student`'s input into the teacher's own: the
     teacher itself when the two take the same input; else a model of the student's input."""
+    if teacher.input_shape[-1] != student.input_shape[-1]:
+        raise ArgumentError(f"teacher {teacher.name} takes {teacher.input_shape[-1]} channels, "
+                            f"the student {student.input_shape[-1]}.")
     size, teacher_size = student.input_shape[1:3], teacher.input_shape[1:3]
     if None in teacher_size:  # takes any size (dynamic_image_size)
         teacher_size = size
@@ -193,9 +202,6 @@ def teacher_input_adapter(teacher, student):
         and np.allclose(student_norm, teacher_norm))
     if tuple(teacher_size) == tuple(size) and same_pixels:
         return teacher
-    if teacher.input_shape[-1] != student.input_shape[-1]:
-        raise ArgumentError(f"teacher {teacher.name} takes {teacher.input_shape[-1]} channels, "
-                            f"the student {student.input_shape[-1]}.")
     inputs = keras.Input(student.input_shape[1:], name="student_images")
     x = inputs
     if not _has_preprocessing(student):  # back to pixels in [0, 255]: x = p * scale + offset

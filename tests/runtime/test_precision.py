@@ -216,6 +216,36 @@ def test_auto_stores_the_timings_but_measures_the_agreement_on_each_run(planted,
 
 
 
+@pytest.mark.parametrize("edited", [{"bfloat16 graph": "0.5"}, {"bfloat16 graph": None},
+                                    {"float32 graph": -1.0}, {"bfloat16 xla": True},
+                                    {"bfloat16 fast": 0.1}, "fast"],
+                         ids=["a-string", "null", "negative", "a-bool", "an-unknown-mode",
+                              "not-a-table"])
+def test_an_edited_stored_timing_is_measured_again_not_read(planted, cache_home, model, edited):
+    """execution.json is the user's file: an entry whose timings are not finite positive
+    numbers of known modes is measured again (and rewritten), never read."""
+    counts = planted(seconds=timings(1.0, 1.0, 0.5, 0.6))
+    assert choose(model).precision == "bfloat16" and counts["timed"] == 1
+    (key, stored), = json.loads(cache_home.read_text()).items()
+    stored["seconds_per_call"] = (edited if isinstance(edited, str)
+                                  else {**stored["seconds_per_call"], **edited})
+    cache_home.write_text(json.dumps({key: stored}))
+    execution._MEASURED.clear()
+    assert choose(model).precision == "bfloat16" and counts["timed"] == 2
+    assert json.loads(cache_home.read_text())[key]["seconds_per_call"] == timings(1.0, 1.0, 0.5, 0.6)
+
+
+def test_an_edited_execution_timing_does_not_break_the_recheck(cache_home, model):
+    """A stored mode whose other mode's timing was edited into a string: no recheck, no error."""
+    key = execution._cache_key(model, SHAPE, False)
+    cache_home.parent.mkdir(parents=True)
+    cache_home.write_text(json.dumps({key: {"mode": "graph",
+                                            "seconds_per_call": {"graph": 1.0, "xla": "2"}}}))
+    assert execution.recheck_choice(model, SHAPE, False, 100.0) is False
+    cache_home.write_text(json.dumps({key: {"mode": "graph", "seconds_per_call": "fast"}}))
+    assert execution.recheck_choice(model, SHAPE, False, 100.0) is False
+
+
 def test_auto_without_enough_work_to_time_runs_float32(planted, cache_home, model):
     counts = planted(seconds=timings(1.0, 1.0, 0.5, 0.5))
     choice = choose(model, measure=False)

@@ -146,6 +146,33 @@ def test_a_distilled_deits_distillation_head_learns_from_the_teacher(alpha, lear
                                (class_logits + distillation_logits) / 2, rtol=RTOL, atol=1e-6)
 
 
+def test_lora_on_a_distilled_deit_trains_its_distillation_head_from_the_teacher():
+    """LoRA freezes all but the heads: "head_dist" among them, or the teacher teaches nothing
+    (the distillation loss would stay where it starts, at the zero head's ln(classes))."""
+    keras.utils.set_random_seed(0)
+    student = keras_vit.enable_lora(keras_vit.ViT(TINY_DEIT, image_size=8, classes=CLASSES),
+                                    rank=2)
+    trainable = {v.path for v in student.trainable_weights}
+    assert {v.path for name in ("head", "head_dist")
+            for v in student.get_layer(name).weights} <= trainable
+    teacher = keras_vit.ViT(TINY, image_size=8, classes=CLASSES)
+    planted_head(teacher, "head", 5)
+    x = np.random.default_rng(1).uniform(-1, 1, (16, 8, 8, 3)).astype("float32")
+    y = keras.utils.to_categorical(np.arange(16) % CLASSES, CLASSES)
+    distiller = make_distiller(teacher, student, "hard", None, 1.0)
+    distiller.compile(optimizer=keras.optimizers.Adam(0.05),
+                      loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+                      jit_compile=False)
+
+    def distillation_loss():
+        return distiller.compute_loss(x, y, distiller(x, training=False))
+
+    before = float(distillation_loss())
+    np.testing.assert_allclose(before, np.log(CLASSES), rtol=RTOL)  # both heads start at zero
+    distiller.fit(x, y, batch_size=16, epochs=10, verbose=0)
+    assert float(distillation_loss()) < 0.9 * before
+
+
 @pytest.mark.parametrize("student_takes_pixels", [False, True], ids=["normalised", "pixels"])
 def test_a_teacher_of_another_size_and_normalisation_sees_its_own_input(student_takes_pixels):
     """Student 16 px (official [-1, 1] input, or its own pixel preprocessing); teacher 8 px

@@ -14,7 +14,8 @@ import math
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.errors import SizeError
 
-__all__ = ["check_object", "check_fields", "check_architecture", "count", "counts", "number",
+__all__ = ["check_object", "check_fields", "check_architecture", "check_geometry", "count", "counts",
+           "number",
            "epsilon", "flag", "mapping", "optional", "string", "strings", "MAX_LAYERS", "MAX_WIDTH",
            "MAX_HEADS", "MAX_PIXELS", "MAX_CLASSES", "MAX_STAGES", "LAYERS", "WIDTH", "HEADS", "PIXELS",
            "CLASSES"]
@@ -154,13 +155,39 @@ def check_fields(path, config, fields, prefix="", required=()):
     return config
 
 
+def check_geometry(path, variant):
+    """Refuses, in one line naming `path`, an architecture no model has: a width, depth, head
+    count, patch or MLP width below one (a config's zero would divide by zero later), or
+    heads that do not divide the width."""
+    _check_positive_sizes(path, variant)
+    _check_heads_divide(path, variant)
+
+
+def _check_positive_sizes(path, variant):
+    sizes = {"width": variant.width, "depth": variant.depth, "heads": variant.heads,
+             "patch_size": variant.patch_size, "mlp_dim": variant.mlp_dim}
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CheckpointError(f"{path} describes a model of {name} {value!r}; a positive "
+                                  "integer is needed.")
+
+
+def _check_heads_divide(path, variant):
+    if variant.width % variant.heads:
+        raise CheckpointError(f"{path} describes {variant.heads} attention heads, which do not "
+                              f"divide its width {variant.width}.")
+
+
 def check_architecture(path, variant, image_size=None, classes=None):
     """Refuses, in one line naming `path`, the architecture a config describes when it
-    cannot fit in this machine's memory (keras_vit/memory.py), before anything is built."""
+    cannot fit in this machine's memory (keras_vit/memory.py) or no model has it
+    (check_geometry), before anything is built."""
     from keras_vit.memory import check_fits
 
+    _check_positive_sizes(path, variant)
     try:
         check_fits(variant, image_size, classes)
     except SizeError as error:
         raise CheckpointError(f"{path} describes a model this machine cannot hold: "
                               f"{error}") from None
+    _check_heads_divide(path, variant)

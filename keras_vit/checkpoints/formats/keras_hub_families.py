@@ -35,6 +35,7 @@ from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import ArraysReader, CheckpointFormat, CheckpointInfo
 from keras_vit.checkpoints.formats.config_variant import match_or_name, swiglu_mlp_dim
 from keras_vit.checkpoints.formats.keras_hub_presets import (
+    check_stored_shapes,
     import_keras_hub,
     preset_normalization,
     read_preset_json,
@@ -324,6 +325,12 @@ def _read(directory, family):
     return preset_family_to_official(family, arrays, f"{tower.name}_")
 
 
+def _depth_config(preset, family):
+    """The dict of a preset's config that holds the image tower's num_layers."""
+    config = preset["config"]
+    return config[family.tower]["config"] if family.tower is not None else config
+
+
 def _open(source):
     directory = source.path
     path = os.path.join(directory, "config.json")
@@ -332,6 +339,7 @@ def _open(source):
     config = _tower_config(path, preset, family)
     variant = preset_family_variant(config, family)
     checks.check_architecture(path, variant, tuple(config["image_shape"][:2]))  # before keras-hub builds
+    check_stored_shapes(directory, preset, lambda preset: _depth_config(preset, family))
     arrays = _read(directory, family)
     resize = family.position_resize(config)
     info = CheckpointInfo({k: a.shape for k, a in arrays.items()}, format=FORMAT.name,

@@ -10,7 +10,9 @@ from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import channel_values, normalization_from
 from keras_vit.checkpoints.formats.config_values import check_object
 
-__all__ = ["preset_normalization", "read_preset_json", "import_keras_hub"]
+__all__ = ["preset_normalization", "read_preset_json", "import_keras_hub", "check_stored_shapes"]
+
+WEIGHTS_FILE = "model.weights.h5"  # save_to_preset's weights, unsharded
 
 
 def preset_normalization(directory):
@@ -20,8 +22,11 @@ def preset_normalization(directory):
     if not os.path.exists(path):
         return None
     preprocessor = check_object(path, read_preset_json(path))
-    converter = (preprocessor.get("config") or {}).get("image_converter") or {}
-    converter = converter.get("config", {}) if isinstance(converter, dict) else {}
+    config = check_object(f'{path} (its "config")', preprocessor.get("config") or {})
+    converter = config.get("image_converter") or {}
+    converter = check_object(f'{path} (its "image_converter")', converter)
+    converter = check_object(f'{path} (its "image_converter" config)',
+                             converter.get("config") or {})
     scale, offset = converter.get("scale"), converter.get("offset")
     if scale is None:
         return None
@@ -49,3 +54,53 @@ def import_keras_hub(directory):
         raise ImportError(f"Reading the keras-hub preset {directory} needs keras-hub: "
                           "pip install keras-hub.") from error
     return keras_hub
+
+
+def check_stored_shapes(directory, preset, depth_at):
+    """Refuses, in one line and before keras-hub builds the preset's model, a config.json that
+    does not describe the weights in model.weights.h5 (an edited width, head count, depth,
+    register count, position grid or image shape). keras-hub builds the config's model at
+    depths 1 and 2 only (a block's variables are their difference), and the shapes of every
+    variable the full depth would hold are compared with the file's datasets: a config of
+    256 layers is refused without building them. `depth_at(config)`: the (mutable) dict of
+    the preset's config that holds "num_layers"."""
+    import collections
+    import copy
+
+    weights = os.path.join(directory, WEIGHTS_FILE)
+    if not os.path.isfile(weights):  # sharded, or none: keras-hub's own load says what
+        return
+    import h5py
+    import keras
+
+    import_keras_hub(directory)  # registers the classes the config names
+    stored = collections.Counter()
+    try:
+        with h5py.File(weights, "r") as file:
+            file.visititems(lambda name, item: stored.update([tuple(item.shape)])
+                            if isinstance(item, h5py.Dataset) else None)
+    except OSError as error:
+        raise CheckpointError(f"{weights} is not a readable HDF5 weights file ({error}).") from error
+
+    def shapes(depth):
+        config = copy.deepcopy(preset)
+        depth_at(config)["num_layers"] = depth
+        try:
+            model = keras.saving.deserialize_keras_object(config)
+        except Exception as error:  # keras-hub's own checks of its config (any kind)
+            reason = " ".join(str(error).split())[:200]
+            raise CheckpointError(f"{directory}: keras-hub cannot build its config.json "
+                                  f"({type(error).__name__}: {reason}).") from error
+        return collections.Counter(tuple(v.shape) for v in model.weights)
+
+    depth = depth_at(preset)["num_layers"]
+    first = shapes(1)
+    block = shapes(2) - first
+    expected = first + collections.Counter({s: n * (depth - 1) for s, n in block.items()})
+    if expected != stored:
+        def listed(counter):
+            return ", ".join(f"{n} x {s}" for s, n in sorted(counter.items())[:3]) or "nothing"
+        raise CheckpointError(
+            f"{directory}: config.json does not describe {WEIGHTS_FILE} (edited?): the "
+            f"config's model has {listed(expected - stored)} that the file lacks, the file "
+            f"{listed(stored - expected)} that the config lacks.")

@@ -72,7 +72,7 @@ def split_heads(a, heads, axis):
     """(.., D, ..) -> (.., heads, D // heads, ..) at `axis`: the official attention shapes.
     `heads` None (a header check that needs no heads) or not dividing D: kept, and the loader
     names the shape mismatch."""
-    if heads is None or a.shape[axis] % heads:
+    if heads is None or a.ndim <= axis or a.shape[axis] % heads:
         return a
     shape = list(a.shape)
     shape[axis:axis + 1] = [heads, shape[axis] // heads]
@@ -86,6 +86,10 @@ def _from_conv(a, heads):
 
 
 def _fused_parts(a, count=3):
+    """`count` equal parts along the first axis; an array that has none (a scalar, rows left
+    over) is passed whole as each part, whose shape the loader names: never truncated."""
+    if a.ndim == 0 or a.shape[0] % count:
+        return [a] * count
     part = a.shape[0] // count
     return [a[j * part:(j + 1) * part] for j in range(count)]
 

@@ -122,8 +122,9 @@ def timm_config_variant(config):
     if variant is None or any(k not in _MODEL_ARGS and k not in _NEUTRAL_ARGS for k in args):
         return None
     fields = {_MODEL_ARGS[k]: v for k, v in args.items() if k in _MODEL_ARGS}
-    if any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= checks.MAX_WIDTH
-           for v in fields.values()):
+    if any(isinstance(v, bool) or not isinstance(v, int)
+           or not (0 if k == "register_tokens" else 1) <= v <= checks.MAX_WIDTH
+           for k, v in fields.items()):
         return None
     if "width" in fields or "mlp_ratio" in args:  # the architecture's own ratio unless said
         ratio = args.get("mlp_ratio", variant.mlp_dim / variant.width)
@@ -155,6 +156,8 @@ class TimmReader(RowTableReader):
 
     def info(self):
         variant = timm_config_variant(self._config) if self._config else None
+        if variant is not None:  # before anything is built
+            checks.check_architecture(f"{self.source.folder}/config.json", variant)
         pretrained = self._config.get("pretrained_cfg") or {}
         normalization = None
         if "mean" in pretrained and "std" in pretrained:

@@ -308,6 +308,25 @@ def test_a_config_keras_vit_cannot_build_is_refused_in_one_line(hub_folder, tmp_
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("ratio", [64, 262144])
+def test_an_mlp_ratio_the_arrays_do_not_have_is_refused_before_anything_is_built(
+        hub_folder, tmp_path, monkeypatch, ratio):
+    """The file's MLP is 256 wide (4 x 64): a config of another ratio is refused from the
+    headers (or, where its model cannot fit this machine, by the memory check), in one line,
+    before the config's model is built."""
+    from keras_vit.models import vit
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a model was built")
+    monkeypatch.setattr(vit, "_build", no_build)
+    directory = _with_config(hub_folder, tmp_path,
+                             lambda c: c["model_cfg"]["vision_cfg"].update(mlp_ratio=ratio))
+    with pytest.raises(CheckpointError, match=f"mlp_dim: {64 * ratio} in the config, 256 in the "
+                                              "arrays|cannot hold") as error:
+        keras_vit.from_pretrained(directory)
+    assert "\n" not in str(error.value)
+
+
 def test_a_config_names_its_row_and_its_activation(hub_folder, tmp_path):
     """open_clip's ViT-B-32 configs (its model_configs): "-quickgelu" (OpenAI's weights) is
     the row, the GELU one (LAION's) the row with "-gelu"; both read from config alone."""
