@@ -11,6 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints.formats import inspect_checkpoint
+from keras_vit.export.timm_config import registered_name
 from keras_vit.variants import timm_variant
 from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
 from tests.checkpoints.formats.test_formats import TOL, _images, _randomise, run_timm
@@ -24,6 +25,7 @@ def test_every_row_builds_what_timm_registers(base):
 
     name = base + "_224" if f"{base}_224" in timm.list_models(base + "*") else base
     assert name in timm.list_models(base + "*"), f"timm registers no {base}"
+    assert registered_name(base) == name  # what save_pretrained's config.json names
     variant = timm_variant(name)
     with torch.device("meta"):
         model = timm.create_model(name, pretrained=False)
@@ -87,6 +89,7 @@ def test_a_timm_folder_with_sixteen_heads_loads_as_sixteen_heads(tmp_path):
     model, folder = _timm_folder(tmp_path, "vit_base_patch16_gap_224", depth=2, img_size=64,
                                  num_classes=5)
     from keras_vit.checkpoints.formats import inspect_checkpoint
+from keras_vit.export.timm_config import registered_name
 
     info = inspect_checkpoint(str(folder))
     assert info.heads == 16
