@@ -89,7 +89,6 @@ def test_a_timm_folder_with_sixteen_heads_loads_as_sixteen_heads(tmp_path):
     model, folder = _timm_folder(tmp_path, "vit_base_patch16_gap_224", depth=2, img_size=64,
                                  num_classes=5)
     from keras_vit.checkpoints.formats import inspect_checkpoint
-from keras_vit.export.timm_config import registered_name
 
     info = inspect_checkpoint(str(folder))
     assert info.heads == 16
