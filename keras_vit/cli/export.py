@@ -4,6 +4,7 @@ a timm Hub folder.
     keras-vit export --model B/16 --weights augreg-in21k-ft-in1k-224 --output serving/vit
     keras-vit export --model my_model.keras --format tflite --output vit.tflite
     keras-vit export --model runs/digits --format hub --output digits-vit
+    keras-vit export --model dinov2.keras --format transformers --output dinov2-hf
 
 TensorFlow and Keras are imported when the command runs, so `--help` stays fast.
 """
@@ -22,24 +23,25 @@ from keras_vit.cli.common import (
 
 __all__ = ["add_parser", "run"]
 
-FORMATS = ("saved_model", "tflite", "keras", "hub")
+FORMATS = ("saved_model", "tflite", "keras", "hub", "transformers")
 
 
 def add_parser(commands):
     """Registers `export` on an argparse sub-parsers object."""
     parser = commands.add_parser(
-        "export", help="write a model for TF Serving (SavedModel), TFLite, as a .keras file or "
-                       "a timm Hub folder",
+        "export", help="write a model for TF Serving (SavedModel), TFLite, as a .keras file, "
+                       "a timm Hub folder or a transformers folder",
         description="Write a classifier as a TF Serving SavedModel (OUTPUT/<version>/), a "
-                    "TFLite file, a .keras file, or a folder timm and keras_vit.from_pretrained "
+                    "TFLite file, a .keras file, or a folder timm (hub) or transformers "
+                    "(transformers: ViT, DINOv2, SigLIP, CLIP) and keras_vit.from_pretrained "
                     "load (config.json, model.safetensors, README.md).")
     add_model_options(parser)
     parser.add_argument("--format", choices=FORMATS, default="saved_model",
                         help="what to write (default: saved_model)")
     parser.add_argument("--output", required=True,
                         help="saved_model: the model's base folder, which receives a new version "
-                             "folder; tflite: the .tflite file; keras: the .keras file; hub: a "
-                             "new folder")
+                             "folder; tflite: the .tflite file; keras: the .keras file; hub, "
+                             "transformers: a new folder")
     parser.add_argument("--version", type=positive_int,
                         help="saved_model version (default: the next free integer)")
     parser.add_argument("--labels",
@@ -91,11 +93,11 @@ def _check_arguments(args):
     if args.precision == "bfloat16" and args.format == "tflite":
         raise CommandError("--precision bfloat16 does not apply to --format tflite (TFLite has "
                            "no bfloat16 kernels); --quantize float16 halves the file instead.")
-    if args.quantize is not None and args.format in ("saved_model", "hub"):
+    if args.quantize is not None and args.format in FOLDER_FORMATS:
         raise CommandError("--quantize applies to --format tflite or keras.")
-    if args.precision == "bfloat16" and args.format == "hub":
-        raise CommandError("--format hub writes timm's float32 weights; --precision bfloat16 "
-                           "does not apply.")
+    if args.precision == "bfloat16" and args.format in FOLDER_FORMATS[1:]:
+        raise CommandError(f"--format {args.format} writes float32 weights; --precision "
+                           "bfloat16 does not apply.")
     if args.format == "keras" and args.quantize not in (None, "int8"):
         raise CommandError(f"--format keras quantises to int8 only, not {args.quantize}.")
     if args.quantize == "int8" and args.format == "tflite" and not args.calibration_data:
@@ -112,9 +114,10 @@ def _check_arguments(args):
                                                                     str(args.version))):
             raise CommandError(f"{os.path.join(args.output, str(args.version))} exists already; "
                                "give another --version, or leave it out for the next one.")
-    elif args.format == "hub":
+    elif args.format in FOLDER_FORMATS:
         if os.path.lexists(args.output):
-            raise CommandError(f"--output {args.output} exists; --format hub writes a new folder.")
+            raise CommandError(f"--output {args.output} exists; --format {args.format} writes a "
+                               "new folder.")
     elif os.path.isdir(args.output):
         raise CommandError(f"--output {args.output} is an existing folder; --format "
                            f"{args.format} writes one file there.")
@@ -122,7 +125,9 @@ def _check_arguments(args):
     _check_output_is_not_the_model(args.output, args.model)
 
 
-# The file each one-file format writes, by its suffix; a saved_model's folder takes neither.
+# The formats that write a folder (saved_model: a version folder inside it).
+FOLDER_FORMATS = ("saved_model", "hub", "transformers")
+# The file each one-file format writes, by its suffix; a folder takes neither.
 SUFFIXES = {"tflite": ".tflite", "keras": ".keras"}
 
 
@@ -164,7 +169,7 @@ def _export(args):
     if args.format == "tflite":
         export.export_tflite(model, args.output, top_k=args.top_k)
         return f"Wrote {args.output}"
-    if args.format == "hub":
+    if args.format in FOLDER_FORMATS[1:]:
         return _export_hub(args, model)
     labels = _labels(args.labels, model.output_shape[-1], labels_beside(args.model))
     path = export.export_saved_model(model, args.output, version=args.version, labels=labels,
@@ -174,7 +179,8 @@ def _export(args):
 
 
 def _export_hub(args, model):
-    """A timm Hub folder: a run's (or .keras file's) labels and report travel with it."""
+    """A timm Hub or transformers folder: a run's (or .keras file's) labels and report travel
+    with it."""
     from keras_vit.export.pretrained_folder import run_folder_of, save_pretrained
 
     labels = args.labels or labels_beside(args.model)
@@ -183,9 +189,12 @@ def _export_hub(args, model):
 
         labels = imagenet_label_names(model.output_shape[-1])
     run = run_folder_of(args.model) if os.path.exists(args.model) else None
+    layout = "timm" if args.format == "hub" else "transformers"
     path = save_pretrained(model, args.output, labels=None if labels == "none" else labels,
-                           run=run)
-    return f"Wrote {path} (timm: timm.create_model('local-dir:{path}', pretrained=True))"
+                           run=run, layout=layout)
+    if layout == "timm":
+        return f"Wrote {path} (timm: timm.create_model('local-dir:{path}', pretrained=True))"
+    return f"Wrote {path} (transformers: AutoModel.from_pretrained({path!r}))"
 
 
 def _signatures(folder):

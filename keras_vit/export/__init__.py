@@ -14,5 +14,5 @@ __getattr__, __dir__, __all__ = _lazy.attach(__name__, {
                     "keras_vit.export.saved_model"),
     "save_pretrained": "keras_vit.export.pretrained_folder",
     "push_to_hub": "keras_vit.export.hub_push"},
-    submodules=("saved_model", "quantized", "pretrained_folder", "timm_config", "model_card",
-                "hub_push"))
+    submodules=("saved_model", "quantized", "pretrained_folder", "timm_config",
+                "transformers_folder", "model_card", "hub_push"))

@@ -17,31 +17,34 @@ def weights_licence(weights):
     return licences.pop() if len(licences) == 1 else None
 
 
-def model_card(config, report=None, weights=None, licence=None):
-    """The card's Markdown: a YAML header the Hub reads (library, licence, tags), then text."""
-    header = ["---", "library_name: timm", "tags:", "- image-classification", "- timm",
-              "- keras-vit"]
+def model_card(title, library, size, mean, std, built_with=None, report=None, weights=None,
+               licence=None):
+    """The card's Markdown: a YAML header the Hub reads (library, licence, tags), then how to
+    load the folder (`library`: "timm" or "transformers"), its input, weights and report."""
+    header = ["---", f"library_name: {library}", "tags:", "- image-classification",
+              f"- {library}", "- keras-vit"]
     if licence:
         header.append(f"license: {licence}")
     header.append("---")
-    cfg = config["pretrained_cfg"]
-    size = cfg["input_size"][-1]
+    load = ("model = timm.create_model('local-dir:' + folder, pretrained=True)  "
+            "# or 'hf-hub:owner/name'" if library == "timm"
+            else "model = transformers.AutoModel.from_pretrained(folder)")
     lines = [
-        f"# {config['architecture']} ({config['num_classes']} classes)", "",
-        "A Vision Transformer trained or converted with keras_vit, saved in timm's layout.", "",
+        f"# {title}", "",
+        f"A Vision Transformer trained or converted with keras_vit, saved in the layout of {library}.",
+        "",
         "```python",
-        "import timm",
-        "model = timm.create_model('local-dir:' + folder, pretrained=True)  # or 'hf-hub:owner/name'",
+        f"import {library}",
+        load,
         "",
         "import keras_vit",
         "model = keras_vit.from_pretrained(folder)",
         "```", "",
-        f"Input: {size}x{size} pixels, the whole image resized ({cfg['interpolation']}), "
-        f"normalised with mean {_numbers(cfg['mean'])} and std {_numbers(cfg['std'])}.",
+        f"Input: {size}x{size} pixels, the whole image resized (bilinear), "
+        f"normalised with mean {_numbers(mean)} and std {_numbers(std)}.",
     ]
-    if config.get("model_args"):
-        args = ", ".join(f"{k}={v!r}" for k, v in config["model_args"].items())
-        lines.append(f"timm builds it with {args}.")
+    if built_with:
+        lines.append(f"{library} builds it with {built_with}.")
     lines += ["", "## Weights", "",
               f"Started from `{weights}`." if weights else "Trained from random weights.",
               f"Licence of those weights: {licence}." if licence else

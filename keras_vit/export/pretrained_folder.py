@@ -1,6 +1,7 @@
 """save_pretrained: a keras_vit ViT as the folder timm shares models in (config.json,
 model.safetensors, README.md), which `timm.create_model('local-dir:' + folder,
-pretrained=True)`, a Hub repository and `keras_vit.from_pretrained(folder)` all load.
+pretrained=True)`, a Hub repository and `keras_vit.from_pretrained(folder)` all load; or, for
+the families transformers has a class of, as transformers' folder (export/transformers_folder.py).
 
     keras_vit.save_pretrained("runs/digits", "digits-vit")     # a run: its labels, report
     keras_vit.save_pretrained(model, "my-vit", labels=names)
@@ -11,10 +12,13 @@ import os
 
 from keras_vit._support.json_files import read_json
 from keras_vit.atomic import publish_folder, temporary_folder
+from keras_vit.checkpoints.formats.npz_metadata import model_metadata
+from keras_vit.checkpoints.formats.safetensors import write_safetensors
 from keras_vit.checkpoints.formats.timm import save_safetensors
 from keras_vit.errors import ArgumentError, PathExistsError, PathNotFoundError
 from keras_vit.export.model_card import model_card, weights_licence
-from keras_vit.export.timm_config import timm_config
+from keras_vit.export.timm_config import has_head, model_variant, timm_config
+from keras_vit.export.transformers_folder import transformers_layout
 from keras_vit.labels import read_labels
 
 __all__ = ["save_pretrained", "run_folder_of"]
@@ -28,8 +32,9 @@ def run_folder_of(path):
     return folder if os.path.isfile(os.path.join(folder, "run.json")) else None
 
 
-def save_pretrained(model, folder, labels=None, run=None, overwrite=False):
-    """Writes `model` (a built ViT, or a run folder / .keras file) as a timm Hub folder.
+def save_pretrained(model, folder, labels=None, run=None, layout="timm", overwrite=False):
+    """Writes `model` (a built ViT, or a run folder / .keras file) as a timm Hub folder, or
+    transformers' folder.
 
     Args:
         model: a keras_vit ViT, or the path of a `.keras` file or a `keras-vit train` run's
@@ -39,13 +44,17 @@ def save_pretrained(model, folder, labels=None, run=None, overwrite=False):
         labels: class names (a list, or a file of one name a line); default: a run's labels.
         run: the run folder whose report.json and run.json the card quotes; default: the run
             a model path names.
+        layout: "timm" (any plain ViT or family model) or "transformers" (ViT, DINOv2, SigLIP
+            and CLIP towers, which transformers' AutoModel loads).
         overwrite: replace an existing folder (else it is refused).
 
     Returns the folder's path.
     """
     folder = os.fspath(folder)
     if os.path.lexists(folder) and not overwrite:
-        raise PathExistsError(f"{folder} exists; give overwrite=True (--overwrite) to replace it.")
+        raise PathExistsError(f"{folder} exists; give overwrite=True to replace it.")
+    if layout not in ("timm", "transformers"):
+        raise ArgumentError(f"layout must be 'timm' or 'transformers', got {layout!r}.")
     if isinstance(model, (str, os.PathLike)):
         from keras_vit.models.factory import load
 
@@ -61,16 +70,44 @@ def save_pretrained(model, folder, labels=None, run=None, overwrite=False):
         raise ArgumentError("labels must be class names (strings), one per class.")
     report, weights = _run_record(run)
     licence = weights_licence(weights)
-    config = timm_config(model, labels, extra={"license": licence} if licence else None)
+    if layout == "timm":
+        config = timm_config(model, labels, extra={"license": licence} if licence else None)
+        files = {"config.json": config}
+        cfg = config["pretrained_cfg"]
+        title = f"{config['architecture']} ({config['num_classes']} classes)"
+        built_with = ", ".join(f"{k}={v!r}" for k, v in config["model_args"].items())
+        size, mean, std = cfg["input_size"][-1], cfg["mean"], cfg["std"]
+        weights_file = lambda path: save_safetensors(model, path)  # noqa: E731
+    else:
+        config, processor, state = transformers_layout(
+            model, model_variant(model), model_metadata(model), _classes(model, labels), labels)
+        files = {"config.json": config, "preprocessor_config.json": processor}
+        title, built_with = f"{config['architectures'][0]} ({config['model_type']})", None
+        size, (mean, std) = config["image_size"], processor_mean_std(processor)
+        weights_file = lambda path: write_safetensors(state, path, metadata={"format": "pt"})  # noqa: E731
+    card = model_card(title, layout, size, mean, std, built_with, report, weights, licence)
     with temporary_folder(folder) as tmp:
         os.makedirs(tmp)
-        save_safetensors(model, os.path.join(tmp, "model.safetensors"))
-        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as file:
-            json.dump(config, file, indent=2)
+        weights_file(os.path.join(tmp, "model.safetensors"))
+        for name, content in files.items():
+            with open(os.path.join(tmp, name), "w", encoding="utf-8") as file:
+                json.dump(content, file, indent=2)
         with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as file:
-            file.write(model_card(config, report, weights, licence))
+            file.write(card)
         publish_folder(tmp, folder, replace=overwrite)
     return folder
+
+
+def processor_mean_std(processor):
+    return processor["image_mean"], processor["image_std"]
+
+
+def _classes(model, labels):
+    """The model's head's classes (0 without a head), checked against its label names."""
+    classes = model.output_shape[-1] if has_head(model) else 0
+    if labels is not None and len(labels) != classes:
+        raise ArgumentError(f"{len(labels)} label names for a head of {classes} classes.")
+    return classes
 
 
 def _run_record(run):

@@ -23,7 +23,8 @@ from keras_vit.normalization import input_normalization
 from keras_vit.variants import FAMILIES, VARIANTS, timm_variant
 from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
 
-__all__ = ["model_variant", "registered_name", "timm_architecture", "timm_config", "TIMM_ACTIVATIONS"]
+__all__ = ["has_head", "model_variant", "registered_name", "timm_architecture", "timm_config",
+           "TIMM_ACTIVATIONS"]
 
 # timm's act_layer names (timm.layers.create_act) for the MLP activations keras_vit builds:
 # (activation, approximate_gelu) -> name. The erf GELU is what every timm ViT uses unless told.
@@ -34,6 +35,16 @@ _STRUCTURE = ("family", "classifier", "class_token", "distilled", "register_toke
               "embed_prefix_tokens", "feed_forward", "pre_norm", "patch_bias", "resnet_stages")
 # timm's LayerNorm epsilon where the table's row leaves it to the weights' source.
 _TIMM_EPSILON = 1e-6
+
+
+def _mlp_fields(model):
+    """The Variant fields of the MLP `model`'s blocks compute: the activation, or SwiGLU."""
+    from keras_vit.layer_names import is_block
+
+    activation = next(layer for layer in model.layers if is_block(layer.name)).mlp.activation
+    if activation == "swiglu":
+        return {"feed_forward": "swiglu"}
+    return {"feed_forward": "mlp", "activation": activation}
 
 
 def registered_name(base):
@@ -53,8 +64,9 @@ def model_variant(model):
         return recorded
     shapes = {key: array.shape for key, array in official_arrays(model).items()}
     fit = fitting_variants(shapes)
-    if fit:
-        return min(fit, key=lambda row: row.family != "ViT")  # the paper's row where several fit
+    if fit:  # the paper's row where several fit; the MLP as the model computes it
+        return dataclasses.replace(min(fit, key=lambda row: row.family != "ViT"),
+                                   **_mlp_fields(model))
     features = shape_features(shapes)
     query = shapes[QUERY_KERNEL.format(i=0)]
     sizes = {"width": features["width"], "depth": features["depth"], "mlp_dim": features["mlp_dim"],
@@ -62,7 +74,8 @@ def model_variant(model):
     for row in [*VARIANTS.values(), *FAMILIES.values()]:
         candidate = dataclasses.replace(row, **sizes)
         if variant_fits_shapes(candidate, shapes):
-            return dataclasses.replace(candidate, name=f"{row.family}-{sizes['width']}x{sizes['depth']}")
+            return dataclasses.replace(candidate, name=f"{row.family}-{sizes['width']}x{sizes['depth']}",
+                                       **_mlp_fields(model))
     raise ArgumentError(f"{model.name}: its weights fit no architecture of keras_vit's tables "
                         "at any size; save it with save_npz.")
 
@@ -106,7 +119,7 @@ def timm_config(model, labels=None, extra=None):
                             "one square size.")
     if height != timm_variant(architecture).image_size:
         args["img_size"] = height
-    classes = model.output_shape[-1] if _has_head(model) else 0
+    classes = model.output_shape[-1] if has_head(model) else 0
     if labels is not None and len(labels) != classes:
         raise ArgumentError(f"{len(labels)} label names for a head of {classes} classes.")
     mean, std = input_normalization(model)
@@ -123,7 +136,8 @@ def timm_config(model, labels=None, extra=None):
     return config
 
 
-def _has_head(model):
+def has_head(model):
+    """Whether `model` ends in a classifier head (include_top)."""
     from keras_vit.layer_names import HEAD
 
     return any(layer.name == HEAD for layer in model.layers)

@@ -188,3 +188,84 @@ def test_push_to_hub_uploads_the_folder_with_the_token(tmp_path, monkeypatch):
         keras_vit.push_to_hub(folder, "no-owner")
     with pytest.raises(PathNotFoundError, match="no save_pretrained folder"):
         keras_vit.push_to_hub(tmp_path, "owner/name")
+
+
+def _transformers_outputs(folder, pixels, output):
+    """transformers' AutoModel of the folder, run on normalised NHWC `pixels`: `output`."""
+    import_timm()  # torch on CPU, as the timm oracle imports it
+    import torch
+    import transformers
+
+    model = transformers.AutoModel.from_pretrained(str(folder)).eval()
+    with torch.no_grad():
+        out = model(pixel_values=torch.from_numpy(pixels.transpose(0, 3, 1, 2).copy()))
+    return model, getattr(out, output).numpy()
+
+
+# (family row, image size, include_top, transformers' output the Keras model's output is).
+TRANSFORMERS_CASES = {
+    "DINOv2-S/14": (28, False, "pooler_output"),  # the class token after the final norm
+    "DINOv2-S/14-reg4": (28, False, "pooler_output"),
+    "SigLIP-B/16": (32, False, "pooler_output"),  # the MAP head's output
+    "CLIP-B/16": (32, True, "image_embeds"),  # the projected class token
+}
+
+
+@pytest.mark.parametrize("row", TRANSFORMERS_CASES, ids=list(TRANSFORMERS_CASES))
+def test_a_family_tower_loads_in_transformers_and_back_in_keras_vit(row, tmp_path):
+    size, top, output = TRANSFORMERS_CASES[row]
+    variant = dataclasses.replace(FAMILIES[row], **_SMALL)
+    model = keras_vit.ViT(variant, image_size=size, include_top=top, **({"classes": 24} if top else {}))
+    _randomised(model)
+    if top:  # CLIP's projection has no bias
+        model.get_layer("head").bias.assign(np.zeros(24, np.float32))
+    folder = keras_vit.save_pretrained(model, tmp_path / "hf", layout="transformers")
+    pixels = _normalised(model, 2)
+    loaded, reference = _transformers_outputs(folder, pixels, output)
+    _assert_close(np.asarray(model(pixels)), reference)
+    with pytest.warns(UserWarning) if variant.normalization else _no_warning():
+        back = keras_vit.from_pretrained(folder, include_top=top)
+    np.testing.assert_array_equal(np.asarray(back(pixels)), np.asarray(model(pixels)))
+
+
+def test_a_classifier_loads_in_transformers_with_its_labels(tmp_path):
+    model = _randomised(keras_vit.ViT("demo", image_size=16, classes=3))
+    folder = keras_vit.save_pretrained(model, tmp_path / "hf", labels=["a", "b", "c"],
+                                       layout="transformers")
+    import_timm()
+    import torch
+    import transformers
+
+    loaded = transformers.AutoModelForImageClassification.from_pretrained(str(folder)).eval()
+    assert loaded.config.id2label == {0: "a", 1: "b", 2: "c"}
+    pixels = _normalised(model, 2)
+    with torch.no_grad():
+        logits = loaded(pixel_values=torch.from_numpy(pixels.transpose(0, 3, 1, 2).copy())).logits
+    _assert_close(np.asarray(model(pixels)), logits.numpy())
+
+
+def test_transformers_has_no_class_for_every_model(tmp_path):
+    gap = keras_vit.ViT(dataclasses.replace(keras_vit.get_variant("B/16-gap"), depth=1,
+                                            width=32, heads=2, mlp_dim=64), image_size=32)
+    with pytest.raises(ArgumentError, match="transformers has no class"):
+        keras_vit.save_pretrained(gap, tmp_path / "hf", layout="transformers")
+    with pytest.raises(ArgumentError, match="layout must be"):
+        keras_vit.save_pretrained(gap, tmp_path / "x", layout="onnx")
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_export_command_refuses_what_a_folder_cannot_hold(cli, tmp_path):
+    for flags, message in ((["--format", "hub", "--quantize", "int8"], "--quantize applies"),
+                           (["--format", "transformers", "--precision", "bfloat16"],
+                            "writes float32 weights"),
+                           (["--format", "hub", "--output", str(tmp_path / "x.keras")],
+                            "writes a folder")):
+        args = ["export", "--model", "demo", "--image-size", "16", "--output",
+                str(tmp_path / "out"), *flags]
+        result = cli(args)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert message in result.stderr
+    gap = cli(["export", "--model", "B/16-gap", "--image-size", "32", "--format", "transformers",
+               "--output", str(tmp_path / "gap")])
+    assert gap.returncode == 2 and "transformers has no class" in gap.stderr
+    assert sorted(os.listdir(tmp_path)) == []
