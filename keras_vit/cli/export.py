@@ -1,7 +1,10 @@
-"""`keras-vit export`: a model as a TF Serving SavedModel, a TFLite file or a `.keras` file.
+"""`keras-vit export`: a model as a TF Serving SavedModel, a TFLite file, a `.keras` file or
+a timm Hub folder.
 
     keras-vit export --model B/16 --weights augreg-in21k-ft-in1k-224 --output serving/vit
     keras-vit export --model my_model.keras --format tflite --output vit.tflite
+    keras-vit export --model runs/digits --format hub --output digits-vit
+    keras-vit export --model dinov2.keras --format transformers --output dinov2-hf
 
 TensorFlow and Keras are imported when the command runs, so `--help` stays fast.
 """
@@ -20,21 +23,25 @@ from keras_vit.cli.common import (
 
 __all__ = ["add_parser", "run"]
 
-FORMATS = ("saved_model", "tflite", "keras")
+FORMATS = ("saved_model", "tflite", "keras", "hub", "transformers")
 
 
 def add_parser(commands):
     """Registers `export` on an argparse sub-parsers object."""
     parser = commands.add_parser(
-        "export", help="write a model for TF Serving (SavedModel), TFLite or as a .keras file",
+        "export", help="write a model for TF Serving (SavedModel), TFLite, as a .keras file, "
+                       "a timm Hub folder or a transformers folder",
         description="Write a classifier as a TF Serving SavedModel (OUTPUT/<version>/), a "
-                    "TFLite file, or a .keras file.")
+                    "TFLite file, a .keras file, or a folder timm (hub) or transformers "
+                    "(transformers: ViT, DINOv2, SigLIP, CLIP) and keras_vit.from_pretrained "
+                    "load (config.json, model.safetensors, README.md).")
     add_model_options(parser)
     parser.add_argument("--format", choices=FORMATS, default="saved_model",
                         help="what to write (default: saved_model)")
     parser.add_argument("--output", required=True,
                         help="saved_model: the model's base folder, which receives a new version "
-                             "folder; tflite: the .tflite file; keras: the .keras file")
+                             "folder; tflite: the .tflite file; keras: the .keras file; hub, "
+                             "transformers: a new folder")
     parser.add_argument("--version", type=positive_int,
                         help="saved_model version (default: the next free integer)")
     parser.add_argument("--labels",
@@ -86,8 +93,11 @@ def _check_arguments(args):
     if args.precision == "bfloat16" and args.format == "tflite":
         raise CommandError("--precision bfloat16 does not apply to --format tflite (TFLite has "
                            "no bfloat16 kernels); --quantize float16 halves the file instead.")
-    if args.quantize is not None and args.format == "saved_model":
+    if args.quantize is not None and args.format in FOLDER_FORMATS:
         raise CommandError("--quantize applies to --format tflite or keras.")
+    if args.precision == "bfloat16" and args.format in FOLDER_FORMATS[1:]:
+        raise CommandError(f"--format {args.format} writes float32 weights; --precision "
+                           "bfloat16 does not apply.")
     if args.format == "keras" and args.quantize not in (None, "int8"):
         raise CommandError(f"--format keras quantises to int8 only, not {args.quantize}.")
     if args.calibration_data:
@@ -108,6 +118,10 @@ def _check_arguments(args):
                                                                     str(args.version))):
             raise CommandError(f"{os.path.join(args.output, str(args.version))} exists already; "
                                "give another --version, or leave it out for the next one.")
+    elif args.format in FOLDER_FORMATS:
+        if os.path.lexists(args.output):
+            raise CommandError(f"--output {args.output} exists; --format {args.format} writes a "
+                               "new folder.")
     elif os.path.isdir(args.output):
         raise CommandError(f"--output {args.output} is an existing folder; --format "
                            f"{args.format} writes one file there.")
@@ -115,7 +129,9 @@ def _check_arguments(args):
     _check_output_is_not_the_model(args.output, args.model)
 
 
-# The file each one-file format writes, by its suffix; a saved_model's folder takes neither.
+# The formats that write a folder (saved_model: a version folder inside it).
+FOLDER_FORMATS = ("saved_model", "hub", "transformers")
+# The file each one-file format writes, by its suffix; a folder takes neither.
 SUFFIXES = {"tflite": ".tflite", "keras": ".keras"}
 
 
@@ -124,7 +140,7 @@ def _check_output_suffix(format_name, output):
     if suffix is not None and not output.lower().endswith(suffix):
         raise CommandError(f"--format {format_name} writes a {suffix} file; got --output {output}.")
     if suffix is None and output.lower().endswith(tuple(SUFFIXES.values())):
-        raise CommandError(f"--format saved_model writes a folder; --output {output} is named "
+        raise CommandError(f"--format {format_name} writes a folder; --output {output} is named "
                            "as a file of another format (give --format, or a folder name).")
 
 
@@ -162,11 +178,32 @@ def _export(args):
     if args.format == "tflite":
         export.export_tflite(model, args.output, top_k=args.top_k)
         return f"Wrote {args.output}"
+    if args.format in FOLDER_FORMATS[1:]:
+        return _export_hub(args, model)
     labels = _labels(args.labels, model.output_shape[-1], labels_beside(args.model))
     path = export.export_saved_model(model, args.output, version=args.version, labels=labels,
                                      top_k=args.top_k, max_pixels=args.max_pixels,
                                      execution=args.execution)
     return f"Wrote {path} (signatures: {', '.join(_signatures(path))})"
+
+
+def _export_hub(args, model):
+    """A timm Hub or transformers folder: a run's (or .keras file's) labels and report travel
+    with it."""
+    from keras_vit.export.pretrained_folder import run_folder_of, save_pretrained
+
+    labels = args.labels or labels_beside(args.model)
+    if labels == "imagenet":
+        from keras_vit.labels import imagenet_label_names
+
+        labels = imagenet_label_names(model.output_shape[-1])
+    run = run_folder_of(args.model) if os.path.exists(args.model) else None
+    layout = "timm" if args.format == "hub" else "transformers"
+    path = save_pretrained(model, args.output, labels=None if labels == "none" else labels,
+                           run=run, layout=layout)
+    if layout == "timm":
+        return f"Wrote {path} (timm: timm.create_model('local-dir:{path}', pretrained=True))"
+    return f"Wrote {path} (transformers: AutoModel.from_pretrained({path!r}))"
 
 
 def _signatures(folder):

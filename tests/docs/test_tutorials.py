@@ -18,6 +18,8 @@ from nbclient import NotebookClient
 from tests.distribution_names import INSTALL
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The tutorials committed with their outputs (tools/execute_tutorials.py's list).
+OFFLINE_TUTORIALS = ("09_transfer_methods.ipynb",)
 NOTEBOOKS = sorted((ROOT / "tutorials").glob("*.ipynb"))
 # The project has no public repository yet, so Colab opens a notebook the user uploads.
 COLAB = "https://colab.research.google.com/"
@@ -47,10 +49,12 @@ def test_notebook_is_well_formed(path):
     parameters = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1, "exactly one cell tagged 'parameters'"
     assert 'SMOKE = os.environ.get("KERAS_VIT_SMOKE") == "1"' in parameters[0].source
+    if path.name in OFFLINE_TUTORIALS:  # committed with a real run's outputs (test_tutorial_outputs.py)
+        return
     for cell in cells:
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None, \
-                f"{path.name}: commit notebooks with outputs cleared"
+                f"{path.name}: commit notebooks that need downloads with outputs cleared"
 
 
 # Every notebook run is `slow`: each starts a fresh kernel and TensorFlow (the quick-start

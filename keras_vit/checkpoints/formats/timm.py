@@ -6,7 +6,8 @@ A bare state dict records neither its head count (nor the MAP head's), its
 activation, GELU form, epsilon nor normalisation: `keras_vit.ViT(variant, weights=...)` takes
 the variant's, and `keras_vit.from_pretrained` refuses it naming each (`unrecorded`). A Hub
 folder's `config.json` names the architecture (whose heads keras_vit/variants/timm_names.py's
-table knows) and `pretrained_cfg` its mean/std.
+table knows), `model_args` its other sizes and activation (act_layer: the GELU form, which
+keras_vit's save_pretrained records) and `pretrained_cfg` its mean/std.
 """
 
 import dataclasses
@@ -86,8 +87,25 @@ _TIMM_FIELDS = {"architecture": checks.string, "pretrained_cfg": checks.mapping,
 # folder) that change the architecture, as Variant fields; `img_size` is the default resolution.
 _MODEL_ARGS = {"depth": "depth", "embed_dim": "width", "num_heads": "heads",
                "patch_size": "patch_size", "img_size": "image_size", "reg_tokens": "register_tokens"}
-# Arguments that leave the architecture as it is (the head's size comes from the weights).
-_NEUTRAL_ARGS = ("num_classes", "drop_rate", "drop_path_rate", "attn_drop_rate", "pretrained_cfg")
+# Arguments that leave the architecture as it is (the head's size comes from the weights;
+# mlp_ratio is read with the width, act_layer by timm_activation).
+_NEUTRAL_ARGS = ("num_classes", "drop_rate", "drop_path_rate", "attn_drop_rate", "pretrained_cfg",
+                 "mlp_ratio", "act_layer")
+# timm's act_layer names keras_vit builds: name -> (activation, approximate_gelu).
+_ACT_LAYERS = {"gelu": ("gelu", False), "gelu_tanh": ("gelu", True),
+               "quick_gelu": ("quick_gelu", False)}
+
+
+def timm_activation(config):
+    """(activation, approximate_gelu) a timm config's model_args set (act_layer), or None
+    where they set none; an act_layer keras_vit does not build is refused in one line."""
+    name = (config.get("model_args") or {}).get("act_layer")
+    if name is None:
+        return None
+    if name not in _ACT_LAYERS:
+        raise CheckpointError(f"config.json: model_args act_layer {name!r} is no activation "
+                              f"keras_vit builds ({', '.join(_ACT_LAYERS)}).")
+    return _ACT_LAYERS[name]
 
 
 def gelu_clip_variant(architecture):
@@ -131,6 +149,9 @@ def timm_config_variant(config):
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 64:
             return None
         fields["mlp_dim"] = int(fields.get("width", variant.width) * ratio)
+    activation = timm_activation(config)
+    if activation is not None:
+        fields["activation"] = activation[0]
     if not fields:
         return variant
     return match_or_name(dataclasses.replace(variant, **fields))
@@ -163,8 +184,10 @@ class TimmReader(RowTableReader):
         if "mean" in pretrained and "std" in pretrained:
             normalization = normalization_from(f"{self.source.folder}/config.json",
                                                pretrained["mean"], pretrained["std"])
+        activation = timm_activation(self._config) if self._config else None
         return CheckpointInfo(self.shapes(), format="timm",
                               heads=variant.heads if variant is not None else None,
+                              approximate_gelu=activation[1] if activation else None,
                               normalization=normalization, variant=variant)
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit.checkpoints.formats import inspect_checkpoint
+from keras_vit.export.timm_config import registered_name
 from keras_vit.variants import timm_variant
 from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
 from tests.checkpoints.formats.test_formats import TOL, _images, _randomise, run_timm
@@ -24,6 +25,7 @@ def test_every_row_builds_what_timm_registers(base):
 
     name = base + "_224" if f"{base}_224" in timm.list_models(base + "*") else base
     assert name in timm.list_models(base + "*"), f"timm registers no {base}"
+    assert registered_name(base) == name  # what save_pretrained's config.json names
     variant = timm_variant(name)
     with torch.device("meta"):
         model = timm.create_model(name, pretrained=False)
