@@ -55,11 +55,15 @@ def transformers_layout(model, variant, metadata, classes, labels):
               "layer_norm_eps": metadata["layer_norm_epsilon"],
               "hidden_act": _activation(variant, metadata["approximate_gelu"])}
     if family == "DINOv2":
-        config.update(mlp_ratio=variant.mlp_dim / variant.width, layerscale_value=1.0,
-                      use_swiglu_ffn=variant.feed_forward == "swiglu")
         if variant.feed_forward == "swiglu":
             raise ArgumentError("DINOv2's SwiGLU giant: transformers sizes its MLP from "
                                 "mlp_ratio by its own rounding; save it in timm's layout.")
+        if variant.mlp_dim % variant.width:  # transformers' Dinov2Config takes an int ratio
+            raise ArgumentError(f"transformers' DINOv2 sizes its MLP as a whole multiple of the "
+                                f"width; {variant.mlp_dim} is not one of {variant.width}: save "
+                                "it in timm's layout.")
+        config.update(mlp_ratio=variant.mlp_dim // variant.width, layerscale_value=1.0,
+                      use_swiglu_ffn=False)
         if variant.register_tokens:
             config["num_register_tokens"] = variant.register_tokens
     else:

@@ -191,12 +191,16 @@ def test_push_to_hub_uploads_the_folder_with_the_token(tmp_path, monkeypatch):
 
 
 def _transformers_outputs(folder, pixels, output):
-    """transformers' AutoModel of the folder, run on normalised NHWC `pixels`: `output`."""
+    """transformers' model class the folder names, run on normalised NHWC `pixels`: `output`."""
     import_timm()  # torch on CPU, as the timm oracle imports it
     import torch
     import transformers
 
-    model = transformers.AutoModel.from_pretrained(str(folder)).eval()
+    # The class the folder names (CLIP's projection is CLIPVisionModelWithProjection, which
+    # AutoModel, reading the model type alone, would not build).
+    with open(os.path.join(folder, "config.json")) as f:
+        architecture = json.load(f)["architectures"][0]
+    model = getattr(transformers, architecture).from_pretrained(str(folder)).eval()
     with torch.no_grad():
         out = model(pixel_values=torch.from_numpy(pixels.transpose(0, 3, 1, 2).copy()))
     return model, getattr(out, output).numpy()
