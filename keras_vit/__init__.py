@@ -44,6 +44,7 @@ _CORE = {
 # Loaded on first use, always.
 _ON_FIRST_USE = {
     **dict.fromkeys(["export_saved_model", "export_tflite"], "keras_vit.export.saved_model"),
+    **dict.fromkeys(["export_onnx", "export_openvino", "export_litert"], "keras_vit.export.runtimes"),
     **dict.fromkeys(["train", "TrainSettings", "Recipe", "RECIPES", "get_recipe"], "keras_vit.training"),
     **dict.fromkeys(["load_dataset", "make_pipeline"], "keras_vit.data"),
     **dict.fromkeys(["predict_images", "ImagePrediction"], "keras_vit.runtime.inference"),

@@ -1,5 +1,6 @@
 """Exports of a classifier: a SavedModel for TF Serving and a TFLite file
-(keras_vit/export/saved_model.py), and their quantised forms (export/quantized.py).
+(keras_vit/export/saved_model.py), their quantised forms (export/quantized.py), and ONNX,
+OpenVINO and LiteRT files through Keras' own exporters (export/runtimes.py).
 
 `export_saved_model`, `export_tflite` and `next_version` are read from here as before;
 names that left in 0.2 (`model_input`, `has_softmax_head`) are still found, with a
@@ -8,6 +9,9 @@ DeprecationWarning (keras_vit/_lazy.py).
 
 from keras_vit import _lazy
 
-__getattr__, __dir__, __all__ = _lazy.attach(__name__, dict.fromkeys(
-    ["export_saved_model", "export_tflite", "next_version"], "keras_vit.export.saved_model"),
-    submodules=("saved_model", "quantized"))
+__getattr__, __dir__, __all__ = _lazy.attach(__name__, {
+    **dict.fromkeys(["export_saved_model", "export_tflite", "next_version"],
+                    "keras_vit.export.saved_model"),
+    **dict.fromkeys(["export_onnx", "export_openvino", "export_litert"],
+                    "keras_vit.export.runtimes")},
+    submodules=("saved_model", "quantized", "runtimes"))

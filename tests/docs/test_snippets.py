@@ -45,7 +45,7 @@ SKIPPED = {
         "installs the package; .ci/run runs it as written, and its keras-vit train command "
         "is the first block of docs/fine-tuning.md, the suite's shared digits run "
         "(tests/conftest.py)",
-    ("README.md", 'pip install -e ".[dev,oracle]"'):
+    ("README.md", 'pip install -e ".[dev,oracle,export]"'):
         "installs packages and runs this test suite; .ci/run runs it as written",
     ("docs/fine-tuning.md", "--dataset tf_flowers --model B/16 --weights imagenet21k --output"):
         "downloads tf_flowers",
