@@ -114,7 +114,8 @@ def _check_holds(format_name, model):
 
     from keras_vit.export.saved_model import _classes, _image_size
 
-    _image_size(model), _classes(model)  # one RGB image input of a known size; a classifier
+    _image_size(model)  # one RGB image input of a known size
+    _classes(model)  # a classifier: (batch, classes) out
     if keras.backend.backend() != "tensorflow":
         raise ArgumentError(f"The {format_name} export traces the model with TensorFlow; run it "
                             f"with KERAS_BACKEND=tensorflow (this is {keras.backend.backend()}).")
