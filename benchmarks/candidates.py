@@ -182,6 +182,61 @@ def _jax_candidate(name, model, arch):
     return Candidate(name, "jax", infer, train)
 
 
+def runtime_candidates(arch, runtimes, folder):
+    """keras_vit's model exported (keras_vit/export/runtimes.py, the preprocessing inside) and
+    run for inference only: ONNX Runtime in float32 and int8 (static, calibrated on 8 random
+    batches: the weights are random, so only the speed means something), OpenVINO's CPU plugin
+    in float32 and bfloat16 (its INFERENCE_PRECISION_HINT). Returns (candidates, isa notes)."""
+    import os
+
+    import keras_vit
+    from keras_vit.export import runtimes as export
+
+    variant = keras_vit.Variant("bench", arch.width, arch.depth, arch.mlp_dim, arch.heads,
+                                arch.patch_size)
+    model = keras_vit.ViT(variant, image_size=arch.image_size, classes=arch.classes)
+    pixels = {}
+
+    def batch_pixels(batch):
+        if batch not in pixels:
+            pixels[batch] = ((_random_batch(arch, batch)[0] + 1) * 127.5).astype(np.float32)
+        return pixels[batch]
+
+    out, notes = [], []
+    if "onnxruntime" in runtimes:
+        import onnxruntime
+
+        float_path = export.export_onnx(model, os.path.join(folder, "model.onnx"))
+        int8_path = export.export_onnx(model, os.path.join(folder, "int8.onnx"), quantize="int8",
+                                       calibration=batch_pixels(8))
+        for label, path in (("float32", float_path), ("int8", int8_path)):
+            session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+            out.append(Candidate(
+                f"onnxruntime ({label})", "onnxruntime", train=None,
+                infer=lambda batch, s=session: s.run(["logits"], {"images": batch_pixels(batch)})))
+        notes.append(f"onnxruntime {onnxruntime.__version__}: CPUExecutionProvider (MLAS picks "
+                     "its kernels by CPUID; the API does not report which)")
+    if "openvino" in runtimes:
+        import openvino as ov
+
+        path = export.export_openvino(model, os.path.join(folder, "model.xml"))
+        core = ov.Core()
+        for label, hint in (("float32", "f32"), ("bf16", "bf16")):
+            compiled = core.compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": hint})
+            out.append(Candidate(f"openvino ({label})", "openvino", train=None,
+                                 infer=lambda batch, c=compiled: c(batch_pixels(batch))))
+            compiled(batch_pixels(1))  # the kernels are chosen at the first call
+            kernels = sorted({info["primitiveType"].astype(str)
+                              for info in (op.get_rt_info()
+                                           for op in compiled.get_runtime_model().get_ops())
+                              if info["layerType"].astype(str) in ("FullyConnected", "MatMul",
+                                                                    "Convolution")})
+            notes.append(f"openvino {ov.__version__} {label}: capabilities "
+                         f"{core.get_property('CPU', 'OPTIMIZATION_CAPABILITIES')}, matrix "
+                         f"kernels {kernels}")
+    return out, notes
+
+
 def timm_candidates(arch, compiled=False, bf16=False):
     """timm's VisionTransformer eager, with `compiled` also under `torch.compile`, and with
     `bf16` also (eager) under `torch.autocast("cpu", torch.bfloat16)`, timm's own mixed

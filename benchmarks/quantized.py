@@ -44,10 +44,10 @@ def measure(name, image_size, reps, count, calibration_count):
     """Table rows (strings) for variant `name`."""
     import keras
     import numpy as np
-    import tensorflow as tf
 
     import keras_vit
     from keras_vit.export import export_tflite, quantized
+    from keras_vit.export.quantized import litert_interpreter
     from keras_vit.runtime.agreement import agreement
 
     keras.utils.set_random_seed(0)
@@ -67,7 +67,7 @@ def measure(name, image_size, reps, count, calibration_count):
             paths[mode] = export_tflite(model, os.path.join(folder, f"{mode}.tflite"),
                                         quantize=None if mode == "float32" else mode,
                                         calibration=calibration)
-        runners = {mode: tf.lite.Interpreter(model_path=path).get_signature_runner()
+        runners = {mode: litert_interpreter(path).get_signature_runner()
                    for mode, path in paths.items()}
         measured = {mode: agreement(reference, quantized.tflite_logits(path, images))
                     for mode, path in paths.items()}

@@ -10,10 +10,12 @@ unavailable, not skipped silently.
 """
 
 import argparse
+import atexit
 import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,7 +37,9 @@ def parse_args(argv=None):
                         help="timed calls per candidate (default 7, quick 1)")
     parser.add_argument("--batch-sizes", default=None, help="inference batches, e.g. 8,32")
     parser.add_argument("--train-batch-sizes", default=None, help="training batches, e.g. 8,32")
-    parser.add_argument("--only", default="keras_vit,keras_hub,timm", help="candidates to run")
+    parser.add_argument("--only", default="keras_vit,keras_hub,timm,onnxruntime,openvino",
+                        help="candidates to run (onnxruntime and openvino: inference only, the "
+                             "keras_vit model exported by keras_vit.export_onnx/export_openvino)")
     parser.add_argument("--modes", default="graph,xla,auto",
                         help="Keras execution modes: graph, xla, and for keras_vit auto (the mode "
                              "keras_vit.runtime.execution chooses here, timed afresh in this run)")
@@ -109,6 +113,17 @@ def build_candidates(arch, args, notes):
     if "timm" in only:
         compiled = args.torch_compile if args.torch_compile is not None else not args.quick
         builders.append(("timm", lambda: cands.timm_candidates(arch, compiled, args.bf16)))
+    runtimes = [name for name in ("onnxruntime", "openvino") if name in only]
+    if runtimes:
+        folder = tempfile.mkdtemp(prefix="keras_vit_runtimes_")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the exported files
+
+        def exported():
+            built, isa = cands.runtime_candidates(arch, runtimes, folder)
+            notes.extend(isa)
+            return built
+
+        builders.append(("onnxruntime/openvino", exported))
     out = []
     for name, build in builders:
         try:
@@ -246,11 +261,11 @@ def main(argv=None):
     for kind, section, sizes, passes in (("infer", "inference", batches, 1),
                                          ("train", "training", train_batches, 3)):
         for batch in sizes:
-            timings, round_peak = time_round_robin(candidates, kind, batch, repeats, gemm,
-                                                   report["notes"])
+            timings, round_peak = time_round_robin([c for c in candidates if getattr(c, kind)],
+                                                   kind, batch, repeats, gemm, report["notes"])
             report[section][str(batch)] = {
                 c.name: _throughput(timings[c.name], round_peak, passes * (c.forward_flops or forward_flops))
-                for c in candidates}
+                for c in candidates if c.name in timings}
             report[section][str(batch)]["_tf_gemm_each_round"] = {
                 k: summarize(v) for k, v in round_peak.items()}
             print(f"{section} batch {batch}: " + ", ".join(

@@ -46,6 +46,7 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["export_saved_model", "export_tflite"], "keras_vit.export.saved_model"),
     "save_pretrained": "keras_vit.export.pretrained_folder",
     "push_to_hub": "keras_vit.export.hub_push",
+    **dict.fromkeys(["export_onnx", "export_openvino", "export_litert"], "keras_vit.export.runtimes"),
     **dict.fromkeys(["train", "TrainSettings", "Recipe", "RECIPES", "get_recipe"], "keras_vit.training"),
     **dict.fromkeys(["load_dataset", "make_pipeline"], "keras_vit.data"),
     **dict.fromkeys(["predict_images", "ImagePrediction"], "keras_vit.runtime.inference"),

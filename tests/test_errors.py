@@ -67,6 +67,10 @@ NOT_THE_USERS = {
         "a missing optional dependency: Python's own signal, the message gives the pip line",
     ("keras_vit/checkpoints/formats/keras_hub_presets.py", "import_keras_hub", "ImportError"):
         "a missing optional dependency: Python's own signal, the message gives the pip line",
+    ("keras_vit/export/runtimes.py", "_import_runtime", "ImportError"):
+        "a missing optional dependency: Python's own signal, the message gives the pip line",
+    ("keras_vit/export/runtimes.py", "_quantize_int8", "ImportError"):
+        "a missing optional dependency (NNCF): Python's own signal, the message gives the pip line",
     ("keras_vit/checkpoints/formats/safetensors.py", "_header", "ValueError"):
         "caught in the same function and raised again as CheckpointError naming the file",
     ("keras_vit/checkpoints/formats/npz_metadata.py", "parse_metadata", "ValueError"):

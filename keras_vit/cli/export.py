@@ -1,8 +1,10 @@
-"""`keras-vit export`: a model as a TF Serving SavedModel, a TFLite file, a `.keras` file or
-a timm Hub folder.
+"""`keras-vit export`: a model as a TF Serving SavedModel, a TFLite file, a `.keras` file, an
+ONNX, OpenVINO or LiteRT file (keras_vit/export/runtimes.py), or a timm Hub or transformers
+folder.
 
     keras-vit export --model B/16 --weights augreg-in21k-ft-in1k-224 --output serving/vit
     keras-vit export --model my_model.keras --format tflite --output vit.tflite
+    keras-vit export --model my_model.keras --format onnx --output vit.onnx --calibration-data digits
     keras-vit export --model runs/digits --format hub --output digits-vit
     keras-vit export --model dinov2.keras --format transformers --output dinov2-hf
 
@@ -23,25 +25,31 @@ from keras_vit.cli.common import (
 
 __all__ = ["add_parser", "run"]
 
-FORMATS = ("saved_model", "tflite", "keras", "hub", "transformers")
+FORMATS = ("saved_model", "tflite", "keras", "onnx", "openvino", "litert", "hub", "transformers")
+# The formats keras_vit/export/runtimes.py writes through Keras' exporters, and their --quantize.
+RUNTIME_QUANTIZE = {"onnx": ("int8",), "openvino": ("int8",), "litert": ()}
 
 
 def add_parser(commands):
     """Registers `export` on an argparse sub-parsers object."""
     parser = commands.add_parser(
-        "export", help="write a model for TF Serving (SavedModel), TFLite, as a .keras file, "
-                       "a timm Hub folder or a transformers folder",
+        "export", help="write a model for TF Serving (SavedModel), TFLite, ONNX, OpenVINO, "
+                       "LiteRT, as a .keras file, a timm Hub folder or a transformers folder",
         description="Write a classifier as a TF Serving SavedModel (OUTPUT/<version>/), a "
-                    "TFLite file, a .keras file, or a folder timm (hub) or transformers "
-                    "(transformers: ViT, DINOv2, SigLIP, CLIP) and keras_vit.from_pretrained "
-                    "load (config.json, model.safetensors, README.md).")
+                    "TFLite file, a .keras file, an ONNX, OpenVINO or LiteRT file (the "
+                    "preprocessing inside; with --calibration-data, its agreement with the "
+                    "Keras model measured in its runtime and written to OUTPUT.agreement.json), "
+                    "or a folder timm (hub) or transformers (transformers: ViT, DINOv2, SigLIP, "
+                    "CLIP) and keras_vit.from_pretrained load (config.json, model.safetensors, "
+                    "README.md).")
     add_model_options(parser)
     parser.add_argument("--format", choices=FORMATS, default="saved_model",
                         help="what to write (default: saved_model)")
     parser.add_argument("--output", required=True,
                         help="saved_model: the model's base folder, which receives a new version "
-                             "folder; tflite: the .tflite file; keras: the .keras file; hub, "
-                             "transformers: a new folder")
+                             "folder; tflite and litert: the .tflite file; keras: the .keras file; "
+                             "onnx: the .onnx file; openvino: the .xml file (its .bin beside); "
+                             "hub, transformers: a new folder")
     parser.add_argument("--version", type=positive_int,
                         help="saved_model version (default: the next free integer)")
     parser.add_argument("--labels",
@@ -71,7 +79,9 @@ def _add_quantize_arguments(parser):
     parser.add_argument("--quantize", choices=("float16", "dynamic", "int8"), default=None,
                         help="tflite: float16 weights, dynamic-range int8 weights, or int8 "
                              "full-integer (calibrated on --calibration-data); keras: int8 "
-                             "(Keras' Model.quantize) (default: float32)")
+                             "(Keras' Model.quantize); onnx: int8 (ONNX Runtime's static "
+                             "quantisation); openvino: int8 (NNCF, when installed) "
+                             "(default: float32)")
     parser.add_argument("--calibration-data", default=None,
                         help="a dataset name ('digits', a TFDS name) or a folder of class "
                              "sub-folders: its training split calibrates int8, its test split "
@@ -90,6 +100,8 @@ def _check_arguments(args):
     if args.precision == "bfloat16" and args.quantize is not None:
         raise CommandError("--precision bfloat16 and --quantize each change what the model "
                            "computes in; give one of them.")
+    if args.format in RUNTIME_QUANTIZE:
+        _check_runtime_arguments(args)
     if args.precision == "bfloat16" and args.format == "tflite":
         raise CommandError("--precision bfloat16 does not apply to --format tflite (TFLite has "
                            "no bfloat16 kernels); --quantize float16 halves the file instead.")
@@ -131,8 +143,22 @@ def _check_arguments(args):
 
 # The formats that write a folder (saved_model: a version folder inside it).
 FOLDER_FORMATS = ("saved_model", "hub", "transformers")
+def _check_runtime_arguments(args):
+    """The flags an ONNX, OpenVINO or LiteRT export takes."""
+    if args.precision == "bfloat16":
+        raise CommandError(f"--precision bfloat16 does not apply to --format {args.format}: the "
+                           "file holds the float32 model, and the runtime chooses its precision.")
+    if args.quantize is not None and args.quantize not in RUNTIME_QUANTIZE[args.format]:
+        kinds = " or ".join(RUNTIME_QUANTIZE[args.format]) or "nothing (--format tflite does)"
+        raise CommandError(f"--format {args.format} quantises to {kinds}, not {args.quantize}.")
+    if args.quantize == "int8" and not args.calibration_data:
+        raise CommandError("--quantize int8 calibrates on images: give --calibration-data "
+                           "(a dataset name or a folder).")
+
+
 # The file each one-file format writes, by its suffix; a folder takes neither.
-SUFFIXES = {"tflite": ".tflite", "keras": ".keras"}
+SUFFIXES = {"tflite": ".tflite", "keras": ".keras", "onnx": ".onnx", "openvino": ".xml",
+            "litert": ".tflite"}
 
 
 def _check_output_suffix(format_name, output):
@@ -163,6 +189,8 @@ def _export(args):
 
     _check_arguments(args)
     model = load_model(args)
+    if args.format in RUNTIME_QUANTIZE:
+        return _export_runtime(args, model)
     if args.quantize is not None:
         from keras_vit.models.factory import quantized_layers
 
@@ -285,12 +313,9 @@ def _saved_model_logits(folder, pixels, batch_size=64):
 
 def _record_agreement(written, record, what):
     """Writes `record` to WRITTEN.agreement.json; the line that reports it."""
-    import json
+    from keras_vit.export.runtimes import record_agreement
 
-    from keras_vit.atomic import atomic_open
-
-    with atomic_open(written + ".agreement.json") as f:
-        json.dump(record, f, indent=2)
+    record_agreement(written, record)
     return (f"Wrote {written} ({what}): top-1 agreement with the float model "
             f"{record['top1_agreement']:.4f}, max logit difference "
             f"{record['max_logit_difference']:.4g} on {record['images']} held-out images")
@@ -326,3 +351,30 @@ def _export_quantized(args, model):
               "held_out": "the calibration data's test split",
               **agreement(reference, logits)}
     return _record_agreement(args.output, record, args.quantize)
+
+
+def _export_runtime(args, model):
+    """An ONNX, OpenVINO or LiteRT file, and with --calibration-data its agreement with the
+    Keras model on the data's test split, run in its runtime, printed and in
+    OUTPUT.agreement.json."""
+    from keras_vit.export import quantized, runtimes
+    from keras_vit.models.image_size import image_size
+
+    calibration, held_out = None, None
+    if args.calibration_data:
+        calibration, held_out = quantized.calibration_pixels(
+            args.calibration_data, image_size(model),
+            args.calibration_images if args.quantize else 1)
+    options = {"top_k": args.top_k, "held_out": held_out}
+    if args.format != "litert":
+        options.update(quantize=args.quantize, calibration=calibration)
+    getattr(runtimes, f"export_{args.format}")(model, args.output, **options)
+    what = f"{args.format} {args.quantize or 'float32'}"
+    if held_out is None:
+        return f"Wrote {args.output} ({what}; give --calibration-data to measure its agreement)"
+    from keras_vit._support.json_files import read_json
+
+    record = read_json(args.output + ".agreement.json", "an agreement record", CommandError)
+    record.update(calibration_data=args.calibration_data,
+                  held_out="the calibration data's test split")
+    return _record_agreement(args.output, record, what)

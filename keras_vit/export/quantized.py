@@ -25,8 +25,8 @@ import numpy as np
 from keras_vit.errors import ArgumentError, SizeError
 
 __all__ = ["QUANTIZE_MODES", "FLOAT_OPS", "configure_converter", "convert",
-           "tflite_logits", "calibration_pixels", "check_calibration_images", "quantize_keras",
-           "MAX_CALIBRATION_IMAGES"]
+           "tflite_logits", "litert_interpreter", "calibration_pixels", "check_calibration_images",
+           "quantize_keras", "MAX_CALIBRATION_IMAGES"]
 
 QUANTIZE_MODES = ("float16", "dynamic", "int8")
 # Calibration holds its images' pixels in memory at once (the converter's representative
@@ -90,12 +90,23 @@ def convert(converter, quantize=None):
 
 
 def tflite_logits(path, pixels):
-    """The logits of the TFLite file at `path` on `pixels`, one image at a time (batch 1)."""
-    import tensorflow as tf
-
-    runner = tf.lite.Interpreter(model_path=path).get_signature_runner()
+    """The logits of the TFLite file at `path` on `pixels`, one image at a time (batch 1), in
+    LiteRT's interpreter (TensorFlow's where ai_edge_litert is not installed)."""
+    runner = litert_interpreter(path).get_signature_runner()
     return np.concatenate([runner(images=np.asarray(pixels[i:i + 1], np.float32))["logits"]
                            for i in range(len(pixels))])
+
+
+def litert_interpreter(path):
+    """A TFLite file's interpreter: LiteRT's (`ai_edge_litert`), as Google ships it now, where
+    installed; TensorFlow's deprecated `tf.lite.Interpreter` otherwise."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:  # its deprecation notice, left to show, says what to install
+        import tensorflow as tf
+
+        return tf.lite.Interpreter(model_path=path)
+    return Interpreter(model_path=path)
 
 
 def keras_logits(model, pixels, batch_size=64):

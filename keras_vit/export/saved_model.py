@@ -161,7 +161,8 @@ def export_tflite(model, path, top_k=5, quantize=None, calibration=None, precisi
 
     The file has one signature, `serving_default`, as the SavedModel's: float32
     pixels `(batch, height, width, 3)` in [0, 255] in; `logits`, `probabilities`
-    and `class_ids` out. Use `tf.lite.Interpreter(path).get_signature_runner()`.
+    and `class_ids` out. Use `ai_edge_litert.interpreter.Interpreter(path).get_signature_runner()`
+    (keras_vit.export.quantized.litert_interpreter: TensorFlow's deprecated one as a fallback).
     Models whose weights exceed TFLite's 2 GiB FlatBuffer limit are refused.
     `precision`: "float32" or "auto" (float32: TFLite has no bfloat16 kernels; "bfloat16"
     is refused). Returns `path`.

@@ -1,6 +1,7 @@
 """How far a model's outputs stray from its float32 reference's: the one measure that the
 bfloat16 choice (keras_vit/runtime/precision.py), inference's `compare_images` and the
-quantised exports (keras_vit/export/quantized.py) all report. NumPy loads on first use: the
+quantised exports (keras_vit/export/quantized.py) and the ONNX, OpenVINO and LiteRT files
+(keras_vit/export/runtimes.py) all report. NumPy loads on first use: the
 command's --help reads the precision table beside it."""
 
 __all__ = ["agreement", "merge_agreements"]
