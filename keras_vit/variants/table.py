@@ -20,8 +20,11 @@ __all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "FAMILY_TIMM_NAMES
 # The values each switch of `Variant` may take: what a model builder implements, and what a file's
 # record of a Variant is checked against (checkpoints/formats/npz_metadata.py). A family that needs
 # a new kind of layer adds its value here.
-FIELD_CHOICES = {"classifier": ("token", "gap", "map"), "feed_forward": ("mlp", "swiglu"),
-                 "activation": ("gelu", "quick_gelu")}
+# A field whose default is None (rope) may also be None.
+FIELD_CHOICES = {"classifier": ("token", "gap", "map"),
+                 "feed_forward": ("mlp", "swiglu", "swiglu_split"),
+                 "activation": ("gelu", "quick_gelu"), "qkv_bias": ("qkv", "qv", "none"),
+                 "rope": ("dinov3", "eva")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +51,20 @@ class Variant:
     # True in the paper, DeiT and DINOv2; False in DeiT III and DINOv2 with registers.
     embed_prefix_tokens: bool = True
     layer_scale: float | None = None  # LayerScale's initial value; None: no LayerScale
-    feed_forward: str = "mlp"  # "mlp" (Dense, activation, Dense) or "swiglu" (packed)
+    # "mlp" (Dense, activation, Dense), "swiglu" (gate and value packed in one Dense) or
+    # "swiglu_split" (two Dense layers: timm's SwiGLU, fc1_g and fc1_x)
+    feed_forward: str = "mlp"
+    mlp_norm: bool = False  # a LayerNorm inside the MLP, before its output layer (EVA-02's sub-LN)
+    qkv_bias: str = "qkv"  # which of query, key, value have a bias: "qkv", "qv" (EVA) or "none"
+    # 2-D rotary position embedding in the attention ("dinov3" or "eva": timm's two layouts,
+    # keras_vit/layers/rotary.py); None: none. EVA's coordinates are stretched onto the trained
+    # grid of `rope_reference_grid` rows and columns.
+    rope: str | None = None
+    rope_reference_grid: int | None = None
+    position_embedding: bool = True  # the learned absolute one (DINOv3 has RoPE alone)
+    # The final LayerNorm after the pooling, not before it (EVA-02: timm's fc_norm); the
+    # tokens themselves (pooling=None) are then not normalised, as timm's forward_features.
+    norm_after_pooling: bool = False
     activation: str = "gelu"  # the MLP's: "gelu" or "quick_gelu" (OpenAI CLIP)
     # The GELU form of the family's own code, used without weights: tanh in the paper's and
     # big_vision's JAX code, erf in the PyTorch families'. Weights bring their source's.
@@ -95,8 +111,13 @@ class Variant:
     def block_options(self):
         """The switches of each encoder block, as `keras_vit.layers.TransformerBlock` takes them:
         a new switch inside the block is added here and in the block, not in the model builder."""
-        activation = "swiglu" if self.feed_forward == "swiglu" else self.activation
-        return {"activation": activation, "layer_scale": self.layer_scale}
+        swiglu = self.feed_forward.startswith("swiglu")
+        rope = None if self.rope is None else {
+            "style": self.rope, "num_prefix_tokens": self.num_prefix_tokens,
+            **({"reference_grid": self.rope_reference_grid} if self.rope_reference_grid else {})}
+        return {"activation": "swiglu" if swiglu else self.activation,
+                "layer_scale": self.layer_scale, "split_gate": self.feed_forward == "swiglu_split",
+                "mlp_norm": self.mlp_norm, "qkv_bias": self.qkv_bias, "rope": rope}
 
     @property
     def is_hybrid(self):
@@ -155,7 +176,7 @@ class Variant:
         DINOv2-S/14-reg4; None for gap variants and for variants outside `VARIANTS` and
         `FAMILIES`, which have no named constructor."""
         if FAMILIES.get(self.name) == self:
-            return self.name.replace("/", "").replace("-", "_")
+            return self.name.replace("/", "").replace("-", "_").replace("+", "plus")
         if self.classifier == "gap" or VARIANTS.get(self.name) != self:
             return None
         resnet, _, vit = self.name.rpartition("+")  # "R50", "ViT-B_16"
@@ -233,7 +254,9 @@ _TIMM_SIZES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "g": "gian
 def _family(family, size, patch, suffix="", *, timm, **fields):
     """One row of `FAMILIES`, and timm's architecture name for it: `timm` is a template of
     {size} (timm's word for it) and {patch}."""
+    # a family may size its MLP otherwise (EVA-02's SwiGLU of 2 x 8/3 D)
     width, depth, mlp_dim, heads = _FAMILY_SIZES[size]
+    mlp_dim = fields.pop("mlp_dim", mlp_dim)
     name = f"{family}-{size}/{patch}{suffix}"
     row = Variant(name, width, depth, mlp_dim, heads, patch, family=family, **fields)
     return row, timm.format(size=_TIMM_SIZES[size], patch=patch)
