@@ -53,6 +53,8 @@ CASES = [
     ("DeiT3-S/16", lambda s: _timm_family("deit3_small_patch16_224", s), 32),
     ("DINOv2-S/14", lambda s: _timm_family("vit_small_patch14_dinov2", s), 28),
     ("FlexiViT-S/16", lambda s: _timm_family("flexivit_small", s), 32),
+    # timm's Eva class (RoPE: no position table; gamma_1 and gamma_2)
+    ("DINOv3-S/16", lambda s: _timm_family("vit_small_patch16_dinov3", s), 32),
     ("ViT-Ti_16", lambda s: timm_vit(_variant("ViT-Ti_16"), s, CLASSES), 32),
     ("ViT-S_32-gap-norep", lambda s: timm_vit(_variant("ViT-S_32-gap-norep"), s, CLASSES), 64),
     ("R+ViT-Ti_16", lambda s: timm_hybrid(_variant("R+ViT-Ti_16"), s, CLASSES), 64),
