@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import keras_vit
-from tests.checkpoints.formats.test_formats import _images
+from tests.checkpoints.formats.test_formats import _images, _randomise
 from tests.checkpoints.formats.test_timm_families import DEPTH, _assert_close, _timm_file
-from tests.oracle import run_timm
+from tests.oracle import import_timm, run_timm
 
 # (timm architecture, image size, keyword arguments for timm): small widths keep them fast;
 # each exercises its row's switches (RoPE style, biases, SwiGLU packing, norms).
@@ -69,4 +69,20 @@ def test_another_size_and_shape_is_timms(architecture, size, kwargs, tmp_path):
                          dynamic_image_size=True)
     patch = ours.get_layer("embedding").patch_size
     images = _images(2, (2 * patch, 5 * patch))
+    _assert_close(np.asarray(ours(images)), run_timm(theirs, images))
+
+
+@pytest.mark.slow  # full size; the default tests above are the same rows at depth 2
+@pytest.mark.parametrize("architecture,size", [("vit_small_plus_patch16_dinov3_qkvb", 256),
+                                               ("eva02_small_patch14_224", 224)])
+def test_a_full_size_row_computes_what_timm_computes(architecture, size, tmp_path):
+    timm = import_timm()
+    import torch
+    from safetensors.torch import save_file
+
+    theirs = _randomise(timm.create_model(architecture, pretrained=False, num_classes=10), torch)
+    path = str(tmp_path / f"{architecture}.safetensors")
+    save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, path)
+    ours = keras_vit.ViT(architecture, weights=path, image_size=size)
+    images = _images(2, (size, size))
     _assert_close(np.asarray(ours(images)), run_timm(theirs, images))
