@@ -18,7 +18,7 @@ __all__ = ["Role", "role_of", "block_index", "block_name", "pooling_name", "is_b
            "IMAGES", "PREPROCESSING", "RESNET", "EMBEDDING", "PATCH_TOKENS", "CLS", "DIST_TOKEN",
            "REG_TOKEN", "POSEMBED_INPUT", "EMBEDDING_DROPOUT", "PRE_NORM", "BLOCK",
            "ENCODER_NORM", "TOKEN_POOL", "GAP_POOL", "MAX_POOL", "MAP_POOL", "DISTILLATION_POOL",
-           "DISTILLED_FEATURES", "PRE_LOGITS", "HEAD", "HEAD_DIST", "DISTILLED_LOGITS",
+           "DISTILLED_FEATURES", "PRE_LOGITS", "POOLED_NORM", "HEAD", "HEAD_DIST", "DISTILLED_LOGITS",
            "PREDICTIONS", "ROOT_PAD", "ROOT_BLOCK", "ROOT_POOL_PAD", "ROOT_POOL", "BIT_UNIT",
            "GROUP_NORM", "POST_RELU", "AVG_POOL", "HEADS", "FLOAT32_LAYERS", "STEM_LAYERS"]
 
@@ -63,6 +63,9 @@ DISTILLED_FEATURES = "distilled_features"  # DeiT without its heads: the two tok
 AVG_POOL = "avg_pool"  # BiT
 
 PRE_LOGITS = "pre_logits"
+# EVA-02's final LayerNorm, after the pooling (timm's fc_norm, which timm's layer decay groups
+# with the head): between the pooling and the head, as pre_logits.
+POOLED_NORM = "pooled_norm"
 HEAD = "head"
 HEAD_DIST = "head_dist"  # DeiT's distillation head
 DISTILLED_LOGITS = "distilled_logits"  # DeiT: the two heads' average
@@ -89,6 +92,7 @@ _ROLES = {
     **dict.fromkeys([*_POOLINGS.values(), DISTILLATION_POOL, DISTILLED_FEATURES, AVG_POOL],
                     Role.POOLING),
     PRE_LOGITS: Role.PRE_LOGITS,
+    POOLED_NORM: Role.PRE_LOGITS,
     **dict.fromkeys(FLOAT32_LAYERS, Role.HEAD),
     **dict.fromkeys([ROOT_PAD, ROOT_BLOCK, ROOT_POOL_PAD, ROOT_POOL, GROUP_NORM, POST_RELU],
                     Role.CNN),

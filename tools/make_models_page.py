@@ -257,9 +257,9 @@ def render():
                      f"{v.heads} | {v.total_stride} | {pooling} | {count} |\n")
     lines.append(FAMILY_TABLE)
     for v in FAMILIES.values():
-        pooling = {"token": "class token", "map": "MAP head"}[v.classifier]
+        pooling = {"token": "class token", "gap": "mean (gap)", "map": "MAP head"}[v.classifier]
         pooling += " + distillation" if v.distilled else ""
-        mlp = f"{v.mlp_dim} (SwiGLU)" if v.feed_forward == "swiglu" else str(v.mlp_dim)
+        mlp = f"{v.mlp_dim} (SwiGLU)" if v.feed_forward.startswith("swiglu") else str(v.mlp_dim)
         lines.append(f"| {v.name} | `{v.constructor_name}` | {v.width} | {v.depth} | {mlp} | "
                      f"{v.heads} | {v.patch_size} | {v.image_size} | {v.num_prefix_tokens} | "
                      f"{pooling} | {FAMILY_PARAMS[v.name]:,} |\n")

@@ -16,7 +16,13 @@ from keras_vit.analysis.distance import mean_attention_distance
 from keras_vit.analysis.rollout import attention_rollout
 from keras_vit.errors import ArgumentError, ArgumentTypeError
 from keras_vit.layer_names import GAP_POOL, MAP_POOL, PRE_LOGITS, TOKEN_POOL
-from keras_vit.layers import AddPositionEmbedding, ClassToken, PrefixTokens, TransformerBlock
+from keras_vit.layers import (
+    AddPositionEmbedding,
+    ClassToken,
+    PatchEncoder,
+    PrefixTokens,
+    TransformerBlock,
+)
 from keras_vit.models.image_size import image_size
 
 __all__ = ["AttentionProbe", "ProbeOutputs", "pooled_features"]
@@ -67,14 +73,19 @@ class AttentionProbe:
             raise ArgumentTypeError(f"AttentionProbe needs a keras.Model, got {type(model).__name__}.")
         blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
         positions = [layer for layer in model.layers if isinstance(layer, AddPositionEmbedding)]
-        if not blocks or len(positions) != 1:
+        # A model with RoPE alone (DINOv3) keeps its patches as a grid: its shape is the grid.
+        grids = [tuple(layer.output.shape[1:3]) for layer in model.layers
+                 if isinstance(layer, PatchEncoder) and len(layer.output.shape) == 4]
+        if not blocks or len(positions) > 1 or not (positions or grids):
             raise ArgumentError(f"Model {model.name!r} is not a keras_vit ViT: it needs "
-                                f"TransformerBlock layers and one AddPositionEmbedding, found "
-                                f"{len(blocks)} and {len(positions)}.")
+                                f"TransformerBlock layers and one AddPositionEmbedding (or a "
+                                f"patch grid), found {len(blocks)} and {len(positions)}.")
         if len(model.inputs) != 1 or len(model.outputs) != 1:
             raise ArgumentError("AttentionProbe needs a model with one input and one output.")
         self.model = model
-        self.grid_size = positions[0].grid_size
+        self.grid_size = positions[0].grid_size if positions else grids[0]
+        if None in self.grid_size:
+            raise ArgumentError("AttentionProbe needs a model built for a fixed image size.")
         # Counted from the token layers, not the position embedding's: DINOv2 with registers
         # and DeiT III add theirs after it (their embedding covers the patches only).
         self.has_class_token = any(isinstance(layer, ClassToken) for layer in model.layers)
@@ -113,7 +124,8 @@ class AttentionProbe:
         attention, tokens, outputs = [], [], []
         for layer in self._chain:
             if isinstance(layer, TransformerBlock):
-                x, weights = layer(x, return_attention_scores=True)
+                grid = outputs[self._grid_from[layer]] if layer in self._grid_from else None
+                x, weights = layer(x, return_attention_scores=True, grid=grid)
                 attention.append(weights)
                 tokens.append(x)
             elif layer in self._grid_from:  # a dynamic position embedding: the patches' grid
@@ -180,15 +192,16 @@ def _layer_chain(model):
     """The model's layers after the input, checked to form a single chain up to the last
     encoder block; and whether the chain goes on to the model's output. After the encoder a
     head may branch (a distilled DeiT's two heads): the chain then stops there and the model
-    itself computes the output. The one other input a chain layer may take is a dynamic
-    position embedding's grid, an earlier layer's output: {layer: that layer's place}."""
+    itself computes the output. The one other input a chain layer may take is the patch grid
+    (of a dynamic position embedding, or of a RoPE block), an earlier layer's output: {layer:
+    that layer's place}."""
     chain, previous, grid_from = [], model.inputs[0], {}
     blocks_left = sum(isinstance(layer, TransformerBlock) for layer in model.layers)
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
             continue
-        if getattr(layer, "dynamic_grid", False) and isinstance(layer.input, list) \
-                and layer.input[0] is previous:
+        takes_grid = getattr(layer, "dynamic_grid", False) or isinstance(layer, TransformerBlock)
+        if takes_grid and isinstance(layer.input, list) and layer.input[0] is previous:
             grid = [i for i, earlier in enumerate(chain) if earlier.output is layer.input[1]]
             if grid:
                 grid_from[layer] = grid[0]

@@ -53,6 +53,11 @@ class Checkpoint:
     # (keras_vit.layers.ResNetTrunk's arguments); None: official.
     trunk_numerics: dict | None = dataclasses.field(default=None, compare=False)
 
+    def __post_init__(self):
+        # An entry's own mean/std (DINOv3's satellite weights), [[mean], [std]] in JSON.
+        if isinstance(self.normalization, list):
+            object.__setattr__(self, "normalization", tuple(tuple(p) for p in self.normalization))
+
     @property
     def filename(self):
         return os.path.basename(self.local_path or self.url or self.hub)

@@ -36,7 +36,8 @@ __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_ke
            "MAP_QUERY_KERNEL", "MAP_QUERY_BIAS", "MAP_KEY_KERNEL", "MAP_KEY_BIAS",
            "MAP_VALUE_KERNEL", "MAP_VALUE_BIAS", "MAP_OUT_KERNEL", "MAP_OUT_BIAS", "MAP_LN_SCALE",
            "MAP_LN_BIAS", "MAP_MLP0_KERNEL", "MAP_MLP0_BIAS", "MAP_MLP1_KERNEL", "MAP_MLP1_BIAS", "MAP",
-           "linen_key", "SCANNED_BLOCK", "LINEN_POS_EMBED_KEY"]
+           "linen_key", "SCANNED_BLOCK", "LINEN_POS_EMBED_KEY", "MLP_VALUE_KERNEL",
+           "MLP_VALUE_BIAS", "MLP_NORM_SCALE", "MLP_NORM_BIAS"]
 
 # The official keys, as released (pre-Linen names); "{i}" is an encoder block's index, "{s}"
 # and "{u}" a hybrid trunk's stage and unit (both from 1). Every other module names a key
@@ -67,6 +68,12 @@ MLP1_KERNEL, MLP1_BIAS = BLOCK + "/MlpBlock_3/Dense_1/kernel", BLOCK + "/MlpBloc
 DIST_TOKEN_KEY, REG_TOKEN_KEY = "dist_token", "reg_token"  # (1, 1, D), (1, registers, D)
 PRE_NORM_SCALE, PRE_NORM_BIAS = "Transformer/pre_norm/scale", "Transformer/pre_norm/bias"
 LS1_SCALE, LS3_SCALE = BLOCK + "/LayerScale_1/scale", BLOCK + "/LayerScale_3/scale"
+# A split SwiGLU's value projection (its gate is Dense_0), and the LayerNorm inside the MLP
+# before Dense_1 (EVA-02): named by their layers in keras_vit/layers/mlp.py.
+MLP_VALUE_KERNEL = BLOCK + "/MlpBlock_3/Dense_value/kernel"
+MLP_VALUE_BIAS = BLOCK + "/MlpBlock_3/Dense_value/bias"
+MLP_NORM_SCALE = BLOCK + "/MlpBlock_3/LayerNorm_0/scale"
+MLP_NORM_BIAS = BLOCK + "/MlpBlock_3/LayerNorm_0/bias"
 HEAD_DIST_KERNEL_KEY, HEAD_DIST_BIAS_KEY = "head_dist/kernel", "head_dist/bias"
 MAP = "MAPHead_0"
 MAP_PROBE = MAP + "/probe"  # (1, 1, D)
@@ -219,6 +226,8 @@ def layout(model):
         block += 1
     if layer_names.ENCODER_NORM in names:
         norm(_scope(ENCODER_NORM_SCALE), model.get_layer(layer_names.ENCODER_NORM))
+    if layer_names.POOLED_NORM in names:  # the same weights, after the pooling (EVA-02)
+        norm(_scope(ENCODER_NORM_SCALE), model.get_layer(layer_names.POOLED_NORM))
     if layer_names.MAP_POOL in names:
         rows += _map_head_rows(model.get_layer(layer_names.MAP_POOL))
     for name, key in ((layer_names.PRE_LOGITS, PRE_LOGITS_KERNEL_KEY),
@@ -334,12 +343,16 @@ def _attention_rows(prefix, attention):
     width, heads = attention.qkv_kernel.shape[0], attention.num_heads
     head_dim = width // heads
     qkv = ("query", "key", "value")
+    # The biases the attention has (EVA's and DINOv3's have no key bias, or none at all).
+    biased = attention.biased_projections
+    bias_rows = [Row(tuple(f"{prefix}/{n}/bias" for n in biased), attention.qkv_bias,
+                     lambda a: np.concatenate([x.reshape(width) for x in a]),
+                     ((heads, head_dim),) * len(biased))] if biased else []
     return [
         Row(tuple(f"{prefix}/{n}/kernel" for n in qkv), attention.qkv_kernel,
             lambda a: np.concatenate([x.reshape(width, width) for x in a], axis=1),
             ((width, heads, head_dim),) * 3),
-        Row(tuple(f"{prefix}/{n}/bias" for n in qkv), attention.qkv_bias,
-            lambda a: np.concatenate([x.reshape(width) for x in a]), ((heads, head_dim),) * 3),
+        *bias_rows,
         Row((f"{prefix}/out/kernel",), attention.out_kernel,
             lambda a: a[0].reshape(width, width), ((heads, head_dim, width),)),
         Row((f"{prefix}/out/bias",), attention.out_bias),
@@ -402,8 +415,14 @@ def shape_features(shapes):
     depth = 0
     while LN0_SCALE.format(i=depth) in shapes:
         depth += 1
+    split = MLP_VALUE_KERNEL.format(i=0) in shapes  # a split SwiGLU: Dense_0 is half of it
+    first = shapes.get(MLP0_KERNEL.format(i=0), (None,))[-1]
+    biases = ("qkv" if KEY_BIAS.format(i=0) in shapes
+              else "qv" if QUERY_BIAS.format(i=0) in shapes else "none")
     return dict(width=kernel[-1], patch_size=kernel[0], depth=depth,
-                mlp_dim=shapes.get(MLP0_KERNEL.format(i=0), (None,))[-1],
+                mlp_dim=2 * first if split and first else first, split_gate=split,
+                mlp_norm=MLP_NORM_SCALE.format(i=0) in shapes, qkv_bias=biases,
+                position_embedding=POS_EMBED_KEY in shapes,
                 has_class_token=CLS_KEY in shapes, distilled=DIST_TOKEN_KEY in shapes,
                 register_tokens=shapes.get(REG_TOKEN_KEY, (0, 0))[1],
                 pre_norm=PRE_NORM_SCALE in shapes, map=MAP_PROBE in shapes,
@@ -421,6 +440,8 @@ def variant_fits_shapes(variant, shapes, features=None):
     v = variant
     return (found is not None
             and dict(width=v.width, patch_size=v.patch_size, depth=v.depth, mlp_dim=v.mlp_dim,
+                     split_gate=v.feed_forward == "swiglu_split", mlp_norm=v.mlp_norm,
+                     qkv_bias=v.qkv_bias, position_embedding=v.position_embedding,
                      has_class_token=v.has_class_token, distilled=v.distilled,
                      register_tokens=v.register_tokens, pre_norm=v.pre_norm,
                      map=v.classifier == "map", layer_scale=v.layer_scale is not None,

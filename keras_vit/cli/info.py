@@ -35,10 +35,12 @@ def run(args):
         tags = ", ".join(c.tag for c in catalogue() if c.variant == b.name)
         print(row.format(b.name, f"x{b.width}", b.depth, "-", 32, tags))
     print("\nHugging Face Hub weights (weights=\"hf://owner/name\", the 'hub' extra):")
+    # as wide as the longest licence name (FAIR's non-commercial research licence), plus a space
+    hub = [c for c in catalogue() if c.hub]
+    licence = max(len("licence"), *(len(c.license or "-") for c in hub)) + 1
     print(f"{'variant':<22}{'format':<14}{'classes':>8}{'res':>5}{'pre':>6}  "
-          f"{'licence':<14}weights=")
-    for c in catalogue():
-        if c.hub:
-            print(f"{c.variant:<22}{c.format:<14}{c.classes or '-':>8}{c.resolution:>5}"
-                  f"{c.representation_size or '-':>6}  {c.license or '-':<14}{c.tag}")
+          f"{'licence':<{licence}}weights=")
+    for c in hub:
+        print(f"{c.variant:<22}{c.format:<14}{c.classes or '-':>8}{c.resolution:>5}"
+              f"{c.representation_size or '-':>6}  {c.license or '-':<{licence}}{c.tag}")
     return 0

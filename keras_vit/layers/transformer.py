@@ -16,21 +16,23 @@ from keras_vit.errors import ArgumentError
 from keras_vit.layers import attention_kernels
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.layer_scale import LayerScale
-from keras_vit.layers.lora_dense import FactorKeepingDense
+from keras_vit.layers.mlp import (  # noqa: F401 (MLP_*: where the package has always found them)
+    LAYER_NORM_EPSILON,
+    MLP_ACTIVATIONS,
+    MLP_HIDDEN_NAME,
+    MLP_OUTPUT_NAME,
+    MlpBlock,
+)
+from keras_vit.layers.rotary import RotaryPositionEmbedding
 
 __all__ = ["MultiHeadSelfAttention", "MlpBlock", "LayerScale", "TransformerBlock",
-           "use_fused_attention", "MLP_ACTIVATIONS", "saved_dtype_policy"]
+           "use_fused_attention", "MLP_ACTIVATIONS", "QKV_BIASES", "saved_dtype_policy"]
 
-LAYER_NORM_EPSILON = 1e-6  # the official value; Keras' default 1e-3 breaks parity
-# The MLP's two dense layers, named as the checkpoint's (weights map by name); the JAX
-# model-parallel layout map (training/jax_distribution.py) finds them by these names too.
-MLP_HIDDEN_NAME, MLP_OUTPUT_NAME = "Dense_0", "Dense_1"
 # The attention's projections LoRA can adapt, in the fused kernel's column order, then the output.
 LORA_TARGETS = ("query", "key", "value", "out")
-# The feed-forwards a block computes: GELU (the paper's), OpenAI CLIP's QuickGELU x * sigmoid(1.702 x),
-# and DINOv2 giant's SwiGLU: silu(a) * b of the two halves (a, b) of one packed first layer,
-# as timm's SwiGLUPacked (the second layer then reads mlp_dim // 2 features).
-MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
+# Which of query, key and value have a bias: all three (the paper), query and value (EVA's, and
+# DINOv3's "qkvb" models: timm keeps the key's at zero, not a weight), or none (DINOv3).
+QKV_BIASES = {"qkv": (True, True, True), "qv": (True, False, True), "none": (False, False, False)}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -52,12 +54,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     GPUs and TPUs, padded to a length cuDNN trains on, or float32 attention in
     query blocks whose scores are recomputed, not stored, for the backward pass.
     Every path gives the same result to float32 rounding.
+
+    `qkv_bias` says which projections have a bias (`QKV_BIASES`): "qkv", "qv" (the key's is
+    zero, not a weight: the bias weight holds the query's and the value's, `(2 * D,)`) or
+    "none". `rope`, a `RotaryPositionEmbedding` config (`{"style": "dinov3",
+    "num_prefix_tokens": 5}`), rotates queries and keys by their patch's position; the call's
+    `grid_shape` gives the patch grid (None: square).
     """
 
-    def __init__(self, num_heads, dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
+    def __init__(self, num_heads, dropout=0.0, kernel_initializer="glorot_uniform", qkv_bias="qkv",
+                 rope=None, **kwargs):
         super().__init__(**kwargs)
+        if qkv_bias not in QKV_BIASES:
+            raise ArgumentError(f"qkv_bias must be one of {sorted(QKV_BIASES)}; got {qkv_bias!r}.")
         self.num_heads = num_heads
         self.dropout = dropout
+        self.qkv_bias_mode = qkv_bias
+        self.rope = dict(rope) if rope else None
+        self.rotary = RotaryPositionEmbedding(**self.rope, dtype=self.dtype_policy) if rope else None
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         # None: `attention_kernels.choose_path` decides; True/False or a path name (one of
@@ -76,15 +90,35 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.head_dim = width // self.num_heads
         self.qkv_kernel = self.add_weight(name="qkv_kernel", shape=(width, 3 * width),
                                           initializer=self.kernel_initializer)
-        self.qkv_bias = self.add_weight(name="qkv_bias", shape=(3 * width,), initializer="zeros")
+        biased = sum(QKV_BIASES[self.qkv_bias_mode])
+        self.qkv_bias = self.add_weight(name="qkv_bias", shape=(biased * width,),
+                                        initializer="zeros") if biased else None
         self.out_kernel = self.add_weight(name="out_kernel", shape=(width, width),
                                           initializer=self.kernel_initializer)
         self.out_bias = self.add_weight(name="out_bias", shape=(width,), initializer="zeros")
 
-    def call(self, x, training=None, return_attention_scores=False, first_token_only=False):
+    @property
+    def biased_projections(self):
+        """The projections of query, key and value with a bias, in the fused kernel's order
+        (the bias weight holds theirs, concatenated)."""
+        return tuple(name for name, has in zip(("query", "key", "value"),
+                                               QKV_BIASES[self.qkv_bias_mode]) if has)
+
+    def _full_bias(self, dtype):
+        """The (3 * D,) bias of query, key and value, zeros where a projection has none."""
+        width = self.qkv_kernel.shape[0]
+        if self.qkv_bias_mode == "qkv":
+            return ops.cast(self.qkv_bias, dtype)
+        if self.qkv_bias is None:
+            return ops.zeros((3 * width,), dtype)
+        query, value = ops.split(ops.cast(self.qkv_bias, dtype), 2)
+        return ops.concatenate([query, ops.zeros((width,), dtype), value])
+
+    def call(self, x, training=None, return_attention_scores=False, first_token_only=False,
+             grid_shape=None):
         batch, tokens, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
         kernel = ops.cast(self.qkv_kernel, x.dtype)
-        bias = ops.cast(self.qkv_bias, x.dtype)
+        bias = self._full_bias(x.dtype)
         # Projections run on (batch * tokens, D) matrices: `ops.add` of a bias to a 2-D
         # matmul is the MatMul + BiasAdd pair that TensorFlow fuses into one kernel.
         flat = ops.reshape(x, (-1, width))
@@ -98,6 +132,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             query = self._lora("query", flat, query)
             queries = tokens
         key, value = self._lora("key", flat, key), self._lora("value", flat, value)
+        if self.rotary is not None:  # the class token's query (first_token_only) is not rotated
+            heads = (self.num_heads, self.head_dim)
+            key = ops.reshape(self.rotary(ops.reshape(key, (batch, tokens, *heads)),
+                                          grid_shape=grid_shape), (-1, width))
+            if not first_token_only:
+                query = ops.reshape(self.rotary(ops.reshape(query, (batch, tokens, *heads)),
+                                                grid_shape=grid_shape), (-1, width))
         path = attention_kernels.choose_path(x.dtype, training, self.dropout, return_attention_scores,
                                              self.fused_attention)
         if path != attention_kernels.EXPLICIT:
@@ -154,7 +195,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 self.add_weight(name=f"lora_{name}_b", shape=(rank, width),
                                 initializer="zeros", dtype="float32"))
         self._tracker.lock()
-        for variable in (self.qkv_kernel, self.qkv_bias, self.out_kernel, self.out_bias):
+        for variable in self._base_variables():
             variable.trainable = False
         self.lora_scale = (rank if lora_alpha is None else lora_alpha) / rank
 
@@ -189,12 +230,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             return super().load_own_variables(store)
         stored = sorted({key[len("lora_"):-2] for key in keys
                          if key.startswith("lora_") and key.endswith(("_a", "_b"))})
-        expected = {"0", "1", "2", "3"} | ({"lora_scale"} if stored else set()) | {
+        base = self._base_variables()
+        expected = {str(i) for i in range(len(base))} | ({"lora_scale"} if stored else set()) | {
             f"lora_{name}_{factor}" for name in stored for factor in "ab"}
         if keys != expected:
-            raise ValueError(f"Layer '{self.name}' expected its 4 variables and any LoRA "
+            raise ValueError(f"Layer '{self.name}' expected its {len(base)} variables and any LoRA "
                              f"factors, but received {sorted(keys)} during loading.")
-        qkv_kernel, qkv_bias, out_kernel, out_bias = (store[str(i)] for i in range(4))
+        values = [store[str(i)] for i in range(len(base))]
+        qkv_kernel, out_kernel = values[0], values[-2]
         scale = float(np.asarray(store["lora_scale"])) if stored else None
         if stored and stored == sorted(self.lora_factors) and scale == self.lora_scale:
             for name in stored:  # the same LoRA: restored as it was
@@ -207,12 +250,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             qkv_kernel, out_kernel = _merged(qkv_kernel, out_kernel, deltas)
             for _, b in self.lora_factors.values():
                 b.assign(ops.zeros(b.shape, b.dtype))
-        for variable, value in zip(self._base_variables(),
-                                   (qkv_kernel, qkv_bias, out_kernel, out_bias)):
+        values[0], values[-2] = qkv_kernel, out_kernel
+        for variable, value in zip(base, values):
             variable.assign(value)
 
     def _base_variables(self):
-        return self.qkv_kernel, self.qkv_bias, self.out_kernel, self.out_bias
+        """The weights in the order they were made (the qkv bias only where there is one)."""
+        return tuple(v for v in (self.qkv_kernel, self.qkv_bias, self.out_kernel, self.out_bias)
+                     if v is not None)
 
     def _lora(self, name, inputs, outputs):
         """`outputs` plus the LoRA update of projection `name` (Dense's order of operations:
@@ -230,7 +275,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return input_shape
 
     def compute_output_spec(self, x, training=None, return_attention_scores=False,
-                            first_token_only=False):
+                            first_token_only=False, grid_shape=None):
         return _output_spec(self, x, return_attention_scores, first_token_only)
 
     def get_config(self):
@@ -239,6 +284,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "num_heads": self.num_heads,
             "dropout": self.dropout,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "qkv_bias": self.qkv_bias_mode,
+            "rope": self.rope,
         }
 
 
@@ -252,67 +299,6 @@ def _merged(qkv_kernel, out_kernel, deltas):
         if name in deltas:
             qkv[:, column * width:(column + 1) * width] += deltas[name]
     return qkv, ops.convert_to_numpy(out_kernel) + deltas.get("out", 0)
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class MlpBlock(keras.layers.Layer):
-    """Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout.
-
-    `approximate_gelu=True` is the tanh approximation the official models
-    compute (flax `nn.gelu`); `False` is the exact erf form. `activation`
-    "quick_gelu" is OpenAI CLIP's `x * sigmoid(1.702 x)`; "swiglu" is DINOv2
-    giant's gated unit: the first layer's `mlp_dim` outputs are two halves
-    `(a, b)`, and `silu(a) * b` (`mlp_dim // 2` features) feeds the second.
-    """
-
-    def __init__(self, mlp_dim, dropout=0.0, approximate_gelu=True, activation="gelu", **kwargs):
-        super().__init__(**kwargs)
-        if activation not in MLP_ACTIVATIONS:
-            raise ArgumentError(f"activation must be one of {MLP_ACTIVATIONS}, got {activation!r}.")
-        if activation == "swiglu" and mlp_dim % 2:
-            raise ArgumentError(f"A SwiGLU feed-forward packs two halves: mlp_dim {mlp_dim} is odd.")
-        self.mlp_dim = mlp_dim
-        self.dropout = dropout
-        self.approximate_gelu = approximate_gelu
-        self.activation = activation
-        policy = self.dtype_policy
-        self.dense_0 = FactorKeepingDense(mlp_dim, name=MLP_HIDDEN_NAME, dtype=policy,
-                                          kernel_initializer="glorot_uniform",
-                                          bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
-        self.dropout_0 = keras.layers.Dropout(dropout, dtype=policy)
-        self.dropout_1 = keras.layers.Dropout(dropout, dtype=policy)
-
-    def build(self, input_shape):
-        self.dense_1 = FactorKeepingDense(input_shape[-1], name=MLP_OUTPUT_NAME, dtype=self.dtype_policy,
-                                          kernel_initializer="glorot_uniform",
-                                          bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))
-        self.dense_0.build(input_shape)
-        hidden = self.mlp_dim // 2 if self.activation == "swiglu" else self.mlp_dim
-        self.dense_1.build((*input_shape[:-1], hidden))
-
-    def call(self, x, training=None):
-        # On a 2-D (batch * tokens, D) input Dense is MatMul + BiasAdd, which TensorFlow
-        # fuses with the GELU into one kernel; a 3-D input would put a reshape between them.
-        shape = ops.shape(x)
-        x = ops.reshape(x, (-1, x.shape[-1]))
-        x = self.dense_0(x)
-        if self.activation == "gelu":
-            x = ops.gelu(x, approximate=self.approximate_gelu)
-        elif self.activation == "quick_gelu":
-            x = x * ops.sigmoid(ops.cast(1.702, x.dtype) * x)
-        else:  # swiglu
-            gate, value = ops.split(x, 2, axis=-1)
-            x = ops.silu(gate) * value
-        x = self.dropout_0(x, training=training)
-        x = self.dropout_1(self.dense_1(x), training=training)
-        return ops.reshape(x, shape)
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout": self.dropout,
-                "approximate_gelu": self.approximate_gelu, "activation": self.activation}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -330,18 +316,24 @@ class TransformerBlock(keras.layers.Layer):
     about 7% fewer FLOPs for ViT-B/16 at 224.
 
     `drop_path` is the stochastic depth rate of both residual branches (`DropPath`).
+    The families' switches: `activation`, `split_gate` and `mlp_norm` (the MLP's, `MlpBlock`),
+    `layer_scale` (LayerScale's initial value on both branches), `qkv_bias` and `rope` (the
+    attention's, `MultiHeadSelfAttention`); with `rope`, the call's `grid`, any tensor
+    `(batch, rows, columns, ...)` such as the patch embedding's grid, gives the patch grid.
     With `remat` set (an attribute, not saved), training stores the block's input alone and
     recomputes the rest in the backward pass: less memory, about a third more compute.
     """
 
     def __init__(self, num_heads, mlp_dim, dropout=0.0, attention_dropout=0.0,
                  approximate_gelu=True, layer_norm_epsilon=LAYER_NORM_EPSILON, drop_path=0.0,
-                 activation="gelu", layer_scale=None, **kwargs):
+                 activation="gelu", layer_scale=None, split_gate=False, mlp_norm=False,
+                 qkv_bias="qkv", rope=None, **kwargs):
         super().__init__(**kwargs)
-        # The families' switches (keras_vit/variants/table.py): the MLP's activation, and LayerScale
-        # on both residual branches (None: none, as in the paper).
+        # The families' switches (keras_vit/variants/table.py Variant.block_options).
         self.activation = activation
         self.layer_scale = layer_scale
+        self.split_gate, self.mlp_norm = bool(split_gate), bool(mlp_norm)
+        self.qkv_bias, self.rope = qkv_bias, dict(rope) if rope else None
         self.num_heads = num_heads
         # transformers' google/vit-* models use 1e-12; the official ones 1e-6.
         self.layer_norm_epsilon = layer_norm_epsilon
@@ -356,12 +348,14 @@ class TransformerBlock(keras.layers.Layer):
         self.norm_0 = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="LayerNorm_0",
                                                       dtype=policy)
         self.attention = MultiHeadSelfAttention(num_heads, dropout=attention_dropout,
+                                                qkv_bias=qkv_bias, rope=self.rope,
                                                 name="MultiHeadDotProductAttention_1", dtype=policy)
         self.attention_output_dropout = keras.layers.Dropout(dropout, dtype=policy)
         self.norm_2 = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="LayerNorm_2",
                                                       dtype=policy)
         self.mlp = MlpBlock(mlp_dim, dropout=dropout, approximate_gelu=approximate_gelu,
-                            activation=activation, name="MlpBlock_3", dtype=policy)
+                            activation=activation, split_gate=split_gate, inner_norm=mlp_norm,
+                            layer_norm_epsilon=layer_norm_epsilon, name="MlpBlock_3", dtype=policy)
         # Whether training recomputes the block in the backward pass (`--remat`): a way to run
         # it, not part of the architecture, so not in the config.
         self.remat = False
@@ -377,12 +371,14 @@ class TransformerBlock(keras.layers.Layer):
             if layer is not None:
                 layer.build(input_shape)
 
-    def call(self, x, training=None, return_attention_scores=False, first_token_only=False):
+    def call(self, x, training=None, return_attention_scores=False, first_token_only=False,
+             grid=None):
+        grid_shape = None if grid is None else (ops.shape(grid)[1], ops.shape(grid)[2])
         if self.remat and training and not return_attention_scores:
-            return self._rematerialised(x, training, first_token_only)
-        return self._block(x, training, return_attention_scores, first_token_only)
+            return self._rematerialised(x, training, first_token_only, grid_shape)
+        return self._block(x, training, return_attention_scores, first_token_only, grid_shape)
 
-    def _rematerialised(self, x, training, first_token_only):
+    def _rematerialised(self, x, training, first_token_only, grid_shape=None):
         """Gradient checkpointing: the backward pass recomputes the block from its input
         instead of keeping its activations (jax.checkpoint, tf.recompute_grad, torch's).
 
@@ -400,17 +396,18 @@ class TransformerBlock(keras.layers.Layer):
             for generator, seed in zip(generators, seeds):
                 generator.next = lambda ordered=True, seed=seed: seed
             try:
-                return self._block(x, training, False, first_token_only)
+                return self._block(x, training, False, first_token_only, grid_shape)
             finally:
                 for generator in generators:
                     del generator.next  # the class's method again
 
         return keras.remat(block)(x, *seeds)
 
-    def _block(self, x, training=None, return_attention_scores=False, first_token_only=False):
+    def _block(self, x, training=None, return_attention_scores=False, first_token_only=False,
+               grid_shape=None):
         attended = self.attention(self.norm_0(x), training=training,
                                   return_attention_scores=return_attention_scores,
-                                  first_token_only=first_token_only)
+                                  first_token_only=first_token_only, grid_shape=grid_shape)
         if return_attention_scores:
             attended, weights = attended
         if first_token_only:
@@ -431,13 +428,13 @@ class TransformerBlock(keras.layers.Layer):
         return input_shape
 
     def compute_output_spec(self, x, training=None, return_attention_scores=False,
-                            first_token_only=False):
+                            first_token_only=False, grid=None):
         return _output_spec(self, x, return_attention_scores, first_token_only)
 
     def get_config(self):
         return {
             **super().get_config(),
-            "dtype": saved_dtype_policy(self, (self.mlp.dense_0, self.mlp.dense_1)),
+            "dtype": saved_dtype_policy(self, self.mlp.dense_layers),
             "num_heads": self.num_heads,
             "mlp_dim": self.mlp_dim,
             "dropout": self.dropout,
@@ -447,6 +444,10 @@ class TransformerBlock(keras.layers.Layer):
             "drop_path": self.drop_path,
             "activation": self.activation,
             "layer_scale": self.layer_scale,
+            "split_gate": self.split_gate,
+            "mlp_norm": self.mlp_norm,
+            "qkv_bias": self.qkv_bias,
+            "rope": self.rope,
         }
 
 

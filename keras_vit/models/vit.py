@@ -306,17 +306,21 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         x = ResNetTrunk(variant.resnet_stages, variant.resnet_width, **(trunk_numerics or {}),
                         name=names.RESNET)(x)
     recorded = None if normalization == OFFICIAL_NORMALIZATION else normalization
-    # Any image size: the patches keep their grid, whose shape sizes the position embedding.
+    # Any image size: the patches keep their grid, whose shape sizes the position embedding;
+    # RoPE reads the grid's shape in every block.
+    keep_grid = dynamic or variant.rope is not None
     x = grid = PatchEncoder(variant.width, variant.patch_size, input_normalization=recorded,
-                            use_bias=variant.patch_bias, flatten=not dynamic, pad=dynamic,
+                            use_bias=variant.patch_bias, flatten=not keep_grid, pad=dynamic,
                             name=names.EMBEDDING)(x)
-    if dynamic:
+    if keep_grid:
         x = keras.layers.Reshape((-1, variant.width), name=names.PATCH_TOKENS)(grid)
     position_embedding = AddPositionEmbedding(
         variant.token_grid(image_size), num_prefix_tokens=variant.position_prefix_tokens,
         dynamic_grid=dynamic, name=names.POSEMBED_INPUT)
 
     def embed(tokens):
+        if not variant.position_embedding:  # DINOv3: RoPE alone
+            return tokens
         return position_embedding(tokens, grid=grid) if dynamic else position_embedding(tokens)
 
     if not variant.embed_prefix_tokens:  # DeiT III, DINOv2 with registers: patches only
@@ -337,8 +341,10 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         # gives the same output for ~7% less work (ViT-B/16). pooling=None keeps them all;
         # a distilled model reads its second token too.
         last = i == variant.depth - 1
-        x = block(x, first_token_only=last and head.pooling == "token" and not variant.distilled)
-    x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.ENCODER_NORM)(x)
+        x = block(x, first_token_only=last and head.pooling == "token" and not variant.distilled,
+                  grid=grid if variant.rope else None)
+    if not variant.norm_after_pooling:
+        x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.ENCODER_NORM)(x)
     if variant.distilled and head.pooling == "token":
         return keras.Model(images, _distilled_head(variant, x, head), name=name)
     if head.pooling == "map":
@@ -348,6 +354,8 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
     elif head.pooling is not None:
         x = TokenPooling(head.pooling, num_prefix_tokens=variant.num_prefix_tokens,
                          name=names.pooling_name(head.pooling))(x)
+    if variant.norm_after_pooling and head.pooling is not None:  # EVA-02: timm's fc_norm
+        x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.POOLED_NORM)(x)
     if head.include_top:
         if head.representation_size:
             x = keras.layers.Dense(head.representation_size, activation="tanh",

@@ -20,8 +20,11 @@ __all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "FAMILY_TIMM_NAMES
 # The values each switch of `Variant` may take: what a model builder implements, and what a file's
 # record of a Variant is checked against (checkpoints/formats/npz_metadata.py). A family that needs
 # a new kind of layer adds its value here.
-FIELD_CHOICES = {"classifier": ("token", "gap", "map"), "feed_forward": ("mlp", "swiglu"),
-                 "activation": ("gelu", "quick_gelu")}
+# A field whose default is None (rope) may also be None.
+FIELD_CHOICES = {"classifier": ("token", "gap", "map"),
+                 "feed_forward": ("mlp", "swiglu", "swiglu_split"),
+                 "activation": ("gelu", "quick_gelu"), "qkv_bias": ("qkv", "qv", "none"),
+                 "rope": ("dinov3", "eva")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +51,20 @@ class Variant:
     # True in the paper, DeiT and DINOv2; False in DeiT III and DINOv2 with registers.
     embed_prefix_tokens: bool = True
     layer_scale: float | None = None  # LayerScale's initial value; None: no LayerScale
-    feed_forward: str = "mlp"  # "mlp" (Dense, activation, Dense) or "swiglu" (packed)
+    # "mlp" (Dense, activation, Dense), "swiglu" (gate and value packed in one Dense) or
+    # "swiglu_split" (two Dense layers: timm's SwiGLU, fc1_g and fc1_x)
+    feed_forward: str = "mlp"
+    mlp_norm: bool = False  # a LayerNorm inside the MLP, before its output layer (EVA-02's sub-LN)
+    qkv_bias: str = "qkv"  # which of query, key, value have a bias: "qkv", "qv" (EVA) or "none"
+    # 2-D rotary position embedding in the attention ("dinov3" or "eva": timm's two layouts,
+    # keras_vit/layers/rotary.py); None: none. EVA's coordinates are stretched onto the trained
+    # grid of `rope_reference_grid` rows and columns.
+    rope: str | None = None
+    rope_reference_grid: int | None = None
+    position_embedding: bool = True  # the learned absolute one (DINOv3 has RoPE alone)
+    # The final LayerNorm after the pooling, not before it (EVA-02: timm's fc_norm); the
+    # tokens themselves (pooling=None) are then not normalised, as timm's forward_features.
+    norm_after_pooling: bool = False
     activation: str = "gelu"  # the MLP's: "gelu" or "quick_gelu" (OpenAI CLIP)
     # The GELU form of the family's own code, used without weights: tanh in the paper's and
     # big_vision's JAX code, erf in the PyTorch families'. Weights bring their source's.
@@ -95,8 +111,13 @@ class Variant:
     def block_options(self):
         """The switches of each encoder block, as `keras_vit.layers.TransformerBlock` takes them:
         a new switch inside the block is added here and in the block, not in the model builder."""
-        activation = "swiglu" if self.feed_forward == "swiglu" else self.activation
-        return {"activation": activation, "layer_scale": self.layer_scale}
+        swiglu = self.feed_forward.startswith("swiglu")
+        rope = None if self.rope is None else {
+            "style": self.rope, "num_prefix_tokens": self.num_prefix_tokens,
+            **({"reference_grid": self.rope_reference_grid} if self.rope_reference_grid else {})}
+        return {"activation": "swiglu" if swiglu else self.activation,
+                "layer_scale": self.layer_scale, "split_gate": self.feed_forward == "swiglu_split",
+                "mlp_norm": self.mlp_norm, "qkv_bias": self.qkv_bias, "rope": rope}
 
     @property
     def is_hybrid(self):
@@ -155,7 +176,7 @@ class Variant:
         DINOv2-S/14-reg4; None for gap variants and for variants outside `VARIANTS` and
         `FAMILIES`, which have no named constructor."""
         if FAMILIES.get(self.name) == self:
-            return self.name.replace("/", "").replace("-", "_")
+            return self.name.replace("/", "").replace("-", "_").replace("+", "plus")
         if self.classifier == "gap" or VARIANTS.get(self.name) != self:
             return None
         resnet, _, vit = self.name.rpartition("+")  # "R50", "ViT-B_16"
@@ -222,18 +243,23 @@ CLIP_MEAN_STD = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0
 # DINOv2 giant: width 1536, 24 heads, 40 blocks, a SwiGLU feed-forward of 2 x 4096 (packed).
 # SigLIP's shape-optimised So400m (Alabdulmohsin et al. 2023): width 1152, 27 blocks, 16 heads
 # of 72, and an MLP of 4304, not 4 x 1152 (timm's mlp_ratio 3.7362), in the MAP head's MLP too.
-_FAMILY_SIZES = {**_SIZES, "g": (1536, 40, 8192, 24), "So400m": (1152, 27, 4304, 16)}
+# DINOv3's S+ and H+: a split SwiGLU of 2 x 4 D (timm's mlp_ratio 4 per half); H+ has 20 heads
+# of 64.
+_FAMILY_SIZES = {**_SIZES, "g": (1536, 40, 8192, 24), "So400m": (1152, 27, 4304, 16),
+                 "S+": (384, 12, 3072, 6), "H+": (1280, 32, 10240, 20)}
 
 
 # timm's word for each size in its architecture names ("vit_small_patch14_dinov2").
 _TIMM_SIZES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "g": "giant",
-               "So400m": "so400m"}
+               "So400m": "so400m", "S+": "small_plus", "H+": "huge_plus"}
 
 
 def _family(family, size, patch, suffix="", *, timm, **fields):
     """One row of `FAMILIES`, and timm's architecture name for it: `timm` is a template of
     {size} (timm's word for it) and {patch}."""
+    # a family may size its MLP otherwise (EVA-02's SwiGLU of 2 x 8/3 D)
     width, depth, mlp_dim, heads = _FAMILY_SIZES[size]
+    mlp_dim = fields.pop("mlp_dim", mlp_dim)
     name = f"{family}-{size}/{patch}{suffix}"
     row = Variant(name, width, depth, mlp_dim, heads, patch, family=family, **fields)
     return row, timm.format(size=_TIMM_SIZES[size], patch=patch)
@@ -260,6 +286,26 @@ _CLIP = dict(pre_norm=True, patch_bias=False, layer_norm_epsilon=1e-5, activatio
 # 240 px, its position embedding on the patches only; any other patch size through
 # resample_patch_embedding (ViT(..., patch_size=P)).
 _FLEXIVIT = dict(embed_prefix_tokens=False, image_size=240)
+# DINOv3 (Simeoni et al. 2025), as timm's Eva builds it: 2-D RoPE (its own centred coordinates,
+# keras_vit/layers/rotary.py) and no absolute position embedding, a class token and 4 registers
+# (unrotated), LayerScale 1e-5, LayerNorm at 1e-5, the query/key/value without bias ("qkvb":
+# query and value biases, timm's zero key bias), mean pooling of the patches after the final
+# norm (timm's default; DINOv3's own features are the class token: pooling="token"), 256 px.
+_DINOV3 = dict(_DEIT, rope="dinov3", position_embedding=False, register_tokens=4,
+               embed_prefix_tokens=False, layer_scale=1e-5, layer_norm_epsilon=1e-5,
+               qkv_bias="none", classifier="gap", class_token=True, image_size=256)
+_QKVB = dict(qkv_bias="qv")
+_DINOV3_MLP = {"S+": dict(feed_forward="swiglu_split"), "H+": dict(feed_forward="swiglu_split")}
+# EVA-02 (Fang et al. 2023), timm's eva02_*_patch14 (masked image modelling from EVA-CLIP):
+# patch 14, a learned position embedding on every token and RoPE in EVA's layout on the
+# patches (coordinates stretched onto the trained 16 x 16 grid), query and value biases, a
+# SwiGLU of 2 x 8/3 D (packed in Ti and S; split, with a LayerNorm before its output layer,
+# in B and L), mean pooling then the final norm, OpenAI CLIP's mean/std, 224 px.
+_EVA02 = dict(rope="eva", rope_reference_grid=16, qkv_bias="qv", feed_forward="swiglu",
+              classifier="gap", class_token=True, norm_after_pooling=True,
+              normalization=CLIP_MEAN_STD)
+_EVA02_LARGE = dict(feed_forward="swiglu_split", mlp_norm=True)
+_EVA02_MLP = {"Ti": 1024, "S": 2048, "B": 4096, "L": 5460}  # 2 x int(D * 8 / 3)
 
 _FAMILY_ROWS = [
     *(_family("DeiT", size, 16, timm="deit_{size}_patch{patch}", **_DEIT)
@@ -282,6 +328,15 @@ _FAMILY_ROWS = [
       for size, patch in (("B", 32), ("B", 16), ("L", 14))),
     *(_family("FlexiViT", size, 16, timm="flexivit_{size}", **_FLEXIVIT)
       for size in ("S", "B", "L")),
+    *(_family("DINOv3", size, 16, suffix, timm="vit_{size}_patch{patch}_dinov3" + timm_suffix,
+              **{**_DINOV3, **biases, **_DINOV3_MLP.get(size, {})})
+      for size in ("S", "S+", "B", "L", "H+")
+      for suffix, timm_suffix, biases in (("", "", {}), ("-qkvb", "_qkvb", _QKVB))),
+    _family("DINOv3", "Ti", 16, "-qkvb", timm="vit_{size}_patch{patch}_dinov3_qkvb",
+            **{**_DINOV3, **_QKVB}),
+    *(_family("EVA02", size, 14, timm="eva02_{size}_patch{patch}", mlp_dim=_EVA02_MLP[size],
+              **{**_EVA02, **(_EVA02_LARGE if size in ("B", "L") else {})})
+      for size in ("Ti", "S", "B", "L")),
 ]
 FAMILIES = {row.name: row for row, _ in _FAMILY_ROWS}
 # timm's architecture name (no resolution suffix) -> the row it builds

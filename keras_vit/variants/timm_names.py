@@ -36,7 +36,7 @@ TIMM_ARCHITECTURES = {
 }
 # The resolutions timm registers the same architecture at (SigLIP's 256, 378 and 512 among
 # them); the pretrained file's position grid gives the size it is built at.
-_SUFFIX = re.compile(r"_(?:224|256|378|384|512)$")
+_SUFFIX = re.compile(r"_(?:224|256|336|378|384|448|512)$")
 
 
 def timm_row(architecture):

@@ -124,6 +124,24 @@ def test_the_families_prefix_tokens_are_counted_from_their_token_layers(row, pre
     assert probe.mean_attention_distance(images).shape == (2, 2)
 
 
+@pytest.mark.parametrize("row", ["DINOv3-S/16-qkvb", "EVA02-Ti/14"])
+def test_a_rope_model_is_probed_with_its_grid(row):
+    """Each RoPE block is called with the patch grid: on a 2 x 3 grid the probe's logits are
+    the model's (a square grid read from the token count would not even fit the 6 tokens)."""
+    variant = dataclasses.replace(keras_vit.get_variant(row), width=32, depth=2, heads=2,
+                                  mlp_dim=64)
+    p = variant.patch_size
+    model = _randomise_head(keras_vit.ViT(variant, image_size=(2 * p, 3 * p), classes=5))
+    probe = AttentionProbe(model)
+    assert tuple(probe.grid_size) == (2, 3)
+    images = _images((2, 2 * p, 3 * p, 3))
+    out = probe(images)
+    prefix = variant.num_prefix_tokens
+    assert out.attention.shape == (2, 2, 2, prefix + 6, prefix + 6)
+    np.testing.assert_allclose(out.outputs, model.predict(images, verbose=0),
+                               **CLASS_TOKEN_TOLERANCE)
+
+
 def test_rollout_and_distance_on_a_non_square_model(non_square):
     images = _images((5, 32, 48, 3))
     probe = AttentionProbe(non_square)

@@ -41,3 +41,6 @@ def test_info_names_every_family_with_its_timm_architecture(capsys):
         [(c.variant, c.license or "-", c.tag) for c in catalogue() if c.hub]
     assert ["DINOv2-S/14-reg4", "timm", "-", "518", "-", "apache-2.0",
             "hf://timm/vit_small_patch14_reg4_dinov2.lvd142m"] in hub
+    # DINOv3's weights are under Meta's DINOv3 License, not Apache-2.0: the listing says so.
+    assert ["DINOv3-S/16", "timm", "-", "256", "-", "dinov3-license",
+            "hf://timm/vit_small_patch16_dinov3.lvd1689m"] in hub

@@ -11,6 +11,7 @@ import pytest
 
 import keras_vit
 from keras_vit.layers.resnet import StdConv2D
+from keras_vit.layers.rotary import RotaryPositionEmbedding
 from keras_vit.variants import get_variant
 from tests.layer_checks import check_layer
 
@@ -68,6 +69,22 @@ LAYER_CASES = [
     (keras_vit.TokenPooling, {"mode": "distillation", "num_prefix_tokens": 2}, (2, 5, 8), (2, 8), ()),
     (keras_vit.PatchEncoder, {"hidden_size": 8, "patch_size": 4, "use_bias": False},
      (2, 8, 12, 3), (2, 6, 8), ()),
+    # The 2025 families' (numerics against timm in tests/layers/test_rope.py and
+    # tests/checkpoints/formats/test_timm_eva_families.py): RoPE on a class token and a 2 x 2
+    # grid of 2 heads of 8, a split SwiGLU with EVA-02's norm inside, and a block with both,
+    # DINOv3's bias-free query/key/value and EVA's query and value biases.
+    (RotaryPositionEmbedding, {"style": "dinov3", "num_prefix_tokens": 1}, (2, 5, 2, 8),
+     (2, 5, 2, 8), ()),
+    (RotaryPositionEmbedding, {"style": "eva", "reference_grid": 16}, (2, 4, 2, 8), (2, 4, 2, 8), ()),
+    (keras_vit.MlpBlock, {"mlp_dim": 16, "activation": "swiglu", "split_gate": True,
+                          "inner_norm": True}, (2, 5, 8), (2, 5, 8), ("dropout",)),
+    (keras_vit.TransformerBlock, {"num_heads": 2, "mlp_dim": 16, "qkv_bias": "none",
+                                  "rope": {"style": "dinov3", "num_prefix_tokens": 1},
+                                  "activation": "swiglu", "split_gate": True},
+     (2, 5, 16), (2, 5, 16), ("dropout", "attention_dropout")),
+    (keras_vit.MultiHeadSelfAttention, {"num_heads": 2, "qkv_bias": "qv",
+                                        "rope": {"style": "eva", "num_prefix_tokens": 1}},
+     (2, 5, 16), (2, 5, 16), ("dropout",)),
 ]
 
 

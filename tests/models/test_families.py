@@ -48,6 +48,21 @@ FAMILY_PARAMS = {
     "FlexiViT-S/16": 22_061_416,
     "FlexiViT-B/16": 86_589_160,
     "FlexiViT-L/16": 304_355_304,
+    "DINOv3-Ti/16-qkvb": 5_682_664,
+    "DINOv3-S/16": 21_971_944,
+    "DINOv3-S/16-qkvb": 21_981_160,
+    "DINOv3-S+/16": 29_068_264,
+    "DINOv3-S+/16-qkvb": 29_077_480,
+    "DINOv3-B/16": 86_410_216,
+    "DINOv3-B/16-qkvb": 86_428_648,
+    "DINOv3-L/16": 304_104_424,
+    "DINOv3-L/16-qkvb": 304_153_576,
+    "DINOv3-H+/16": 841_790_440,
+    "DINOv3-H+/16-qkvb": 841_872_360,
+    "EVA02-Ti/14": 5_695_144,
+    "EVA02-S/14": 22_006_120,
+    "EVA02-B/14": 86_527_720,
+    "EVA02-L/14": 304_293_800,
 }
 # Each family row and timm's architecture of it (the table's inverse, checked complete below).
 TIMM_NAME = {official: base for base, (official, _) in TIMM_ARCHITECTURES.items()
@@ -89,6 +104,8 @@ def test_the_row_is_what_timm_builds(name):
 
     variant = FAMILIES[name]
     model = _timm_model(name)
+    if type(model).__name__ == "Eva":
+        return _check_eva_row(model, variant)
     block = model.blocks[0]
     assert model.embed_dim == variant.width and len(model.blocks) == variant.depth
     assert block.attn.num_heads == variant.heads
@@ -113,6 +130,47 @@ def test_the_row_is_what_timm_builds(name):
         expected = {"gelu": "GELU", "quick_gelu": "QuickGELU"}[variant.activation]
         assert type(block.mlp.act).__name__ == expected
     assert block.norm1.eps == (variant.layer_norm_epsilon or 1e-6)
+    cfg = model.pretrained_cfg
+    assert cfg["input_size"][1:] == (variant.image_size,) * 2
+    expected = variant.normalization or ((0.5,) * 3, (0.5,) * 3)
+    np.testing.assert_allclose(np.asarray([cfg["mean"], cfg["std"]]), expected, rtol=1e-6)
+
+
+def _check_eva_row(model, variant):
+    """A row timm builds with its Eva class (DINOv3, EVA-02): the same switches, spelled as
+    Eva spells them."""
+    import torch
+
+    block, attn = model.blocks[0], model.blocks[0].attn
+    assert model.embed_dim == variant.width and len(model.blocks) == variant.depth
+    assert attn.num_heads == variant.heads
+    assert model.patch_embed.patch_size == (variant.patch_size,) * 2
+    assert (model.patch_embed.proj.bias is not None) == variant.patch_bias
+    assert (model.cls_token is not None) == variant.has_class_token
+    assert model.num_prefix_tokens == variant.num_prefix_tokens
+    assert (model.pos_embed is not None) == variant.position_embedding
+    assert (model.pos_embed is None or model.no_embed_class) == (not variant.embed_prefix_tokens)
+    rope = type(model.rope).__name__ if model.rope is not None else None
+    assert rope == {None: None, "dinov3": "RotaryEmbeddingDinoV3",
+                    "eva": "RotaryEmbeddingCat"}[variant.rope]
+    if attn.qkv is not None:
+        biases = (attn.q_bias is not None, attn.q_bias is not None, attn.v_bias is not None)
+    else:
+        biases = tuple(p.bias is not None for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    # timm's fused Eva attention keeps a zero key bias (a buffer, not a weight) beside q_bias
+    expected = {"qkv": (True,) * 3, "qv": (True, True, True) if attn.qkv is not None
+                else (True, False, True), "none": (False,) * 3}[variant.qkv_bias]
+    assert biases == expected
+    assert (block.gamma_1 is not None) == (variant.layer_scale is not None)
+    mlp = type(block.mlp).__name__
+    assert mlp == {"mlp": "Mlp", "swiglu": "GluMlp", "swiglu_split": "SwiGLU"}[variant.feed_forward]
+    first = block.mlp.fc1_g if mlp == "SwiGLU" else block.mlp.fc1
+    assert first.out_features * (2 if mlp == "SwiGLU" else 1) == variant.mlp_dim
+    assert (not isinstance(block.mlp.norm, torch.nn.Identity)) == variant.mlp_norm
+    assert model.global_pool == {"token": "token", "gap": "avg", "map": "map"}[variant.classifier]
+    assert block.norm1.eps == (variant.layer_norm_epsilon or 1e-6)
+    assert isinstance(block.mlp.act, torch.nn.SiLU) if mlp != "Mlp" else \
+        isinstance(block.mlp.act, torch.nn.GELU)
     cfg = model.pretrained_cfg
     assert cfg["input_size"][1:] == (variant.image_size,) * 2
     expected = variant.normalization or ((0.5,) * 3, (0.5,) * 3)
@@ -156,6 +214,9 @@ def test_the_depth_extrapolation_is_the_count_of_a_built_model():
     ("vit_so400m_patch14_siglip_378.v2_webli", "SigLIP-So400m/14"),
     ("vit_base_patch16_siglip_512.v2_webli", "SigLIP-B/16"),
     ("flexivit_small", "FlexiViT-S/16"), ("FlexiViT-B/16", "FlexiViT-B/16"),
+    ("vit_small_plus_patch16_dinov3_qkvb.lvd1689m", "DINOv3-S+/16-qkvb"),
+    ("dinov3-h+/16", "DINOv3-H+/16"), ("vit_base_patch16_dinov3", "DINOv3-B/16"),
+    ("eva02_large_patch14_448.mim_m38m_ft_in1k", "EVA02-L/14"), ("eva02_tiny_patch14_336", "EVA02-Ti/14"),
 ])
 def test_names(spelling, name):
     assert get_variant(spelling) is FAMILIES[name]
@@ -171,6 +232,7 @@ def test_every_row_has_one_named_constructor_with_the_table_name():
     assert keras_vit.DeiT3_B16.__name__ == "DeiT3_B16"
     assert keras_vit.SigLIP_B16.__name__ == "SigLIP_B16"
     assert keras_vit.SigLIP_So400m14.__name__ == "SigLIP_So400m14"
+    assert keras_vit.DINOv3_Splus16_qkvb.__name__ == "DINOv3_Splus16_qkvb"
     del constructor
 
 
@@ -198,7 +260,8 @@ def test_a_pooling_the_family_lacks_is_refused_in_one_line():
 
 
 # One small model of each way a family is put together, through the shared model checks.
-ASSEMBLIES = ["DeiT-Ti/16-distilled", "DeiT3-S/16", "DINOv2-S/14-reg4", "SigLIP-B/16", "CLIP-B/32"]
+ASSEMBLIES = ["DeiT-Ti/16-distilled", "DeiT3-S/16", "DINOv2-S/14-reg4", "SigLIP-B/16", "CLIP-B/32",
+              "DINOv3-S+/16-qkvb", "EVA02-B/14"]
 
 
 @pytest.mark.parametrize("name", ASSEMBLIES)

@@ -53,6 +53,8 @@ CASES = [
     ("DeiT3-S/16", lambda s: _timm_family("deit3_small_patch16_224", s), 32),
     ("DINOv2-S/14", lambda s: _timm_family("vit_small_patch14_dinov2", s), 28),
     ("FlexiViT-S/16", lambda s: _timm_family("flexivit_small", s), 32),
+    # timm's Eva class (RoPE: no position table; gamma_1 and gamma_2)
+    ("DINOv3-S/16", lambda s: _timm_family("vit_small_patch16_dinov3", s), 32),
     ("ViT-Ti_16", lambda s: timm_vit(_variant("ViT-Ti_16"), s, CLASSES), 32),
     ("ViT-S_32-gap-norep", lambda s: timm_vit(_variant("ViT-S_32-gap-norep"), s, CLASSES), 64),
     ("R+ViT-Ti_16", lambda s: timm_hybrid(_variant("R+ViT-Ti_16"), s, CLASSES), 64),
@@ -74,13 +76,16 @@ def timm_scales(model):
     return scales
 
 
-def timm_name(key):
-    """The timm parameter an official key is read from (TIMM_ROWS), TRUNK for a trunk key."""
+def timm_name(key, parameters):
+    """The timm parameter of `parameters` an official key is read from (TIMM_ROWS: the row
+    spelled as this model spells it, VisionTransformer's `ls1.gamma` or Eva's `gamma_1`),
+    TRUNK for a trunk key."""
     if is_trunk_key(key):
         return TRUNK
     for row in TIMM_ROWS:
         for i in range(DEPTH):
-            if key in (official.format(i=i) for official in row.official):
+            if key in (official.format(i=i) for official in row.official) \
+                    and row.source.format(i=i) in parameters:
                 return row.source.format(i=i)
     raise AssertionError(f"no timm parameter holds {key}")
 
@@ -92,7 +97,7 @@ def test_each_variable_trains_at_timms_rate(name, build_timm, image_size):
     theirs = timm_scales(build_timm(image_size))
     variables = ours.trainable_variables
     scales = dict(zip((v.path for v in variables), layer_scales(variables, DECAY)))
-    source = {row.variable.path: timm_name(row.keys[0]) for row in layout(ours)}
+    source = {row.variable.path: timm_name(row.keys[0], theirs) for row in layout(ours)}
     assert set(source) == set(scales)  # every variable is loaded from timm's model
     assert set(source.values()) == set(theirs)  # and every timm parameter loads one
     differ = [f"{path} ({source[path]}): {scale} here, timm {theirs[source[path]]}"

@@ -58,6 +58,10 @@ from keras_vit.checkpoints.layout import (
     MLP0_KERNEL,
     MLP1_BIAS,
     MLP1_KERNEL,
+    MLP_NORM_BIAS,
+    MLP_NORM_SCALE,
+    MLP_VALUE_BIAS,
+    MLP_VALUE_KERNEL,
     OUT_BIAS,
     OUT_KERNEL,
     POS_EMBED_KEY,
@@ -74,7 +78,8 @@ from keras_vit.checkpoints.layout import (
 
 __all__ = ["Dense", "Norm", "TORCH", "KERAS", "KERAS_NORM", "dense", "norm", "attention",
            "fused_qkv", "PATCH", "CLS", "POSITIONS", "DIST_TOKEN", "REGISTERS", "NORM1", "NORM2",
-           "QUERY", "KEY", "VALUE", "OUT", "ATTENTION", "MLP_IN", "MLP_OUT", "LAYER_SCALE1",
+           "QUERY", "KEY", "VALUE", "OUT", "ATTENTION", "MLP_IN", "MLP_OUT", "MLP_VALUE",
+           "MLP_NORM", "LAYER_SCALE1",
            "LAYER_SCALE2", "ENCODER_NORM", "PRE_NORM", "PRE_LOGITS", "HEAD", "HEAD_DIST",
            "MAP_PROBE", "MAP_ATTENTION", "MAP_NORM", "MAP_MLP_IN", "MAP_MLP_OUT"]
 
@@ -102,6 +107,8 @@ QUERY, KEY = Dense(QUERY_KERNEL, QUERY_BIAS), Dense(KEY_KERNEL, KEY_BIAS)
 VALUE, OUT = Dense(VALUE_KERNEL, VALUE_BIAS), Dense(OUT_KERNEL, OUT_BIAS)
 ATTENTION = (QUERY, KEY, VALUE, OUT)
 MLP_IN, MLP_OUT = Dense(MLP0_KERNEL, MLP0_BIAS), Dense(MLP1_KERNEL, MLP1_BIAS)
+# A split SwiGLU's value projection (MLP_IN is its gate), and the norm inside the MLP.
+MLP_VALUE, MLP_NORM = Dense(MLP_VALUE_KERNEL, MLP_VALUE_BIAS), Norm(MLP_NORM_SCALE, MLP_NORM_BIAS)
 LAYER_SCALE1, LAYER_SCALE2 = LS1_SCALE, LS3_SCALE
 # Around the encoder, and the heads.
 ENCODER_NORM, PRE_NORM = Norm(ENCODER_NORM_SCALE, ENCODER_NORM_BIAS), Norm(PRE_NORM_SCALE,

@@ -44,10 +44,15 @@ def model_metadata(model):
     if is_bit_model(model):
         return {"normalization": normalization}
     block = next(layer for layer in model.layers if is_block(layer.name))
+    names = {layer.name for layer in model.layers}
+    # The final norm's epsilon, the blocks' where the model ends without one (EVA-02's tokens);
+    # the grid only where there is a position embedding (DINOv3 has RoPE alone).
+    epsilon = model.get_layer(ENCODER_NORM).epsilon if ENCODER_NORM in names \
+        else block.layer_norm_epsilon
     record = {"approximate_gelu": bool(block.mlp.approximate_gelu),
-              "layer_norm_epsilon": float(model.get_layer(ENCODER_NORM).epsilon),
-              "grid": list(model.get_layer(POSEMBED_INPUT).grid_size),
-              "normalization": normalization}
+              "layer_norm_epsilon": float(epsilon), "normalization": normalization}
+    if POSEMBED_INPUT in names:
+        record["grid"] = list(model.get_layer(POSEMBED_INPUT).grid_size)
     variant = getattr(model, VARIANT_ATTRIBUTE, None)  # a model keras_vit.ViT built (not reloaded)
     if variant is not None:
         record["variant"] = dataclasses.asdict(variant)
@@ -106,7 +111,10 @@ def parse_metadata(path, array):
 
 _COUNTS = ("width", "depth", "mlp_dim", "heads", "patch_size", "resnet_width", "register_tokens",
            "image_size")
-_FLAGS = ("distilled", "embed_prefix_tokens", "approximate_gelu", "pre_norm", "patch_bias")
+# Every true-or-false field of Variant, read from its defaults (a new switch is checked as one).
+_FLAGS = tuple(f.name for f in dataclasses.fields(Variant) if isinstance(f.default, bool))
+# Counts that may be None: the MAP head's heads (None: the encoder's), RoPE's trained grid.
+_OPTIONAL_COUNTS = ("map_heads", "rope_reference_grid")
 
 
 def _field_problem(name, value):
@@ -115,14 +123,16 @@ def _field_problem(name, value):
         return isinstance(v, int) and not isinstance(v, bool)
     if name in _COUNTS:
         return None if is_int(value) and 0 <= value <= MAX_PIXELS * 16 else "not a count"
-    if name == "map_heads":  # None: the encoder's heads
+    if name in _OPTIONAL_COUNTS:
         return None if value is None or (is_int(value) and 0 < value <= MAX_PIXELS * 16) \
             else "not a count"
     if name in _FLAGS or name == "class_token":
         ok = isinstance(value, bool) or (value is None and name == "class_token")
         return None if ok else "not true or false"
     if name in FIELD_CHOICES:
-        return None if value in FIELD_CHOICES[name] else f"not one of {', '.join(FIELD_CHOICES[name])}"
+        optional = value is None and getattr(Variant, name, "") is None
+        return None if optional or value in FIELD_CHOICES[name] else \
+            f"not one of {', '.join(FIELD_CHOICES[name])}"
     if name in ("name", "family"):
         return None if isinstance(value, str) and 0 < len(value) <= 100 else "not a short name"
     if name in ("layer_scale", "layer_norm_epsilon"):

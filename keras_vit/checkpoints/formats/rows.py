@@ -234,6 +234,7 @@ def from_official(table, arrays, format_name):
     for key in arrays:
         if key in used:
             continue
+        problem = f"The weight {key} has no place in the {format_name} layout."
         for row, source, officials in compiled:
             # `key` may be any part of a fused row: its fields name the whole row.
             fields = next((f for t in officials if (f := t.match(key)) is not None), None)
@@ -241,13 +242,14 @@ def from_official(table, arrays, format_name):
                 continue
             keys = [t.fill(fields) for t in officials]
             absent = [k for k in keys if k not in arrays]
-            if absent:
-                raise ArgumentError(f"{format_name} stores {', '.join(keys)} as one array; "
-                                    f"{', '.join(absent)} is missing.")
+            if absent:  # a later row may store the key alone (a query bias without a key's)
+                problem = (f"{format_name} stores {', '.join(keys)} as one array; "
+                           f"{', '.join(absent)} is missing.")
+                continue
             parts = [arrays[k] for k in keys]
             out[source.fill(fields)] = row.transform.inverse(parts if len(keys) > 1 else parts[0])
             used.update(keys)
             break
         else:
-            raise ArgumentError(f"The weight {key} has no place in the {format_name} layout.")
+            raise ArgumentError(problem)
     return out

@@ -30,6 +30,7 @@ from keras_vit.checkpoints.formats.rows import (
     CONV,
     FUSED_KV,
     FUSED_KV_BIAS,
+    HEADS_BIAS,
     HEADS_IN,
     HEADS_OUT,
     KeyRow,
@@ -244,8 +245,29 @@ TIMM_MAP_HEAD = (
     *g.dense("attn_pool.mlp.fc1", g.MAP_MLP_IN),
     *g.dense("attn_pool.mlp.fc2", g.MAP_MLP_OUT),
 )
+# timm's Eva (eva.py: DINOv3, EVA-02) spells the same features its own way: LayerScale as
+# gamma_1/gamma_2; a fused qkv without bias beside separate q_bias and v_bias (the key has none),
+# or separate q_proj, k_proj (bias-free), v_proj; SwiGLU split as fc1_g (gate) and fc1_x
+# (value), with a norm before fc2; the final norm after the pooling as fc_norm. What
+# VisionTransformer also stores is read in Eva's spelling and written in VisionTransformer's
+# (read_only); the query and value biases alone, the split SwiGLU's value and the MLP's norm
+# have only Eva's.
+_QUERY, _KEY, _VALUE, _OUT = g.ATTENTION
+TIMM_EVA = (
+    KeyRow(_BLOCK + "gamma_1", g.LAYER_SCALE1, read_only=True),
+    KeyRow(_BLOCK + "gamma_2", g.LAYER_SCALE2, read_only=True),
+    KeyRow(_BLOCK + "attn.q_bias", _QUERY.bias, HEADS_BIAS),
+    KeyRow(_BLOCK + "attn.v_bias", _VALUE.bias, HEADS_BIAS),
+    *g.dense(_BLOCK + "attn.q_proj", _QUERY, HEADS_IN, read_only=True),
+    KeyRow(_BLOCK + "attn.k_proj.weight", _KEY.kernel, HEADS_IN, read_only=True),
+    *g.dense(_BLOCK + "attn.v_proj", _VALUE, HEADS_IN, read_only=True),
+    *g.dense(_BLOCK + "mlp.fc1_g", g.MLP_IN, read_only=True),
+    *g.dense(_BLOCK + "mlp.fc1_x", g.MLP_VALUE),
+    *g.norm(_BLOCK + "mlp.norm", g.MLP_NORM),
+    *g.norm("fc_norm", g.ENCODER_NORM, read_only=True),  # Variant.norm_after_pooling
+)
 TIMM_ROWS = (*TIMM_EMBEDDING, *TIMM_BLOCKS, *TIMM_HEAD, *TIMM_DISTILLATION, *TIMM_REGISTERS,
-             *TIMM_PRE_NORM, *TIMM_LAYER_SCALE, *TIMM_MAP_HEAD)
+             *TIMM_PRE_NORM, *TIMM_LAYER_SCALE, *TIMM_MAP_HEAD, *TIMM_EVA)
 
 
 def timm_to_official(sd, heads=None, source="the checkpoint"):

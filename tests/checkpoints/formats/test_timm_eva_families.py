@@ -1,0 +1,88 @@
+"""The families timm builds with its Eva class (timm/models/eva.py: DINOv3, EVA-02) from timm's
+own files: timm builds each with random weights at depth 2, writes its state dict
+(safetensors), and keras_vit's model of the same name, loading that file through the timm
+format's rows, computes what timm's forward computes, at one size and, through
+`dynamic_image_size`, at a size that is not square (RoPE's grid is no longer square).
+
+Tolerance: relative (to the largest output) 1e-4 in float32, as tests/checkpoints/formats/
+test_timm_families.py argues for two blocks: rounding gives ~1e-6, while a wrong mapping
+(a swapped gate and value, a rotated class token, interleaved for half rotation, a key bias
+where timm has none) moves the outputs by 1e-3 or more.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import keras_vit
+from tests.checkpoints.formats.test_formats import _images, _randomise
+from tests.checkpoints.formats.test_timm_families import DEPTH, _assert_close, _timm_file
+from tests.oracle import import_timm, run_timm
+
+# (timm architecture, image size, keyword arguments for timm): small widths keep them fast;
+# each exercises its row's switches (RoPE style, biases, SwiGLU packing, norms).
+CASES = [
+    ("vit_small_patch16_dinov3", 64, {}),  # RoPE, registers, LayerScale, no qkv bias
+    ("vit_small_plus_patch16_dinov3_qkvb", 48, {}),  # query and value biases, split SwiGLU
+    # EVA's RoPE on a 4 x 4 grid stretched onto its trained 16 x 16, a position embedding,
+    # fused qkv with q_bias and v_bias, packed SwiGLU, the norm after the pooling
+    ("eva02_tiny_patch14_224", 56, {}),
+    # separate q_proj, k_proj (no bias), v_proj; split SwiGLU with its norm (at width 64)
+    ("eva02_base_patch14_224", 56, {"embed_dim": 64, "num_heads": 4}),
+]
+
+
+def _variant(architecture, kwargs):
+    """The row at depth 2 and the width timm was built at (its MLP: 2 x int(8/3 D) in EVA-02)."""
+    variant = dataclasses.replace(keras_vit.get_variant(architecture), depth=DEPTH)
+    if "embed_dim" in kwargs:
+        width = kwargs["embed_dim"]
+        variant = dataclasses.replace(variant, width=width, heads=kwargs["num_heads"],
+                                      mlp_dim=2 * int(width * variant.mlp_dim / 2 / variant.width))
+    return variant
+
+
+def _ours(architecture, path, size, timm_kwargs=None, **kwargs):
+    variant = _variant(architecture, timm_kwargs or {})
+    return keras_vit.ViT(variant, weights=path, image_size=size, **kwargs)
+
+
+@pytest.mark.parametrize("architecture,size,kwargs", CASES, ids=[c[0] for c in CASES])
+def test_the_family_computes_what_timm_computes(architecture, size, kwargs, tmp_path):
+    theirs, path = _timm_file(tmp_path, architecture, size, num_classes=10, **kwargs)
+    images = _images(2, (size, size))
+    _assert_close(np.asarray(_ours(architecture, path, size, kwargs)(images)),
+                  run_timm(theirs, images))
+    features = _ours(architecture, path, size, kwargs, include_top=False)
+    _assert_close(np.asarray(features(images)), run_timm(theirs, images, features=True))
+
+
+@pytest.mark.parametrize("architecture,size,kwargs", CASES, ids=[c[0] for c in CASES])
+def test_another_size_and_shape_is_timms(architecture, size, kwargs, tmp_path):
+    """timm's Eva computes RoPE for the grid of each call (dynamic_img_size), EVA-02's
+    position embedding resized bicubically; so does keras_vit's dynamic model, here on an
+    image of 2 x 5 patches."""
+    theirs, path = _timm_file(tmp_path, architecture, size, num_classes=10,
+                              dynamic_img_size=True, **kwargs)
+    ours = keras_vit.ViT(_variant(architecture, kwargs), weights=path, image_size=size,
+                         dynamic_image_size=True)
+    patch = ours.get_layer("embedding").patch_size
+    images = _images(2, (2 * patch, 5 * patch))
+    _assert_close(np.asarray(ours(images)), run_timm(theirs, images))
+
+
+@pytest.mark.slow  # full size; the default tests above are the same rows at depth 2
+@pytest.mark.parametrize("architecture,size", [("vit_small_plus_patch16_dinov3_qkvb", 256),
+                                               ("eva02_small_patch14_224", 224)])
+def test_a_full_size_row_computes_what_timm_computes(architecture, size, tmp_path):
+    timm = import_timm()
+    import torch
+    from safetensors.torch import save_file
+
+    theirs = _randomise(timm.create_model(architecture, pretrained=False, num_classes=10), torch)
+    path = str(tmp_path / f"{architecture}.safetensors")
+    save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, path)
+    ours = keras_vit.ViT(architecture, weights=path, image_size=size)
+    images = _images(2, (size, size))
+    _assert_close(np.asarray(ours(images)), run_timm(theirs, images))
