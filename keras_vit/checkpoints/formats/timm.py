@@ -25,6 +25,7 @@ from keras_vit.checkpoints.formats.base import (
     normalization_from,
 )
 from keras_vit.checkpoints.formats.config_variant import match_or_name
+from keras_vit.checkpoints.formats.preprocess_configs import timm_preprocessing
 from keras_vit.checkpoints.formats.rows import (
     CONV,
     FUSED_KV,
@@ -133,9 +134,13 @@ class TimmReader(RowTableReader):
         if "mean" in pretrained and "std" in pretrained:
             normalization = normalization_from(f"{self.source.folder}/config.json",
                                                pretrained["mean"], pretrained["std"])
+        # A Hub folder's config.json: timm's eval transform (its defaults where it is silent).
+        preprocessing = (timm_preprocessing(f"{self.source.folder}/config.json", pretrained)
+                         if self._config else None)
         return CheckpointInfo(self.shapes(), format="timm",
                               heads=variant.heads if variant is not None else None,
-                              normalization=normalization, variant=variant)
+                              normalization=normalization, variant=variant,
+                              preprocessing=preprocessing)
 
 
 FORMAT = CheckpointFormat(
