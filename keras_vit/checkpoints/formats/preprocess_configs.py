@@ -34,8 +34,11 @@ def _record(path, **fields):
 
 def _choice(path, field, value, table):
     if not isinstance(value, (str, int)) or isinstance(value, bool) or value not in table:
-        raise CheckpointError(f"{path}: {field} {str(value)[:40]!r} is not one keras_vit "
-                              f"computes ({', '.join(map(str, table))}).")
+        known = ", ".join(key if isinstance(key, str) else f"{key} ({name})"
+                          for key, name in table.items())
+        shown = value if isinstance(value, int) and not isinstance(value, bool) else \
+            repr(str(value)[:40])
+        raise CheckpointError(f"{path}: {field} {shown} is not one keras_vit computes ({known}).")
     return table[value]
 
 
