@@ -55,7 +55,8 @@ _ON_FIRST_USE = {
 }
 _SUBMODULES = ("analysis", "atomic", "checkpoints", "cli", "data", "errors", "export", "labels",
                "layer_names", "layers", "lora", "memory", "models", "normalization",
-               "preprocessing", "reports", "runtime", "training", "variants")
+               "preprocessing", "preprocessing_record", "reports", "runtime", "training",
+               "variants")
 
 __getattr__, __dir__, __all__ = _lazy.attach(__name__, {**_CORE, **_ON_FIRST_USE}, _SUBMODULES)
 

@@ -15,7 +15,7 @@ from keras_vit.layer_names import EMBEDDING, PREPROCESSING
 
 __all__ = ["OFFICIAL_NORMALIZATION", "IMAGENET_MEAN_STD", "rescaling_arguments",
            "normalization_problem", "input_normalization", "describe_normalization",
-           "normalize_pixels", "model_input"]
+           "normalize_pixels", "official_input", "model_input"]
 
 # The official code feeds pixels in [-1, 1]: (x / 255 - 0.5) / 0.5.
 OFFICIAL_NORMALIZATION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -102,14 +102,28 @@ def normalize_pixels(pixels, normalization):
     return tf.cast(pixels, tf.float32) * tf.constant(scale, tf.float32) + tf.constant(offset, tf.float32)
 
 
+def official_input(images):
+    """Pixels in [0, 255] -> [-1, 1] float32 (keras_vit.preprocess_input without a model):
+    NumPy stays NumPy, a TensorFlow tensor stays one whatever the Keras backend."""
+    if isinstance(images, (np.ndarray, list, tuple, int, float)):
+        return np.asarray(images, dtype=np.float32) / 127.5 - 1.0
+    if type(images).__module__.startswith("tensorflow"):
+        import tensorflow as tf
+
+        return tf.cast(images, tf.float32) / 127.5 - 1.0
+    # Imported here: the command line reads keras_vit.preprocessing's constants (MAX_PIXELS,
+    # IMAGE_FORMATS) while parsing, before Keras or TensorFlow is loaded.
+    from keras import ops
+
+    return ops.cast(images, "float32") / 127.5 - 1.0
+
+
 def model_input(model):
     """What turns [0, 255] pixels into `model`'s input: nothing for a model built with
     `include_preprocessing=True` (its "preprocessing" layer does it), else the normalisation
     its weights expect ([-1, 1] unless its source said otherwise). Export, prediction,
     evaluation and the quantised exports feed a model through it."""
     import keras
-
-    from keras_vit.preprocessing import preprocess_input
 
     try:
         layer = model.get_layer(PREPROCESSING)
@@ -119,5 +133,5 @@ def model_input(model):
         return lambda pixels: pixels
     normalization = input_normalization(model)
     if normalization == OFFICIAL_NORMALIZATION:
-        return preprocess_input
+        return official_input
     return lambda pixels: normalize_pixels(pixels, normalization)

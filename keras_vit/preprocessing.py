@@ -1,11 +1,9 @@
-"""The one image path: decode, bilinear resize, [-1, 1] scaling.
-
-Every way into a model goes through these functions: `keras-vit predict` and
-`analyze` (`load_image`), the SavedModel's `serve_bytes` signature
-(`decode_images`), and the image-folder dataset (`decode_image`, then
-`resize_image` in its pipeline). So one file gives one array wherever it
-enters. TensorFlow (for its image decoders) is imported when an image is
-decoded, not with this module.
+"""The one image path: decode, resize (bilinear, or a model's preprocessing of record),
+[-1, 1] scaling. Every way into a model goes through these functions: `keras-vit predict`
+and `analyze` (`load_image`), the SavedModel's `serve_bytes` signature (`decode_images`),
+and the image-folder dataset (`decode_image`, then `resize_image` in its pipeline). So one
+file gives one array wherever it enters. TensorFlow (for its image decoders) is imported
+when an image is decoded, not with this module.
 
 Every decode first reads the image's declared width and height from its header
 (`declared_image_size`, in TensorFlow ops, so it runs inside an exported
@@ -18,11 +16,11 @@ import functools
 import os
 import re
 
-import numpy as np
-
 from keras_vit._support.files import MAX_IMAGE_BYTES, read_file, refuse_special_file
 from keras_vit._support.tf_log import without_libjpeg_lines
 from keras_vit.errors import ImageError
+from keras_vit.normalization import official_input
+from keras_vit.preprocessing_record import preprocess_for_model, resize_to_model
 
 __all__ = ["preprocess_input", "IMAGE_EXTENSIONS", "IMAGE_FORMATS", "MAX_PIXELS", "decode_image",
            "declared_image_size", "check_pixel_budget",
@@ -43,24 +41,18 @@ _ANIMATED_WEBP = ("the image is an animated WebP, which TensorFlow does not deco
                  "save one frame as a still image")
 
 
-def preprocess_input(images):
+def preprocess_input(images, model=None, resize=None):
     """Maps pixel values in [0, 255] to [-1, 1], as the official models expect.
 
     Accepts NumPy arrays or tensors of any shape (channels last); returns
     float32 (a NumPy array for NumPy input). TensorFlow tensors stay TensorFlow
     tensors whatever the Keras backend, so this works inside a `tf.data` map.
+    With `model`: images of any size -> `model`'s input, resized as its preprocessing of record
+    says (`resize`: "stretch" or "crop" overrides it) and normalised as its weights expect.
     """
-    if isinstance(images, (np.ndarray, list, tuple, int, float)):
-        return np.asarray(images, dtype=np.float32) / 127.5 - 1.0
-    if type(images).__module__.startswith("tensorflow"):
-        import tensorflow as tf
-
-        return tf.cast(images, tf.float32) / 127.5 - 1.0
-    # Imported here: the command line reads this module's constants (MAX_PIXELS,
-    # IMAGE_FORMATS) while parsing, before Keras or TensorFlow is loaded.
-    from keras import ops
-
-    return ops.cast(images, "float32") / 127.5 - 1.0
+    if model is not None:
+        return preprocess_for_model(images, model, resize)
+    return official_input(images)
 
 
 def decode_image(data, channels=3, max_pixels=MAX_PIXELS):
@@ -394,29 +386,32 @@ def decode_jpeg(data, channels=3, max_pixels=MAX_PIXELS, crop_window=None):
     return tf.image.decode_and_crop_jpeg(data, window, channels=channels)
 
 
-def resize_image(image, size):
+def resize_image(image, size, preprocessing=None):
     """`(H, W, C)` or `(batch, H, W, C)` pixels -> float32 at `size` (height, width).
 
-    Bilinear, without antialiasing, as the official ViT input pipeline does.
-    """
+    Bilinear, without antialiasing, as the official ViT input pipeline does; or, one image,
+    as a `preprocessing` record says (keras_vit.preprocessing_record)."""
     import tensorflow as tf
 
+    if preprocessing is not None:
+        return resize_to_model(image, size, preprocessing)
     return tf.image.resize(image, tuple(size), method="bilinear", antialias=False)
 
 
-def decode_images(image_bytes, image_size, channels=3, max_pixels=MAX_PIXELS):
+def decode_images(image_bytes, image_size, channels=3, max_pixels=MAX_PIXELS,
+                  preprocessing=None):
     """A string tensor `(batch,)` of encoded images -> float32 `(batch, H, W, channels)` pixels
-    in [0, 255] at `image_size`; images of any size up to `max_pixels` pixels."""
+    in [0, 255] at `image_size` (as `resize_image`); images of any size to `max_pixels`."""
     import tensorflow as tf
 
     image_size = tuple(image_size)
     return tf.map_fn(lambda data: resize_image(decode_image(data, channels, max_pixels),
-                                               image_size),
+                                               image_size, preprocessing),
                      image_bytes,
                      fn_output_signature=tf.TensorSpec((*image_size, channels), tf.float32))
 
 
-def load_image(path, image_size, channels=3, max_pixels=MAX_PIXELS):
+def load_image(path, image_size, channels=3, max_pixels=MAX_PIXELS, preprocessing=None):
     """An image file -> float32 `(H, W, channels)` NumPy pixels in [0, 255] at `image_size`.
 
     Raises `ImageError` naming the file when it is missing, not a regular file (a
@@ -431,7 +426,7 @@ def load_image(path, image_size, channels=3, max_pixels=MAX_PIXELS):
             image = decode_image(tf.constant(data), channels, max_pixels)
     except tf.errors.InvalidArgumentError as error:
         raise not_an_image(path, error) from error
-    return resize_image(image, image_size).numpy()
+    return resize_image(image, image_size, preprocessing).numpy()
 
 
 def read_image_file(path):

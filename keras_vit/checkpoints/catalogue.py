@@ -49,6 +49,9 @@ class Checkpoint:
     layer_norm_epsilon: float | None = None
     # The pixel normalisation the source records (keras_vit.normalization); None: official.
     normalization: tuple | None = None
+    # How the source resizes an image (keras_vit.preprocessing_record.Preprocessing); None:
+    # the official stretch.
+    preprocessing: object = None
     # A hybrid's ResNet numerics where the source's library differs from the official code
     # (keras_vit.layers.ResNetTrunk's arguments); None: official.
     trunk_numerics: dict | None = dataclasses.field(default=None, compare=False)
@@ -139,7 +142,20 @@ def catalogue():
     """Every catalogued checkpoint, as `Checkpoint` records."""
     text = resources.files("keras_vit.checkpoints").joinpath("catalogue.json").read_text()
     entries = parse_json(text, "keras_vit's catalogue.json", CheckpointError)["checkpoints"]
-    return tuple(Checkpoint(**entry) for entry in entries)
+    return tuple(Checkpoint(**{**entry, "preprocessing": _preprocessing(entry)})
+                 for entry in entries)
+
+
+def _preprocessing(entry):
+    """An entry's preprocessing record, from its JSON object (None where it gives none)."""
+    from keras_vit.preprocessing_record import Preprocessing
+
+    config = entry.get("preprocessing")
+    try:
+        return None if config is None else Preprocessing.from_config(config)
+    except ArgumentError as error:
+        raise CheckpointError(f"catalogue.json, {entry.get('variant')} {entry.get('tag')}: "
+                              f"{error}") from None
 
 
 # weights="imagenet", as keras.applications users write it: the variant's best ImageNet-1k
@@ -222,7 +238,7 @@ def opened_checkpoint(variant, reader, **fields):
                         representation_size=info.representation_size, format=info.format,
                         layer_norm_epsilon=info.layer_norm_epsilon,
                         approximate_gelu=info.approximate_gelu, normalization=info.normalization,
-                        trunk_numerics=info.trunk_numerics, **fields)
+                        preprocessing=info.preprocessing, trunk_numerics=info.trunk_numerics, **fields)
     return OpenedCheckpoint(record, reader)
 
 

@@ -11,8 +11,10 @@ preprocessing inside the graph, so a client needs no keras_vit code:
   NaN, Inf or a value outside [0, 255], or another image size, is refused with
   InvalidArgument naming the items or the size expected.
 - `serve_bytes(image_bytes)`: string `(batch,)` of JPEG, PNG, GIF, BMP or WebP
-  files of any size, decoded to RGB and resized (bilinear) to the model's size
-  (a dynamic-size model's: the size its position embeddings are stored for)
+  files of any size, decoded to RGB and resized to the model's size as its
+  preprocessing of record says (`keras_vit.preprocessing_record`: the official
+  bilinear stretch, or its weights' source's resize and centre crop; a
+  dynamic-size model's: the size its position embeddings are stored for)
   by `keras_vit.preprocessing.decode_images`, the path every image takes.
   An image whose header declares more than `max_pixels` pixels is refused
   (InvalidArgument) before it is decoded; the limit is a constant of the
@@ -47,6 +49,7 @@ from keras_vit.models.image_size import stored_size, takes_any_size
 from keras_vit.models.vit import has_softmax_head
 from keras_vit.normalization import model_input
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images
+from keras_vit.preprocessing_record import model_preprocessing
 from keras_vit.runtime.execution import check_execution
 from keras_vit.runtime.precision import bfloat16_model, check_precision
 
@@ -222,6 +225,7 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
     top_k = min(int(top_k), classes)
     softmax_head = has_softmax_head(model)
     to_model_input = model_input(model)
+    preprocessing = model_preprocessing(model)  # the resize its weights' source uses
     label_table = None if labels is None else tf.constant(list(labels), tf.string)
     archive = keras.export.ExportArchive()
     call = _tensorflow_call(model, (None, None) if any_size else image_size, archive, jit_compile)
@@ -243,7 +247,7 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
 
     def serve_bytes(image_bytes):
         return classify(decode_images(_checked_image_bytes(image_bytes), image_size,
-                                      max_pixels=max_pixels))
+                                      max_pixels=max_pixels, preprocessing=preprocessing))
 
     # The SavedModel's pixel inputs take any height and width, so a wrong size reaches
     # the check that names the right one (a fixed size in the signature is not enforced

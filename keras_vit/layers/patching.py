@@ -22,8 +22,10 @@ class PatchEncoder(keras.layers.Layer):
     the official `embedding/kernel` layout, so it loads without a transpose.
 
     `input_normalization`, ((mean,) * 3, (std,) * 3) or None for the official [-1, 1],
-    records what the weights expect of their input (keras_vit.normalization); it changes
-    no computation. `use_bias=False` leaves the bias out (OpenAI CLIP's patch embedding).
+    records what the weights expect of their input (keras_vit.normalization), and
+    `input_preprocessing` (a dict, keras_vit.preprocessing_record; None: the official resize)
+    how their source resizes an image to the model's size; neither changes any computation.
+    `use_bias=False` leaves the bias out (OpenAI CLIP's patch embedding).
 
     `flatten=False` returns the grid `(batch, rows, cols, width)` instead, whose shape tells
     `AddPositionEmbedding` the grid of an image whose size is only known at call time.
@@ -33,7 +35,7 @@ class PatchEncoder(keras.layers.Layer):
 
     def __init__(self, hidden_size, patch_size, kernel_initializer="lecun_normal",
                  bias_initializer="zeros", input_normalization=None, use_bias=True, flatten=True, pad=False,
-                 **kwargs):
+                 input_preprocessing=None, **kwargs):
         super().__init__(**kwargs)
         if hidden_size <= 0 or patch_size <= 0:
             raise ArgumentError(f"hidden_size and patch_size must be positive, got "
@@ -47,6 +49,7 @@ class PatchEncoder(keras.layers.Layer):
                                     [[float(v) for v in part] for part in input_normalization])
         self.flatten = bool(flatten)
         self.pad = bool(pad)
+        self.input_preprocessing = None if input_preprocessing is None else dict(input_preprocessing)
 
     def build(self, input_shape):
         channels = input_shape[-1]
@@ -95,6 +98,7 @@ class PatchEncoder(keras.layers.Layer):
             "use_bias": self.use_bias,
             "flatten": self.flatten,
             "pad": self.pad,
+            "input_preprocessing": self.input_preprocessing,
         }
 
 

@@ -31,6 +31,7 @@ from keras_vit.models.arguments import (
     size_argument,
 )
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, rescaling_arguments
+from keras_vit.preprocessing_record import OFFICIAL_PREPROCESSING
 from keras_vit.variants import FAMILIES, VARIANTS, constructor_names, get_variant
 
 # ViT and one named constructor per official non-gap variant (ViT_Ti16, ...) and per family
@@ -175,7 +176,7 @@ def ViT(variant, weights=None, image_size=None, include_top=True, classes=None,
         model = _build(built, image_size, channels, head, dropout, attention_dropout,
                        approximate_gelu, name or _default_name(variant), epsilon, input_tensor,
                        include_preprocessing, normalization, trunk_numerics, dynamic_image_size,
-                       drop_path_rate)
+                       drop_path_rate, getattr(source, "preprocessing", None))
         # The architecture built, for save_npz's record (keras_vit.from_pretrained reads it).
         setattr(model, VARIANT_ATTRIBUTE, built)
         if source is not None:
@@ -290,7 +291,7 @@ class _Head:
 def _build(variant, image_size, channels, head, dropout, attention_dropout, approximate_gelu,
            name, epsilon=LAYER_NORM_EPSILON, input_tensor=None, include_preprocessing=False,
            normalization=OFFICIAL_NORMALIZATION, trunk_numerics=None, dynamic=False,
-           drop_path_rate=0.0):
+           drop_path_rate=0.0, preprocessing=None):
     if input_tensor is None:
         shape = (None, None) if dynamic else image_size
         images = x = keras.Input((*shape, channels), name=names.IMAGES)
@@ -306,10 +307,13 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         x = ResNetTrunk(variant.resnet_stages, variant.resnet_width, **(trunk_numerics or {}),
                         name=names.RESNET)(x)
     recorded = None if normalization == OFFICIAL_NORMALIZATION else normalization
+    # The resize the weights' source preprocesses with, recorded (None: the official one).
+    resize = None if preprocessing in (None, OFFICIAL_PREPROCESSING) else preprocessing.to_config()
     # Any image size: the patches keep their grid, whose shape sizes the position embedding;
     # RoPE reads the grid's shape in every block.
     keep_grid = dynamic or variant.rope is not None
     x = grid = PatchEncoder(variant.width, variant.patch_size, input_normalization=recorded,
+                            input_preprocessing=resize,
                             use_bias=variant.patch_bias, flatten=not keep_grid, pad=dynamic,
                             name=names.EMBEDDING)(x)
     if keep_grid:

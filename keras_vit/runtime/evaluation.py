@@ -21,7 +21,7 @@ __all__ = ["evaluate"]
 
 
 def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, data_dir=None,
-             few_shot=None, few_shot_seed=0, execution=None, precision=None):
+             few_shot=None, few_shot_seed=0, execution=None, precision=None, resize=None):
     """Accuracy and per-class precision, recall and F1 of `model` on `dataset`'s held-out split.
 
     `model` as for `predict_images`; `dataset`: "digits", a folder of class sub-folders or a
@@ -43,6 +43,7 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
     `precision`: "float32" (the default), "bfloat16" or "auto", as for `predict_images`; the
     report's "precision" records it, and under bfloat16 every evaluated image also runs in
     float32: "precision.agreement" holds their top-1 agreement and largest logit difference.
+    `resize` as for `predict_images`; the report's "preprocessing" records the resize used.
     """
     from keras_vit.data import DatasetSplits, load_dataset
 
@@ -53,7 +54,7 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
                                                                              data_dir=data_dir)
     name = splits.name or str(dataset)
     runner = model_runner(model, batch_size, MAX_PIXELS, execution=execution,
-                          images=splits.num_test, precision=precision)
+                          images=splits.num_test, precision=precision, resize=resize)
     probe = None
     if few_shot is not None:
         check_positive(few_shot=few_shot)
@@ -81,6 +82,8 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
         report["few_shot_probe"] = probe
     if getattr(runner, "precision_record", None) is not None:
         report["precision"] = runner.precision_record
+    if getattr(runner, "preprocessing", None) is not None:
+        report["preprocessing"] = runner.preprocessing.to_config()
     if output is not None:
         _write_evaluation(output, report, rows, names, top,
                           score="probability" if probe is None else "score")
@@ -111,7 +114,7 @@ def _few_shot_probe(runner, splits, shots, seed, batch_size):
                             "features, which a SavedModel does not keep.")
     features = KerasRunner(feature_model(runner.model), batch_size, runner.max_pixels,
                             outputs="raw", execution=runner.execution, images=splits.num_test,
-                            precision=runner.precision)
+                            precision=runner.precision, resize=runner.resize)
     labels = np.asarray([int(y) for _, y in splits.train.as_numpy_iterator()])
     chosen = few_shot_indices(labels, shots, seed, splits.class_names)
     keep = np.zeros(len(labels), bool)

@@ -56,7 +56,7 @@ class Predictions:
 
 
 def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=None,
-                   max_pixels=MAX_PIXELS, execution=None, precision=None):
+                   max_pixels=MAX_PIXELS, execution=None, precision=None, resize=None):
     """An iterator of `ImagePrediction`s, one per image of `sources` (`image_files`, or the
     `ImageFiles` it returned), in order.
 
@@ -71,6 +71,9 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     (mixed_bfloat16; its top-1 agreement and largest logit difference with float32 on the
     first batch are measured) or "auto" (bfloat16 where it is native, faster and in
     agreement: `keras_vit.runtime.precision`); the returned `Predictions` records it.
+    `resize`: None (default) resizes each image as the model's preprocessing of record says
+    (its weights' source's: `keras_vit.preprocessing_record`), "stretch" the whole image to the
+    model's size, "crop" the short side then the centre crop, in the record's interpolation.
     """
     check_positive(batch_size=batch_size, top=top)
     check_execution(execution)
@@ -78,7 +81,7 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     paths = image_files(sources)  # checked here, not when the first result is asked for
     runner = model_runner(model, batch_size, max_pixels, small=len(paths) <= batch_size,
                           execution=execution, images=len(paths), precision=precision,
-                          compare_images=batch_size)
+                          compare_images=batch_size, resize=resize)
     names = runner.names(labels)
     return Predictions((_result(path, probabilities, error, top, names)
                         for path, (probabilities, error) in zip(paths, runner.run_files(paths))),

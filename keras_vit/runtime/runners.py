@@ -35,12 +35,12 @@ def check_positive(**values):
 
 
 def model_runner(model, batch_size, max_pixels, small=False, execution=None, images=0,
-                 precision=None, compare_images=None):
+                 precision=None, compare_images=None, resize=None):
     """The runner for `model` (a Keras model, a `.keras` file or a training run's folder, loaded
     by keras_vit.models.factory.load, or a SavedModel folder, whose runner loads its
     serve_bytes signature through the factory): `run_files` / `run_examples` give (outputs,
-    error) per image. Shared with keras_vit.runtime.evaluation. `precision` and `compare_images` as
-    KerasRunner's."""
+    error) per image. Shared with keras_vit.runtime.evaluation. `precision`, `compare_images` and
+    `resize` as KerasRunner's."""
     from keras_vit.models.factory import is_saved_model, keras_file, load
 
     if isinstance(model, (str, os.PathLike)):
@@ -52,10 +52,13 @@ def model_runner(model, batch_size, max_pixels, small=False, execution=None, ima
             if check_precision(precision) != "float32":
                 raise ArgumentError(f"precision={precision!r} applies to a Keras model; a "
                                     "SavedModel computes in the precision it was exported with.")
+            if resize is not None:
+                raise ArgumentError(f"resize={resize!r} applies to a Keras model; a SavedModel "
+                                    "resizes as the model it was exported from recorded.")
             return SavedModelRunner(model, batch_size)
         model = load(model)
     return KerasRunner(model, batch_size, max_pixels, small, execution=execution, images=images,
-                       precision=precision, compare_images=compare_images)
+                       precision=precision, compare_images=compare_images, resize=resize)
 
 
 def _failure_message(path, read):
@@ -101,13 +104,19 @@ class KerasRunner:
     `precision` as `keras_vit.runtime.precision.choose_precision` takes it, chosen at the first batch
     (which calibrates "auto"). Run in bfloat16, the first `compare_images` images (None: all)
     also run in float32, and `precision_record["agreement"]` holds the two's top-1 agreement
-    and largest logit difference (not for `outputs="raw"`: features have no classes)."""
+    and largest logit difference (not for `outputs="raw"`: features have no classes).
+    Images are resized as the model's preprocessing of record says, or as `resize` ("stretch"
+    or "crop") overrides it (keras_vit.preprocessing_record)."""
 
     def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
-                 execution=None, images=0, precision=None, compare_images=None):
+                 execution=None, images=0, precision=None, compare_images=None, resize=None):
         from keras_vit.models.image_size import image_size
         from keras_vit.models.vit import has_softmax_head
         from keras_vit.normalization import model_input
+        from keras_vit.preprocessing_record import model_preprocessing, resized_preprocessing
+
+        self.resize = resize
+        self.preprocessing = resized_preprocessing(model_preprocessing(model), resize)
 
         self.model, self.batch_size, self.max_pixels = model, batch_size, max_pixels
         # A model that takes any size gets every image at the size it was trained at: one
@@ -163,7 +172,7 @@ class KerasRunner:
 
         def load(path):
             return resize_image(decode(tf.io.read_file(path), self.channels, self.max_pixels),
-                                self.size)
+                                self.size, self.preprocessing)
 
         for chunk in _chunks(load_batches(paths, load, self.batch_size), self.batch_size):
             errors = {}
@@ -171,7 +180,7 @@ class KerasRunner:
                 if pixels is None:  # the general path: the reason, or a misnamed image's pixels
                     try:
                         chunk[row] = (index, load_image(paths[index], self.size, self.channels,
-                                                        self.max_pixels))
+                                                        self.max_pixels, self.preprocessing))
                     except READ_ERRORS as error:
                         errors[index] = read_error_message(paths[index], error)
             good = [pixels for index, pixels in chunk if index not in errors]
@@ -181,7 +190,7 @@ class KerasRunner:
 
     def run_examples(self, examples):
         """In-memory `(image uint8 (H, W, C), label)` examples (digits, TFDS), resized as
-        the training pipeline's held-out batches are."""
+        `run_files` resizes a file."""
         import tensorflow as tf
 
         from keras_vit.data.datasets import to_rgb
@@ -189,7 +198,7 @@ class KerasRunner:
 
         def pixels(image, label):
             image = to_rgb(image) if self.channels == 3 else image
-            return tf.clip_by_value(resize_image(image, self.size), 0.0, 255.0)
+            return tf.clip_by_value(resize_image(image, self.size, self.preprocessing), 0.0, 255.0)
 
         batches = examples.map(pixels, num_parallel_calls=tf.data.AUTOTUNE) \
             .batch(self.batch_size).prefetch(tf.data.AUTOTUNE)

@@ -55,6 +55,7 @@ from keras_vit.errors import (
     RunConflictError,
     TrainingDivergedError,
 )
+from keras_vit.layer_names import EMBEDDING
 from keras_vit.layers import TransformerBlock
 from keras_vit.memory import peak_memory
 from keras_vit.models import ViT
@@ -98,8 +99,12 @@ def build_model(variant, weights, image_size, classes, dropout=0.0, drop_path_ra
             from keras_vit.models import BiT
 
             return BiT(variant, weights=weights, image_size=image_size, classes=classes)
-        return ViT(variant, weights=weights, image_size=image_size, classes=classes,
-                   dropout=dropout, drop_path_rate=drop_path_rate)
+        model = ViT(variant, weights=weights, image_size=image_size, classes=classes,
+                    dropout=dropout, drop_path_rate=drop_path_rate)
+    # Trained through the pipeline (data/pipeline.py: its held-out batches stretched,
+    # bilinear), the model is evaluated as it was trained, not as its weights' source crops.
+    model.get_layer(EMBEDDING).input_preprocessing = None
+    return model
 
 
 def _plan(recipe, num_train, steps, epochs, accumulation):

@@ -61,6 +61,9 @@ class CheckpointInfo:
     approximate_gelu: bool | None = None
     heads: int | None = None
     normalization: tuple | None = None  # ((mean,) * 3, (std,) * 3) on pixels in [0, 1]
+    # How the source's library resizes an image (keras_vit.preprocessing_record), where its
+    # files record it (timm's pretrained_cfg, a saved image processor, open_clip's preprocess_cfg).
+    preprocessing: object = None
     # A hybrid's ResNet numerics where its library's differ from the official ones:
     # ResNetTrunk's group_norm_epsilon, std_conv_epsilon, std_conv_epsilon_on.
     trunk_numerics: dict | None = None

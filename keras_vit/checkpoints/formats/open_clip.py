@@ -130,10 +130,11 @@ class OpenClipReader(RowTableReader):
     def info(self):
         if self._config is None:
             return CheckpointInfo(self.shapes(), format="open_clip", layer_norm_epsilon=1e-5)
-        variant, layer_norm_epsilon, normalization, _ = self._config
+        variant, layer_norm_epsilon, normalization, _, preprocessing = self._config
         return CheckpointInfo(self.shapes(variant.heads), format="open_clip",
                               layer_norm_epsilon=layer_norm_epsilon, approximate_gelu=False,
-                              heads=variant.heads, normalization=normalization, variant=variant)
+                              heads=variant.heads, normalization=normalization, variant=variant,
+                              preprocessing=preprocessing)
 
 
 FORMAT = CheckpointFormat(

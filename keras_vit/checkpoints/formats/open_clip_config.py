@@ -27,6 +27,7 @@ from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import config_values as checks
 from keras_vit.checkpoints.formats.base import normalization_from
 from keras_vit.checkpoints.formats.config_variant import match_or_name
+from keras_vit.checkpoints.formats.preprocess_configs import open_clip_preprocessing
 from keras_vit.variants import FAMILIES, timm_variant
 
 __all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "PICKLED_WEIGHTS_NAME", "read_open_clip_config"]
@@ -142,7 +143,7 @@ def timm_trunk(path, vision):
 
 def read_open_clip_config(source):
     """(the `Variant`, LayerNorm epsilon, normalisation, the timm trunk's projection: None
-    for OpenAI's tower, else whether one follows) an OpenCLIP Hub folder's
+    for OpenAI's tower, else whether one follows, preprocessing) an OpenCLIP Hub folder's
     open_clip_config.json records (`source`: the folder's `base.Source`); a one-line
     `CheckpointError` for a config that is not one, or builds a tower keras_vit does not read."""
     path = os.path.join(source.path, CONFIG_NAME)
@@ -171,4 +172,5 @@ def read_open_clip_config(source):
     preprocess = checks.check_object(f"{path} (its preprocess_cfg)", preprocess)
     normalization = (normalization_from(path, preprocess["mean"], preprocess["std"])
                      if "mean" in preprocess and "std" in preprocess else None)
-    return variant, layer_norm_epsilon, normalization, projection
+    return (variant, layer_norm_epsilon, normalization, projection,
+            open_clip_preprocessing(path, preprocess))

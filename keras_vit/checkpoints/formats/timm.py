@@ -26,6 +26,7 @@ from keras_vit.checkpoints.formats.base import (
     normalization_from,
 )
 from keras_vit.checkpoints.formats.config_variant import match_or_name
+from keras_vit.checkpoints.formats.preprocess_configs import timm_preprocessing
 from keras_vit.checkpoints.formats.rows import (
     CONV,
     FUSED_KV,
@@ -186,10 +187,14 @@ class TimmReader(RowTableReader):
             normalization = normalization_from(f"{self.source.folder}/config.json",
                                                pretrained["mean"], pretrained["std"])
         activation = timm_activation(self._config) if self._config else None
+        # A Hub folder's config.json: timm's eval transform (its defaults where it is silent).
+        preprocessing = (timm_preprocessing(f"{self.source.folder}/config.json", pretrained)
+                         if self._config else None)
         return CheckpointInfo(self.shapes(), format="timm",
                               heads=variant.heads if variant is not None else None,
                               approximate_gelu=activation[1] if activation else None,
-                              normalization=normalization, variant=variant)
+                              normalization=normalization, variant=variant,
+                              preprocessing=preprocessing)
 
 
 FORMAT = CheckpointFormat(

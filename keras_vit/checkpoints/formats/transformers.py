@@ -23,6 +23,7 @@ from keras_vit.checkpoints.formats.base import (
     normalization_from,
 )
 from keras_vit.checkpoints.formats.config_variant import match_or_name
+from keras_vit.checkpoints.formats.preprocess_configs import processor_preprocessing
 from keras_vit.checkpoints.formats.rows import CONV, KeyRow, to_official
 from keras_vit.checkpoints.formats.timm import open_weights
 from keras_vit.variants import Variant
@@ -59,7 +60,16 @@ def folder_info(reader, config, variant, **fields):
                           approximate_gelu=config.get("hidden_act", "gelu") in TANH_GELU,
                           heads=config.get("num_attention_heads"),
                           normalization=processor_normalization(reader.source), variant=variant,
-                          **fields)
+                          preprocessing=_processor_preprocessing(reader.source), **fields)
+
+
+def _processor_preprocessing(source):
+    """How the saved image processor resizes (preprocessor_config.json), or None."""
+    config = source.json("preprocessor_config.json")
+    if config is None:
+        return None
+    path = os.path.join(source.folder, "preprocessor_config.json")
+    return processor_preprocessing(path, checks.check_object(path, config))
 
 
 def folder_config(source, weights, model_type, refusal):

@@ -339,7 +339,7 @@ def test_a_config_names_its_row_and_its_activation(hub_folder, tmp_path):
         model_cfg = {"vision_cfg": b32, "quick_gelu": quick_gelu}
         directory = _with_config(hub_folder, tmp_path / name.replace("/", "_"),
                                  lambda c, model_cfg=model_cfg: c["model_cfg"].update(model_cfg))
-        variant, epsilon, _, timm_trunk = read_open_clip_config(Source(directory))
+        variant, epsilon, _, timm_trunk, _ = read_open_clip_config(Source(directory))
         assert timm_trunk is None
         assert (variant.name, variant.activation, epsilon) == \
             (name, "quick_gelu" if quick_gelu else "gelu", 1e-5)
