@@ -25,6 +25,7 @@ from keras_vit.cli.common import (
     CommandError,
     add_execution_option,
     add_max_pixels_option,
+    add_max_tokens_option,
     add_model_options,
     add_precision_option,
     given_model_options,
@@ -80,6 +81,7 @@ def _add_arguments(parser):
                                   "exported with)")
     add_execution_option(parser, "a --model")
     add_precision_option(parser, "a --model")
+    add_max_tokens_option(parser)
 
 
 def run(args):
@@ -207,7 +209,7 @@ def predict(args):
         if given:
             raise CommandError(f"{', '.join(given)} apply to --model, not to --saved-model.")
         return predict_images(args.saved_model, images, args.batch_size, args.top, labels,
-                              precision=args.precision)
+                              precision=args.precision, max_tokens=args.max_tokens)
     model = load_model(args)  # first: a refused --model, --image-size or --classes is the one line
     from keras_vit.models.factory import keras_file
 
@@ -218,4 +220,5 @@ def predict(args):
         raise CommandError(f"--labels names {len(labels)} classes, but the model has "
                            f"{int(model.output_shape[-1])}.")
     return predict_images(model, images, args.batch_size, args.top, labels, args.max_pixels,
-                          execution=args.execution, precision=args.precision)
+                          execution=args.execution, precision=args.precision,
+                          max_tokens=args.max_tokens)

@@ -56,7 +56,7 @@ class Predictions:
 
 
 def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=None,
-                   max_pixels=MAX_PIXELS, execution=None, precision=None):
+                   max_pixels=MAX_PIXELS, execution=None, precision=None, max_tokens=None):
     """An iterator of `ImagePrediction`s, one per image of `sources` (`image_files`, or the
     `ImageFiles` it returned), in order.
 
@@ -71,6 +71,8 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     (mixed_bfloat16; its top-1 agreement and largest logit difference with float32 on the
     first batch are measured) or "auto" (bfloat16 where it is native, faster and in
     agreement: `keras_vit.runtime.precision`); the returned `Predictions` records it.
+    `max_tokens`: a NaFlex model's sequence budget (SigLIP 2's 256, 576, 784 or 1024; default
+    its stored grid's): each image at its own aspect ratio, batched with padding masks.
     """
     check_positive(batch_size=batch_size, top=top)
     check_execution(execution)
@@ -78,7 +80,7 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     paths = image_files(sources)  # checked here, not when the first result is asked for
     runner = model_runner(model, batch_size, max_pixels, small=len(paths) <= batch_size,
                           execution=execution, images=len(paths), precision=precision,
-                          compare_images=batch_size)
+                          compare_images=batch_size, max_tokens=max_tokens)
     names = runner.names(labels)
     return Predictions((_result(path, probabilities, error, top, names)
                         for path, (probabilities, error) in zip(paths, runner.run_files(paths))),

@@ -21,7 +21,7 @@ __all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "FAMILY_TIMM_NAMES
 # record of a Variant is checked against (checkpoints/formats/npz_metadata.py). A family that needs
 # a new kind of layer adds its value here.
 FIELD_CHOICES = {"classifier": ("token", "gap", "map"), "feed_forward": ("mlp", "swiglu"),
-                 "activation": ("gelu", "quick_gelu")}
+                 "activation": ("gelu", "quick_gelu"), "patch_input": ("image", "naflex")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,11 @@ class Variant:
     # built with its own num_heads); None: the encoder's `heads`, as timm, transformers and
     # big_vision build SigLIP by default.
     map_heads: int | None = None
-    image_size: int = 224  # the default resolution
+    # "image": images in, cut into a fixed grid by a patch convolution; "naflex" (SigLIP 2
+    # NaFlex): each image's patches at its own grid, packed to a token budget with padding
+    # (keras_vit/layers/naflex.py), the square position grid resized per image.
+    patch_input: str = "image"
+    image_size: int = 224  # the default resolution (NaFlex: the side of its stored grid's image)
     normalization: tuple | None = None  # (mean, std) on [0, 1] pixels; None: official [-1, 1]
 
     def __post_init__(self):
@@ -260,6 +264,10 @@ _CLIP = dict(pre_norm=True, patch_bias=False, layer_norm_epsilon=1e-5, activatio
 # 240 px, its position embedding on the patches only; any other patch size through
 # resample_patch_embedding (ViT(..., patch_size=P)).
 _FLEXIVIT = dict(embed_prefix_tokens=False, image_size=240)
+# SigLIP 2 NaFlex (Tschannen et al. 2025): SigLIP's tower taking patches at each image's own
+# aspect ratio and a sequence budget, with a 16 x 16 position grid (256 px) resized per image;
+# timm builds it with tanh GELU.
+_SIGLIP2_NAFLEX = dict(_SIGLIP, patch_input="naflex", image_size=256)
 
 _FAMILY_ROWS = [
     *(_family("DeiT", size, 16, timm="deit_{size}_patch{patch}", **_DEIT)
@@ -278,6 +286,8 @@ _FAMILY_ROWS = [
             feed_forward="swiglu", **_DINOV2, **_REG4),
     *(_family("SigLIP", size, patch, timm="vit_{size}_patch{patch}_siglip", **_SIGLIP)
       for size, patch in (("B", 16), ("So400m", 14))),
+    *(_family("SigLIP2", size, 16, "-naflex", timm="naflexvit_{size}_patch{patch}_siglip",
+              **_SIGLIP2_NAFLEX) for size in ("B", "So400m")),
     *(_family("CLIP", size, patch, timm="vit_{size}_patch{patch}_clip_quickgelu", **_CLIP)
       for size, patch in (("B", 32), ("B", 16), ("L", 14))),
     *(_family("FlexiViT", size, 16, timm="flexivit_{size}", **_FLEXIVIT)

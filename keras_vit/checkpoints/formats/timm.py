@@ -10,6 +10,7 @@ table knows) and `pretrained_cfg` its mean/std.
 """
 
 import dataclasses
+import math
 import os
 
 import numpy as np
@@ -32,6 +33,7 @@ from keras_vit.checkpoints.formats.rows import (
     HEADS_IN,
     HEADS_OUT,
     KeyRow,
+    Transform,
     from_official,
     to_official,
 )
@@ -41,10 +43,11 @@ from keras_vit.errors import ArgumentError
 from keras_vit.variants import timm_variant
 
 __all__ = ["FORMAT", "TIMM_ROWS", "timm_to_official", "official_to_timm", "save_safetensors",
-           "weights_file", "open_weights"]
+           "weights_file", "open_weights", "PATCH_LINEAR"]
 
 # The stem of timm's hybrid (ResNet + ViT) models, which keras_vit does not read from timm.
 _HYBRID_STEM = "patch_embed.backbone.stem.conv.weight"
+_NAFLEX_PATCH = "embeds.proj.weight"  # timm's NaFlexVit
 
 
 def weights_file(source):
@@ -110,8 +113,8 @@ def timm_config_variant(config):
 
 def _recognises(source):
     weights = open_weights(source)
-    return weights is not None and ("patch_embed.proj.weight" in weights.shapes
-                                    or _HYBRID_STEM in weights.shapes)
+    return weights is not None and any(key in weights.shapes for key in (
+        "patch_embed.proj.weight", _NAFLEX_PATCH, _HYBRID_STEM))
 
 
 class TimmReader(RowTableReader):
@@ -133,9 +136,12 @@ class TimmReader(RowTableReader):
         if "mean" in pretrained and "std" in pretrained:
             normalization = normalization_from(f"{self.source.folder}/config.json",
                                                pretrained["mean"], pretrained["std"])
+        # timm builds its naflexvit_*_siglip with act_layer="gelu_tanh", its other ViTs with erf.
+        naflex = variant is not None and variant.patch_input == "naflex"
         return CheckpointInfo(self.shapes(), format="timm",
                               heads=variant.heads if variant is not None else None,
-                              normalization=normalization, variant=variant)
+                              normalization=normalization, variant=variant,
+                              approximate_gelu=True if naflex else None)
 
 
 FORMAT = CheckpointFormat(
@@ -189,8 +195,26 @@ TIMM_MAP_HEAD = (
     *g.dense("attn_pool.mlp.fc1", g.MAP_MLP_IN),
     *g.dense("attn_pool.mlp.fc2", g.MAP_MLP_OUT),
 )
+def _patch_linear(a, heads):
+    # (D, P * P * 3), each patch flattened as (row, column, channel) -> the conv kernel (P, P, 3, D)
+    side = math.isqrt(a.shape[-1] // 3) if a.ndim == 2 else 0
+    return a.T.reshape(side, side, 3, -1) if side and side * side * 3 == a.shape[-1] else a
+
+
+# NaFlex's patch embedding, a Linear on flattened RGB patches (timm's NaFlexEmbeds,
+# transformers' Siglip2): the same function as the official patch convolution.
+PATCH_LINEAR = Transform("patch_linear", _patch_linear, lambda a: a.reshape(-1, a.shape[-1]).T)
+# timm's NaFlex position grid (1, rows, cols, D) <-> the official (1, rows * cols, D).
+_GRID_POSITIONS = Transform(
+    "grid_positions", lambda a, heads: a.reshape(1, -1, a.shape[-1]) if a.ndim == 4 else a,
+    lambda a: a.reshape(1, *((math.isqrt(a.shape[1]),) * 2), a.shape[-1]))
+# SigLIP 2 NaFlex (timm's NaFlexVit): the embedding under `embeds.`, a Linear on flattened
+# patches and a (1, rows, cols, D) position grid; read only: written back, a NaFlex model is the
+# plain ViT's state dict, which timm's NaFlexVit loads through its checkpoint_filter_fn.
+TIMM_NAFLEX = (*g.dense("embeds.proj", g.PATCH, PATCH_LINEAR, read_only=True),
+               KeyRow("embeds.pos_embed", g.POSITIONS, _GRID_POSITIONS, read_only=True))
 TIMM_ROWS = (*TIMM_EMBEDDING, *TIMM_BLOCKS, *TIMM_HEAD, *TIMM_DISTILLATION, *TIMM_REGISTERS,
-             *TIMM_PRE_NORM, *TIMM_LAYER_SCALE, *TIMM_MAP_HEAD)
+             *TIMM_PRE_NORM, *TIMM_LAYER_SCALE, *TIMM_MAP_HEAD, *TIMM_NAFLEX)
 
 
 def timm_to_official(sd, heads=None, source="the checkpoint"):
