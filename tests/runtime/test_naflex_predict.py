@@ -7,6 +7,7 @@ Tolerance 1e-5 on probabilities (at most 1): the batched and single runs compute
 float32 arithmetic on rows that differ in padding the masks take out (measured below 1e-7).
 """
 
+import csv
 import dataclasses
 
 import numpy as np
@@ -93,3 +94,25 @@ def test_what_takes_images_of_one_size_refuses_a_naflex_model_in_one_line(naflex
 
     with pytest.raises(keras_vit.ArgumentError, match="NaFlex model"):
         image_size(naflex_model)  # export, analyze and calibration feed images through it
+
+
+def test_the_command_runs_a_saved_naflex_model_under_a_budget(naflex_model, tmp_path, cli):
+    # A .keras copy loads with its two inputs, and `keras-vit predict --max-tokens` gives the
+    # library's probabilities; `export`, which takes images of one size, refuses it in one line.
+    paths = _files(tmp_path)[:2]
+    saved = str(tmp_path / "naflex.keras")
+    naflex_model.save(saved)
+    expected = [p.probabilities for p in keras_vit.predict_images(naflex_model, paths,
+                                                                  max_tokens=16)]
+    output = str(tmp_path / "predictions.csv")
+    result = cli(["predict", *paths, "--model", saved, "--max-tokens", "16", "--top", "1",
+                  "--output", output])
+    assert result.returncode == 0, result.stderr
+    with open(output, newline="") as f:
+        rows = list(csv.reader(f))[1:]  # path, error, top1_label, top1_probability
+    assert [row[0] for row in rows] == paths
+    for row, probabilities in zip(rows, expected):
+        assert row[2] == f"class {int(probabilities.argmax())}"
+        np.testing.assert_allclose(float(row[3]), probabilities.max(), rtol=1e-5)  # 6 digits
+    refused = cli(["export", "--model", saved, "--output", str(tmp_path / "export")])
+    assert refused.returncode == 2 and "one image input" in refused.stderr
