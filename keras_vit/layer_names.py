@@ -20,7 +20,8 @@ __all__ = ["Role", "role_of", "block_index", "block_name", "pooling_name", "is_b
            "ENCODER_NORM", "TOKEN_POOL", "GAP_POOL", "MAX_POOL", "MAP_POOL", "DISTILLATION_POOL",
            "DISTILLED_FEATURES", "PRE_LOGITS", "POOLED_NORM", "HEAD", "HEAD_DIST", "DISTILLED_LOGITS",
            "PREDICTIONS", "ROOT_PAD", "ROOT_BLOCK", "ROOT_POOL_PAD", "ROOT_POOL", "BIT_UNIT",
-           "GROUP_NORM", "POST_RELU", "AVG_POOL", "HEADS", "FLOAT32_LAYERS", "STEM_LAYERS"]
+           "GROUP_NORM", "POST_RELU", "AVG_POOL", "HEADS", "FLOAT32_LAYERS", "STEM_LAYERS",
+           "PATCHES", "GRID", "PATCH_VALID", "INPUTS"]
 
 
 class Role(enum.Enum):
@@ -38,6 +39,11 @@ class Role(enum.Enum):
 
 # The stem, in the order the model applies it.
 IMAGES = "images"
+# NaFlex's inputs (keras_vit/layers/naflex.py): each image's flattened patches, packed with
+# padding, and its (rows, cols) grid; the padding mask computed from them.
+PATCHES, GRID = "patches", "grid"
+INPUTS = (IMAGES, PATCHES, GRID)
+PATCH_VALID = "patch_valid"
 PREPROCESSING = "preprocessing"  # include_preprocessing=True's Rescaling
 RESNET = "resnet"  # a hybrid's ResNet trunk (and ResNetV2's)
 EMBEDDING = "embedding"  # the patch embedding
@@ -49,7 +55,7 @@ REG_TOKEN = "reg_token"  # DINOv2's registers
 EMBEDDING_DROPOUT = "embedding_dropout"
 PRE_NORM = "pre_norm"  # CLIP's LayerNorm before the encoder
 STEM_LAYERS = (PREPROCESSING, RESNET, EMBEDDING, PATCH_TOKENS, POSEMBED_INPUT, CLS, DIST_TOKEN,
-               REG_TOKEN, EMBEDDING_DROPOUT, PRE_NORM)
+               REG_TOKEN, EMBEDDING_DROPOUT, PRE_NORM, PATCH_VALID)
 
 BLOCK = "encoderblock_{i}"
 ENCODER_NORM = "encoder_norm"
@@ -86,7 +92,7 @@ POST_RELU = "post_relu"
 
 _POOLINGS = {"token": TOKEN_POOL, "gap": GAP_POOL, "max": MAX_POOL, "map": MAP_POOL}
 _ROLES = {
-    IMAGES: Role.INPUT,
+    **dict.fromkeys(INPUTS, Role.INPUT),
     **dict.fromkeys(STEM_LAYERS, Role.STEM),
     ENCODER_NORM: Role.ENCODER_NORM,
     **dict.fromkeys([*_POOLINGS.values(), DISTILLATION_POOL, DISTILLED_FEATURES, AVG_POOL],

@@ -18,8 +18,8 @@ import sys
 from keras_vit.errors import CommandError, KerasViTError
 
 __all__ = ["CommandError", "Parser", "add_model_options", "add_max_pixels_option",
-           "add_execution_option", "add_precision_option", "load_model",
-           "report_errors", "positive_int", "image_size"]
+           "add_execution_option", "add_precision_option", "add_resize_option",
+           "add_max_tokens_option", "load_model", "report_errors", "positive_int", "image_size"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -225,6 +225,14 @@ def add_resize_option(parser):
                              "interpolation the weights' source uses (default: the source's own, "
                              "recorded in the model: stretch for the official weights; a "
                              "SavedModel keeps the resize it was exported with)")
+
+
+def add_max_tokens_option(parser):
+    """--max-tokens: a NaFlex model's sequence budget (keras_vit/runtime/naflex_inputs.py)."""
+    parser.add_argument("--max-tokens", "--sequence-length", type=positive_int, default=None,
+                        metavar="N", help="a NaFlex model's (SigLIP 2 NaFlex) sequence budget: "
+                        "each image at its own aspect ratio in at most N patches, e.g. 256, 576, "
+                        "784 or 1024 (default: the model's stored grid, 256)")
 
 
 MODEL_OPTIONS = ("weights", "image_size", "classes")

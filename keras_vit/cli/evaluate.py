@@ -11,6 +11,7 @@ per image) and confusion.png into --output, and prints the accuracy.
 from keras_vit.cli.common import (
     CommandError,
     add_execution_option,
+    add_max_tokens_option,
     add_model_options,
     add_precision_option,
     add_resize_option,
@@ -57,6 +58,7 @@ def _add_arguments(parser):
     add_execution_option(parser, "a --model")
     add_precision_option(parser, "a --model")
     add_resize_option(parser)
+    add_max_tokens_option(parser)
 
 
 def run(args):
@@ -72,7 +74,7 @@ def run(args):
     report = evaluate(model, args.dataset, output=args.output, batch_size=args.batch_size,
                       top=args.top, data_dir=args.data_dir, few_shot=args.few_shot,
                       few_shot_seed=args.few_shot_seed, execution=args.execution,
-                      precision=args.precision, resize=args.resize)
+                      precision=args.precision, resize=args.resize, max_tokens=args.max_tokens)
     top5 = f", top-5 {report['top5_accuracy']:.4f}" if "top5_accuracy" in report else ""
     probe = f"{args.few_shot}-shot linear probe: " if args.few_shot else ""
     print(f"{probe}accuracy {report['accuracy']:.4f}{top5}, macro F1 {report['macro_avg']['f1']:.4f} "

@@ -25,6 +25,7 @@ from keras_vit.cli.common import (
     CommandError,
     add_execution_option,
     add_max_pixels_option,
+    add_max_tokens_option,
     add_model_options,
     add_precision_option,
     add_resize_option,
@@ -82,6 +83,7 @@ def _add_arguments(parser):
     add_execution_option(parser, "a --model")
     add_precision_option(parser, "a --model")
     add_resize_option(parser)
+    add_max_tokens_option(parser)
 
 
 def run(args):
@@ -209,7 +211,8 @@ def predict(args):
         if given:
             raise CommandError(f"{', '.join(given)} apply to --model, not to --saved-model.")
         return predict_images(args.saved_model, images, args.batch_size, args.top, labels,
-                              precision=args.precision, resize=args.resize)
+                              precision=args.precision, resize=args.resize,
+                              max_tokens=args.max_tokens)
     model = load_model(args)  # first: a refused --model, --image-size or --classes is the one line
     from keras_vit.models.factory import keras_file
 
@@ -220,4 +223,5 @@ def predict(args):
         raise CommandError(f"--labels names {len(labels)} classes, but the model has "
                            f"{int(model.output_shape[-1])}.")
     return predict_images(model, images, args.batch_size, args.top, labels, args.max_pixels,
-                          execution=args.execution, precision=args.precision, resize=args.resize)
+                          execution=args.execution, precision=args.precision, resize=args.resize,
+                          max_tokens=args.max_tokens)

@@ -12,6 +12,7 @@ import keras
 from keras import ops
 
 from keras_vit.errors import ArgumentError
+from keras_vit.layers.naflex import masked_scores
 from keras_vit.layers.transformer import LAYER_NORM_EPSILON, MlpBlock, saved_dtype_policy
 
 __all__ = ["MAPHead"]
@@ -60,7 +61,7 @@ class MAPHead(keras.layers.Layer):
         self.norm.build((input_shape[0], 1, width))
         self.mlp.build((input_shape[0], 1, width))
 
-    def call(self, tokens):
+    def call(self, tokens, valid=None):
         dtype = tokens.dtype
         batch, n, width = ops.shape(tokens)[0], ops.shape(tokens)[1], tokens.shape[-1]
         heads, head_dim = self.num_heads, self.head_dim
@@ -72,7 +73,9 @@ class MAPHead(keras.layers.Layer):
         key = ops.transpose(ops.reshape(key, (batch, n, heads, head_dim)), (0, 2, 3, 1))
         value = ops.transpose(ops.reshape(value, (batch, n, heads, head_dim)), (0, 2, 1, 3))
         scores = ops.matmul(query[None], key)  # (batch, heads, 1, n)
-        weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), dtype)
+        # NaFlex's padding (`valid` False, (batch, n)) is never pooled.
+        scores = masked_scores(ops.cast(scores, "float32"), valid)
+        weights = ops.cast(ops.softmax(scores, axis=-1), dtype)
         attended = ops.reshape(ops.matmul(weights, value), (batch, width))  # heads in order
         pooled = ops.matmul(attended, ops.cast(self.out_kernel, dtype)) + ops.cast(self.out_bias, dtype)
         pooled = pooled[:, None]
@@ -81,6 +84,9 @@ class MAPHead(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[-1])
+
+    def compute_output_spec(self, tokens, valid=None):
+        return keras.KerasTensor((tokens.shape[0], tokens.shape[-1]), dtype=self.compute_dtype)
 
     def get_config(self):
         return {**super().get_config(),

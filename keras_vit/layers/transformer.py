@@ -23,6 +23,7 @@ from keras_vit.layers.mlp import (  # noqa: F401 (MLP_*: where the package has a
     MLP_OUTPUT_NAME,
     MlpBlock,
 )
+from keras_vit.layers.naflex import masked_scores
 from keras_vit.layers.rotary import RotaryPositionEmbedding
 
 __all__ = ["MultiHeadSelfAttention", "MlpBlock", "LayerScale", "TransformerBlock",
@@ -46,7 +47,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     With `return_attention_scores=True` the call also returns the softmax
     weights, `(batch, heads, queries, tokens)`. With `first_token_only=True`
     only the first token queries (keys and values still come from every
-    token) and the output is `(batch, 1, D)`.
+    token) and the output is `(batch, 1, D)`. With `valid` `(batch, tokens)` (NaFlex's padding
+    mask) keys where it is False get no weight.
 
     Without attention weights to return (and without attention dropout while
     training), the attention runs on the kernel `attention_kernels.choose_path`
@@ -115,7 +117,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return ops.concatenate([query, ops.zeros((width,), dtype), value])
 
     def call(self, x, training=None, return_attention_scores=False, first_token_only=False,
-             grid_shape=None):
+             grid_shape=None, valid=None):
         batch, tokens, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
         kernel = ops.cast(self.qkv_kernel, x.dtype)
         bias = self._full_bias(x.dtype)
@@ -139,8 +141,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             if not first_token_only:
                 query = ops.reshape(self.rotary(ops.reshape(query, (batch, tokens, *heads)),
                                                 grid_shape=grid_shape), (-1, width))
+        # Padding (NaFlex's `valid` keys) is masked on the explicit path.
+        setting = attention_kernels.EXPLICIT if valid is not None else self.fused_attention
         path = attention_kernels.choose_path(x.dtype, training, self.dropout, return_attention_scores,
-                                             self.fused_attention)
+                                             setting)
         if path != attention_kernels.EXPLICIT:
             # (batch, tokens, heads, head_dim) in and out: no transposes; every kernel
             # computes the softmax in float32 like the explicit path below.
@@ -153,8 +157,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         query = self._heads(query * scale, batch, queries, (0, 2, 1, 3))
         key = self._heads(key, batch, tokens, (0, 2, 3, 1))  # transposed for query @ key
         value = self._heads(value, batch, tokens, (0, 2, 1, 3))
-        scores = ops.matmul(query, key)
-        weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), x.dtype)
+        scores = masked_scores(ops.cast(ops.matmul(query, key), "float32"), valid)
+        weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
         attended = ops.matmul(self.attention_dropout(weights, training=training), value)
         attended = ops.transpose(attended, (0, 2, 1, 3))
         return self._project(attended, batch, queries, width, return_attention_scores, weights)
@@ -275,7 +279,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return input_shape
 
     def compute_output_spec(self, x, training=None, return_attention_scores=False,
-                            first_token_only=False, grid_shape=None):
+                            first_token_only=False, grid_shape=None, valid=None):
         return _output_spec(self, x, return_attention_scores, first_token_only)
 
     def get_config(self):
@@ -372,13 +376,13 @@ class TransformerBlock(keras.layers.Layer):
                 layer.build(input_shape)
 
     def call(self, x, training=None, return_attention_scores=False, first_token_only=False,
-             grid=None):
+             grid=None, valid=None):
         grid_shape = None if grid is None else (ops.shape(grid)[1], ops.shape(grid)[2])
         if self.remat and training and not return_attention_scores:
-            return self._rematerialised(x, training, first_token_only, grid_shape)
-        return self._block(x, training, return_attention_scores, first_token_only, grid_shape)
+            return self._rematerialised(x, training, first_token_only, grid_shape, valid)
+        return self._block(x, training, return_attention_scores, first_token_only, grid_shape, valid)
 
-    def _rematerialised(self, x, training, first_token_only, grid_shape=None):
+    def _rematerialised(self, x, training, first_token_only, grid_shape=None, valid=None):
         """Gradient checkpointing: the backward pass recomputes the block from its input
         instead of keeping its activations (jax.checkpoint, tf.recompute_grad, torch's).
 
@@ -396,7 +400,7 @@ class TransformerBlock(keras.layers.Layer):
             for generator, seed in zip(generators, seeds):
                 generator.next = lambda ordered=True, seed=seed: seed
             try:
-                return self._block(x, training, False, first_token_only, grid_shape)
+                return self._block(x, training, False, first_token_only, grid_shape, valid)
             finally:
                 for generator in generators:
                     del generator.next  # the class's method again
@@ -404,10 +408,11 @@ class TransformerBlock(keras.layers.Layer):
         return keras.remat(block)(x, *seeds)
 
     def _block(self, x, training=None, return_attention_scores=False, first_token_only=False,
-               grid_shape=None):
+               grid_shape=None, valid=None):
         attended = self.attention(self.norm_0(x), training=training,
                                   return_attention_scores=return_attention_scores,
-                                  first_token_only=first_token_only, grid_shape=grid_shape)
+                                  first_token_only=first_token_only, grid_shape=grid_shape,
+                                  valid=valid)
         if return_attention_scores:
             attended, weights = attended
         if first_token_only:
@@ -428,7 +433,7 @@ class TransformerBlock(keras.layers.Layer):
         return input_shape
 
     def compute_output_spec(self, x, training=None, return_attention_scores=False,
-                            first_token_only=False, grid=None):
+                            first_token_only=False, grid=None, valid=None):
         return _output_spec(self, x, return_attention_scores, first_token_only)
 
     def get_config(self):

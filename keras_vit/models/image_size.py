@@ -3,7 +3,8 @@
 `dynamic_image_size=True` (any size at call time) the size its position embeddings are
 stored for, which is the size it was trained at."""
 
-from keras_vit.layer_names import EMBEDDING, POSEMBED_INPUT
+from keras_vit.errors import ArgumentError
+from keras_vit.layer_names import EMBEDDING, PATCHES, POSEMBED_INPUT
 
 
 def takes_any_size(model):
@@ -21,9 +22,25 @@ def stored_size(model):
     return grid[0] * patch, grid[1] * patch
 
 
+def naflex_layout(model):
+    """(patch size, stored token count) of a NaFlex model (SigLIP 2 NaFlex); None for a model
+    that takes images. The stored count is its default sequence budget."""
+    names = getattr(model, "input_names", None) or [getattr(t, "name", "") for t in
+                                                    getattr(model, "inputs", None) or []]
+    if PATCHES not in {str(n).split(":")[0] for n in names}:
+        return None
+    rows, cols = model.get_layer(POSEMBED_INPUT).grid_size
+    return model.get_layer(EMBEDDING).patch_size, rows * cols
+
+
 def image_size(model):
     """(height, width) a model's images are resized to; (None, None) where its input says
-    neither and it is no ViT that takes any size."""
+    neither and it is no ViT that takes any size. A NaFlex model takes packed patches, not
+    images of one size: refused in one line."""
+    if naflex_layout(model) is not None:
+        raise ArgumentError(f"{model.name} is a NaFlex model: it takes each image's patches at "
+                            "its own aspect ratio (keras_vit.runtime.naflex_inputs), not images "
+                            "of one size; predict and evaluate run it (max_tokens).")
     height, width = tuple(model.input_shape[1:3])
     if (height is None or width is None) and takes_any_size(model):
         return stored_size(model)

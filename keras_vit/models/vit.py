@@ -21,6 +21,7 @@ from keras_vit.layers import (
     TokenPooling,
     TransformerBlock,
 )
+from keras_vit.layers.naflex import NaFlexPatchEmbedding, NaFlexPositionEmbedding, PatchValidity
 from keras_vit.layers.transformer import LAYER_NORM_EPSILON
 from keras_vit.memory import check_fits
 from keras_vit.models.arguments import (
@@ -292,6 +293,13 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
            name, epsilon=LAYER_NORM_EPSILON, input_tensor=None, include_preprocessing=False,
            normalization=OFFICIAL_NORMALIZATION, trunk_numerics=None, dynamic=False,
            drop_path_rate=0.0, preprocessing=None):
+    if variant.patch_input == "naflex":
+        if input_tensor is not None or include_preprocessing:
+            raise ArgumentError(f"{variant.short_name} takes packed patches and their grids "
+                                "(keras_vit.runtime.naflex_inputs), not images: build it without "
+                                "input_tensor and include_preprocessing.")
+        return _build_naflex(variant, image_size, channels, head, dropout, attention_dropout,
+                             approximate_gelu, name, epsilon, drop_path_rate)
     if input_tensor is None:
         shape = (None, None) if dynamic else image_size
         images = x = keras.Input((*shape, channels), name=names.IMAGES)
@@ -351,10 +359,44 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.ENCODER_NORM)(x)
     if variant.distilled and head.pooling == "token":
         return keras.Model(images, _distilled_head(variant, x, head), name=name)
+    return keras.Model(images, _pooled_head(variant, x, head, approximate_gelu, epsilon),
+                       name=name)
+
+
+def _build_naflex(variant, image_size, channels, head, dropout, attention_dropout,
+                  approximate_gelu, name, epsilon, drop_path_rate):
+    """SigLIP 2 NaFlex: {"patches" (batch, tokens, P * P * C), "grid" (batch, 2)} in
+    (keras_vit/layers/naflex.py); padding tokens are masked in every block and the MAP head.
+    `image_size` sets the stored position grid, which each image's grid is resized from."""
+    patches = keras.Input((None, variant.patch_size ** 2 * channels), name=names.PATCHES)
+    grid = keras.Input((2,), dtype="int32", name=names.GRID)
+    valid = PatchValidity(name=names.PATCH_VALID)(patches, grid)
+    x = NaFlexPatchEmbedding(variant.width, variant.patch_size, channels,
+                             name=names.EMBEDDING)(patches)
+    x = NaFlexPositionEmbedding(variant.token_grid(image_size),
+                                name=names.POSEMBED_INPUT)(x, grid)
+    x = keras.layers.Dropout(dropout, name=names.EMBEDDING_DROPOUT)(x)
+    rates = drop_path_rates(drop_path_rate, variant.depth)
+    for i in range(variant.depth):
+        x = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
+                             attention_dropout=attention_dropout, approximate_gelu=approximate_gelu,
+                             layer_norm_epsilon=epsilon, drop_path=rates[i],
+                             **variant.block_options, name=names.block_name(i))(x, valid=valid)
+    x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.ENCODER_NORM)(x)
+    if head.pooling not in ("map", None):
+        raise ArgumentError(f'{variant.short_name} pools by its MAP head (pooling="map"), or '
+                            'returns every token (pooling=None).')
+    inputs = {names.PATCHES: patches, names.GRID: grid}
+    return keras.Model(inputs, _pooled_head(variant, x, head, approximate_gelu, epsilon, valid),
+                       name=name)
+
+
+def _pooled_head(variant, x, head, approximate_gelu, epsilon, valid=None):
+    """The encoder's tokens -> pooled features, pre_logits and head as `head` says."""
     if head.pooling == "map":
         x = MAPHead(variant.pooling_heads, variant.mlp_dim, approximate_gelu=approximate_gelu,
                     activation=variant.block_options["activation"], layer_norm_epsilon=epsilon,
-                    name=names.MAP_POOL)(x)
+                    name=names.MAP_POOL)(x, valid=valid)
     elif head.pooling is not None:
         x = TokenPooling(head.pooling, num_prefix_tokens=variant.num_prefix_tokens,
                          name=names.pooling_name(head.pooling))(x)
@@ -367,7 +409,7 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         # Zero-initialised and float32 under mixed precision, as the official head.
         x = keras.layers.Dense(head.classes, kernel_initializer="zeros",
                                activation=head.activation, dtype="float32", name=names.HEAD)(x)
-    return keras.Model(images, x, name=name)
+    return x
 
 
 def drop_path_rates(rate, depth):

@@ -21,7 +21,8 @@ __all__ = ["evaluate"]
 
 
 def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, data_dir=None,
-             few_shot=None, few_shot_seed=0, execution=None, precision=None, resize=None):
+             few_shot=None, few_shot_seed=0, execution=None, precision=None, resize=None,
+             max_tokens=None):
     """Accuracy and per-class precision, recall and F1 of `model` on `dataset`'s held-out split.
 
     `model` as for `predict_images`; `dataset`: "digits", a folder of class sub-folders or a
@@ -44,6 +45,7 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
     report's "precision" records it, and under bfloat16 every evaluated image also runs in
     float32: "precision.agreement" holds their top-1 agreement and largest logit difference.
     `resize` as for `predict_images`; the report's "preprocessing" records the resize used.
+    `max_tokens`: a NaFlex model's sequence budget, as for `predict_images`.
     """
     from keras_vit.data import DatasetSplits, load_dataset
 
@@ -54,7 +56,8 @@ def evaluate(model, dataset, output=None, batch_size=DEFAULT_BATCH_SIZE, top=5, 
                                                                              data_dir=data_dir)
     name = splits.name or str(dataset)
     runner = model_runner(model, batch_size, MAX_PIXELS, execution=execution,
-                          images=splits.num_test, precision=precision, resize=resize)
+                          images=splits.num_test, precision=precision, resize=resize,
+                          max_tokens=max_tokens)
     probe = None
     if few_shot is not None:
         check_positive(few_shot=few_shot)

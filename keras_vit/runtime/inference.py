@@ -56,7 +56,8 @@ class Predictions:
 
 
 def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=None,
-                   max_pixels=MAX_PIXELS, execution=None, precision=None, resize=None):
+                   max_pixels=MAX_PIXELS, execution=None, precision=None, resize=None,
+                   max_tokens=None):
     """An iterator of `ImagePrediction`s, one per image of `sources` (`image_files`, or the
     `ImageFiles` it returned), in order.
 
@@ -74,6 +75,8 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     `resize`: None (default) resizes each image as the model's preprocessing of record says
     (its weights' source's: `keras_vit.preprocessing_record`), "stretch" the whole image to the
     model's size, "crop" the short side then the centre crop, in the record's interpolation.
+    `max_tokens`: a NaFlex model's sequence budget (SigLIP 2's 256, 576, 784 or 1024; default
+    its stored grid's): each image at its own aspect ratio, batched with padding masks.
     """
     check_positive(batch_size=batch_size, top=top)
     check_execution(execution)
@@ -81,7 +84,7 @@ def predict_images(model, sources, batch_size=DEFAULT_BATCH_SIZE, top=5, labels=
     paths = image_files(sources)  # checked here, not when the first result is asked for
     runner = model_runner(model, batch_size, max_pixels, small=len(paths) <= batch_size,
                           execution=execution, images=len(paths), precision=precision,
-                          compare_images=batch_size, resize=resize)
+                          compare_images=batch_size, resize=resize, max_tokens=max_tokens)
     names = runner.names(labels)
     return Predictions((_result(path, probabilities, error, top, names)
                         for path, (probabilities, error) in zip(paths, runner.run_files(paths))),

@@ -12,6 +12,7 @@ import numpy as np
 
 from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError, ImageError
+from keras_vit.layer_names import EMBEDDING
 from keras_vit.runtime.execution import check_execution
 from keras_vit.runtime.precision import check_precision
 
@@ -35,12 +36,12 @@ def check_positive(**values):
 
 
 def model_runner(model, batch_size, max_pixels, small=False, execution=None, images=0,
-                 precision=None, compare_images=None, resize=None):
+                 precision=None, compare_images=None, resize=None, max_tokens=None):
     """The runner for `model` (a Keras model, a `.keras` file or a training run's folder, loaded
     by keras_vit.models.factory.load, or a SavedModel folder, whose runner loads its
     serve_bytes signature through the factory): `run_files` / `run_examples` give (outputs,
-    error) per image. Shared with keras_vit.runtime.evaluation. `precision`, `compare_images` and
-    `resize` as KerasRunner's."""
+    error) per image. Shared with keras_vit.runtime.evaluation. `precision`, `compare_images`,
+    `resize` and `max_tokens` as KerasRunner's."""
     from keras_vit.models.factory import is_saved_model, keras_file, load
 
     if isinstance(model, (str, os.PathLike)):
@@ -49,6 +50,9 @@ def model_runner(model, batch_size, max_pixels, small=False, execution=None, ima
             if not is_saved_model(model):
                 raise ArgumentError(f"model must be a Keras model, a .keras file or a SavedModel "
                                     f"folder, got {model!r}.")
+            if max_tokens is not None:
+                raise ArgumentError("max_tokens is a NaFlex model's sequence budget; a SavedModel "
+                                    "takes the images it was exported for.")
             if check_precision(precision) != "float32":
                 raise ArgumentError(f"precision={precision!r} applies to a Keras model; a "
                                     "SavedModel computes in the precision it was exported with.")
@@ -58,7 +62,8 @@ def model_runner(model, batch_size, max_pixels, small=False, execution=None, ima
             return SavedModelRunner(model, batch_size)
         model = load(model)
     return KerasRunner(model, batch_size, max_pixels, small, execution=execution, images=images,
-                       precision=precision, compare_images=compare_images, resize=resize)
+                       precision=precision, compare_images=compare_images, resize=resize,
+                       max_tokens=max_tokens)
 
 
 def _failure_message(path, read):
@@ -109,23 +114,39 @@ class KerasRunner:
     or "crop") overrides it (keras_vit.preprocessing_record)."""
 
     def __init__(self, model, batch_size, max_pixels, small=False, outputs="probabilities",
-                 execution=None, images=0, precision=None, compare_images=None, resize=None):
-        from keras_vit.models.image_size import image_size
+                 execution=None, images=0, precision=None, compare_images=None, resize=None,
+                 max_tokens=None):
+        from keras_vit.models.image_size import image_size, naflex_layout
         from keras_vit.models.vit import has_softmax_head
         from keras_vit.normalization import model_input
         from keras_vit.preprocessing_record import model_preprocessing, resized_preprocessing
 
-        self.resize = resize
-        self.preprocessing = resized_preprocessing(model_preprocessing(model), resize)
-
         self.model, self.batch_size, self.max_pixels = model, batch_size, max_pixels
-        # A model that takes any size gets every image at the size it was trained at: one
-        # batch holds one size, and the stored grid needs no resize of its embeddings.
-        self.size, self.channels = image_size(model), model.input_shape[-1]
         self.to_input, self.softmax_head = model_input(model), has_softmax_head(model)
-        # A handful of images: a direct call; more: a compiled call, as a graph or under
-        # XLA, whichever is faster here (timed only for work that repays the timing).
-        self.small = small
+        # A NaFlex model takes each image at its own aspect ratio, as patches packed to a
+        # sequence budget (keras_vit/runtime/naflex_inputs.py): `max_tokens`, else its stored grid's.
+        self.naflex = naflex_layout(model)
+        if self.naflex is None and max_tokens is not None:
+            raise ArgumentError("max_tokens is the sequence budget of a NaFlex model (SigLIP 2 "
+                                "NaFlex); this model takes images of one size.")
+        if self.naflex is not None and resize is not None:
+            raise ArgumentError(f"resize={resize!r} applies to a model of one input size; a NaFlex "
+                                "model takes each image at its own aspect ratio (max_tokens).")
+        self.resize = resize
+        # NaFlex packs each image at its own grid (naflex_inputs): no resize of record applies.
+        self.preprocessing = None if self.naflex is not None else \
+            resized_preprocessing(model_preprocessing(model), resize)
+        if self.naflex is not None:
+            patch, stored = self.naflex
+            self.max_tokens = stored if max_tokens is None else positive_int(max_tokens, "max_tokens")
+            self.size, self.channels = None, model.get_layer(EMBEDDING).channels
+        else:  # A model that takes any size gets every image at the size it was trained at:
+            # one batch holds one size, and the stored grid needs no resize of its embeddings.
+            self.size, self.channels = image_size(model), model.input_shape[-1]
+        # A handful of images, or packed NaFlex batches: a direct call; more: a compiled call,
+        # as a graph or under XLA, whichever is faster here (timed only for work that repays
+        # the timing, on one input shape).
+        self.small = small or self.naflex is not None
         self.execution, self.images = execution, images
         self.jit_compile = None  # the mode chosen, once the first batch has run
         self._compiled = None
@@ -168,23 +189,28 @@ class KerasRunner:
         # All named .jpg/.jpeg: the JPEG-only decode, without the other formats' header walks
         # (about a millisecond an image in tf.data); a file it fails on is read again below.
         decode = decode_jpeg if all(str(p).lower().endswith(JPEG_EXTENSIONS) for p in paths) \
-            else decode_image
+            and self.naflex is None else decode_image
 
         def load(path):
-            return resize_image(decode(tf.io.read_file(path), self.channels, self.max_pixels),
-                                self.size, self.preprocessing)
+            image = decode(tf.io.read_file(path), self.channels, self.max_pixels)
+            if self.naflex is not None:
+                return self._packed(image)
+            return resize_image(image, self.size, self.preprocessing)
 
         for chunk in _chunks(load_batches(paths, load, self.batch_size), self.batch_size):
             errors = {}
             for row, (index, pixels) in enumerate(chunk):
                 if pixels is None:  # the general path: the reason, or a misnamed image's pixels
                     try:
-                        chunk[row] = (index, load_image(paths[index], self.size, self.channels,
-                                                        self.max_pixels, self.preprocessing))
+                        pixels = load_image(paths[index], self.size or (1, 1), self.channels,
+                                            self.max_pixels, self.preprocessing)  # or the reason
+                        if self.naflex is not None:  # it reads after all: packed as it is
+                            pixels = tf.nest.map_structure(np.asarray, load(paths[index]))
+                        chunk[row] = (index, pixels)
                     except READ_ERRORS as error:
                         errors[index] = read_error_message(paths[index], error)
             good = [pixels for index, pixels in chunk if index not in errors]
-            probabilities = iter(self._probabilities(np.stack(good)) if good else ())
+            probabilities = iter(self._probabilities(self._stacked(good)) if good else ())
             for index, _ in chunk:
                 yield (None, errors[index]) if index in errors else (next(probabilities), None)
 
@@ -198,6 +224,8 @@ class KerasRunner:
 
         def pixels(image, label):
             image = to_rgb(image) if self.channels == 3 else image
+            if self.naflex is not None:
+                return self._packed(tf.cast(image, tf.float32))
             return tf.clip_by_value(resize_image(image, self.size, self.preprocessing), 0.0, 255.0)
 
         batches = examples.map(pixels, num_parallel_calls=tf.data.AUTOTUNE) \
@@ -206,10 +234,21 @@ class KerasRunner:
             for probabilities in self._probabilities(batch):
                 yield probabilities, None
 
+    def _packed(self, image):
+        """A decoded image as a NaFlex model's inputs, normalised (naflex_inputs.packed_image)."""
+        from keras_vit.runtime.naflex_inputs import packed_image
+
+        return packed_image(image, self.naflex[0], self.max_tokens, self.to_input)
+
+    def _stacked(self, rows):
+        from keras_vit.runtime.naflex_inputs import stack_packed
+
+        return np.stack(rows) if self.naflex is None else stack_packed(rows)
+
     def _probabilities(self, pixels):
         import keras
 
-        x = self.to_input(pixels)
+        x = self.to_input(pixels) if self.naflex is None else pixels  # packed: normalised
         if self._choice is None:
             self._choose(x)
         if self._compiled is None:
@@ -292,7 +331,8 @@ class KerasRunner:
         if self._reference is None:
             self._reference = (lambda images: self.model(images, training=False)) \
                 if self._compiled is None else self._compiled_call(self.model, False)
-        reference = keras.ops.convert_to_numpy(self._reference(x[:count])).astype(np.float32)
+        first = {k: v[:count] for k, v in x.items()} if isinstance(x, dict) else x[:count]
+        reference = keras.ops.convert_to_numpy(self._reference(first)).astype(np.float32)
         self.precision_record["agreement"] = merge_agreements(
             self.precision_record.get("agreement"), agreement(reference, scores[:count], self.softmax_head))
         self._compare_left -= count

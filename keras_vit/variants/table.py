@@ -24,7 +24,7 @@ __all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "FAMILY_TIMM_NAMES
 FIELD_CHOICES = {"classifier": ("token", "gap", "map"),
                  "feed_forward": ("mlp", "swiglu", "swiglu_split"),
                  "activation": ("gelu", "quick_gelu"), "qkv_bias": ("qkv", "qv", "none"),
-                 "rope": ("dinov3", "eva")}
+                 "rope": ("dinov3", "eva"), "patch_input": ("image", "naflex")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,11 @@ class Variant:
     # built with its own num_heads); None: the encoder's `heads`, as timm, transformers and
     # big_vision build SigLIP by default.
     map_heads: int | None = None
-    image_size: int = 224  # the default resolution
+    # "image": images in, cut into a fixed grid by a patch convolution; "naflex" (SigLIP 2
+    # NaFlex): each image's patches at its own grid, packed to a token budget with padding
+    # (keras_vit/layers/naflex.py), the square position grid resized per image.
+    patch_input: str = "image"
+    image_size: int = 224  # the default resolution (NaFlex: the side of its stored grid's image)
     normalization: tuple | None = None  # (mean, std) on [0, 1] pixels; None: official [-1, 1]
 
     def __post_init__(self):
@@ -286,6 +290,10 @@ _CLIP = dict(pre_norm=True, patch_bias=False, layer_norm_epsilon=1e-5, activatio
 # 240 px, its position embedding on the patches only; any other patch size through
 # resample_patch_embedding (ViT(..., patch_size=P)).
 _FLEXIVIT = dict(embed_prefix_tokens=False, image_size=240)
+# SigLIP 2 NaFlex (Tschannen et al. 2025): SigLIP's tower taking patches at each image's own
+# aspect ratio and a sequence budget, with a 16 x 16 position grid (256 px) resized per image;
+# timm builds it with tanh GELU.
+_SIGLIP2_NAFLEX = dict(_SIGLIP, patch_input="naflex", image_size=256)
 # DINOv3 (Simeoni et al. 2025), as timm's Eva builds it: 2-D RoPE (its own centred coordinates,
 # keras_vit/layers/rotary.py) and no absolute position embedding, a class token and 4 registers
 # (unrotated), LayerScale 1e-5, LayerNorm at 1e-5, the query/key/value without bias ("qkvb":
@@ -324,6 +332,8 @@ _FAMILY_ROWS = [
             feed_forward="swiglu", **_DINOV2, **_REG4),
     *(_family("SigLIP", size, patch, timm="vit_{size}_patch{patch}_siglip", **_SIGLIP)
       for size, patch in (("B", 16), ("So400m", 14))),
+    *(_family("SigLIP2", size, 16, "-naflex", timm="naflexvit_{size}_patch{patch}_siglip",
+              **_SIGLIP2_NAFLEX) for size in ("B", "So400m")),
     *(_family("CLIP", size, patch, timm="vit_{size}_patch{patch}_clip_quickgelu", **_CLIP)
       for size, patch in (("B", 32), ("B", 16), ("L", 14))),
     *(_family("FlexiViT", size, 16, timm="flexivit_{size}", **_FLEXIVIT)

@@ -38,9 +38,11 @@ def test_the_family_entries_are_the_releases_timms_registry_records():
         cfg, row = timm.models.get_pretrained_cfg(name), timm_variant(name)
         size = cfg.input_size[-1]
         # The pixels the position grid covers: timm's convolution leaves what is left of a
-        # patch out (its So400m/14 at 384 px has a 27 x 27 grid: 378 pixels).
+        # patch out (its So400m/14 at 384 px has a 27 x 27 grid: 378 pixels). A NaFlex model
+        # takes any size (timm's input_size, 384, is nominal): its stored grid's, 256.
+        resolution = row.image_size if row.patch_input == "naflex" else size - size % row.patch_size
         expected[hub] = dict(variant=row.name, classes=cfg.num_classes or None,  # 0: headless
-                             resolution=size - size % row.patch_size,
+                             resolution=resolution,
                              normalization=(tuple(cfg.mean), tuple(cfg.std)), license=cfg.license)
     found = {}
     for c in FAMILY_ENTRIES:

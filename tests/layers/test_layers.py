@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.layers.naflex import NaFlexPatchEmbedding, NaFlexPositionEmbedding, PatchValidity
 from keras_vit.layers.resnet import StdConv2D
 from keras_vit.layers.rotary import RotaryPositionEmbedding
 from keras_vit.variants import get_variant
@@ -66,6 +67,10 @@ LAYER_CASES = [
                                   "activation": "quick_gelu"},
      (2, 5, 8), (2, 5, 8), ("dropout", "attention_dropout")),
     (keras_vit.MAPHead, {"num_heads": 2, "mlp_dim": 16}, (2, 5, 8), (2, 8), ()),
+    # NaFlex's input layers; with a grid per image in tests/layers/test_naflex.py.
+    (NaFlexPatchEmbedding, {"width": 8, "patch_size": 2}, (2, 5, 12), (2, 5, 8), ()),
+    (NaFlexPositionEmbedding, {"grid_size": (2, 3)}, (2, 6, 8), (2, 6, 8), ()),
+    (PatchValidity, {}, (2, 6, 8), (2, 6), ()),
     (keras_vit.TokenPooling, {"mode": "distillation", "num_prefix_tokens": 2}, (2, 5, 8), (2, 8), ()),
     (keras_vit.PatchEncoder, {"hidden_size": 8, "patch_size": 4, "use_bias": False},
      (2, 8, 12, 3), (2, 6, 8), ()),

@@ -42,6 +42,8 @@ FAMILY_PARAMS = {
     "DINOv2-g/14-reg4": 1_138_020_840,
     "SigLIP-B/16": 93_653_224,
     "SigLIP-So400m/14": 428_833_704,
+    "SigLIP2-B/16-naflex": 93_699_304,
+    "SigLIP2-So400m/16-naflex": 429_041_064,
     "CLIP-B/32": 88_225_000,
     "CLIP-B/16": 86_568_424,
     "CLIP-L/14": 304_204_776,
@@ -98,7 +100,7 @@ def test_every_family_row_has_its_timm_architecture():
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n in HEAVY else ())
-                                  for n in FAMILIES])
+                                  for n, v in FAMILIES.items() if v.patch_input == "image"])
 def test_the_row_is_what_timm_builds(name):
     import torch
 
@@ -175,6 +177,26 @@ def _check_eva_row(model, variant):
     assert cfg["input_size"][1:] == (variant.image_size,) * 2
     expected = variant.normalization or ((0.5,) * 3, (0.5,) * 3)
     np.testing.assert_allclose(np.asarray([cfg["mean"], cfg["std"]]), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n in HEAVY else ())
+                                  for n, v in FAMILIES.items() if v.patch_input == "naflex"])
+def test_the_naflex_row_is_what_timm_builds(name):
+    # timm's NaFlexVit: a Linear on flattened patches, the position grid of the row's image
+    # size, no class token, the MAP head with the encoder's heads, tanh GELU.
+    variant = FAMILIES[name]
+    model = _timm_model(name)
+    block = model.blocks[0]
+    assert model.embed_dim == variant.width and len(model.blocks) == variant.depth
+    assert block.attn.num_heads == variant.heads == model.attn_pool.num_heads
+    assert block.mlp.fc1.out_features == variant.mlp_dim
+    assert type(model.embeds.proj).__name__ == "Linear"
+    assert model.embeds.proj.in_features == variant.patch_size ** 2 * 3
+    assert tuple(model.embeds.pos_embed.shape[1:3]) == variant.token_grid((variant.image_size,) * 2)
+    assert model.embeds.cls_token is None and not variant.has_class_token
+    assert model.global_pool == variant.classifier == "map"
+    assert type(block.mlp.act).__name__ == "GELUTanh" and variant.approximate_gelu
+    assert block.norm1.eps == 1e-6
 
 
 def test_every_row_has_a_count():

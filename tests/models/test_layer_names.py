@@ -65,8 +65,10 @@ def undeclared(model):
 def test_every_layer_has_a_declared_role(build):
     model = build()
     assert undeclared(model) == []
-    # The roles follow the model from input to output (Keras lists layers in call order).
-    roles = [ROLE_ORDER.index(role_of(layer.name)) for layer in model.layers]
+    # The roles follow the model from input to output (Keras lists layers in call order; a
+    # second input, NaFlex's grid, where it is first used: inputs are left out of the order).
+    roles = [ROLE_ORDER.index(role_of(layer.name)) for layer in model.layers
+             if role_of(layer.name) is not Role.INPUT]
     assert roles == sorted(roles), [(layer.name, role_of(layer.name)) for layer in model.layers]
 
 
@@ -88,9 +90,10 @@ def test_the_blocks_are_named_and_counted_from_zero():
 
 PACKAGE = pathlib.Path(keras_vit.__file__).parent
 # The declared names, but the input's "images", a word that also names signatures' inputs and
-# records' counts; and the blocks' prefix.
+# records' counts, and NaFlex's input "grid", also a field of keras_vit's .npz record; and the
+# blocks' prefix.
 DECLARED = {getattr(layer_names, n) for n in layer_names.__all__
-            if isinstance(getattr(layer_names, n), str)} - {layer_names.IMAGES}
+            if isinstance(getattr(layer_names, n), str)} - {layer_names.IMAGES, layer_names.GRID}
 # Strings that are a layer's name but mean something else where they are spelled.
 NOT_LAYER_NAMES = {
     ("__init__.py", "preprocessing"),  # the submodule keras_vit.preprocessing

@@ -11,6 +11,7 @@ keras_vit's save_pretrained records) and `pretrained_cfg` its mean/std.
 """
 
 import dataclasses
+import math
 import os
 
 import numpy as np
@@ -35,6 +36,7 @@ from keras_vit.checkpoints.formats.rows import (
     HEADS_IN,
     HEADS_OUT,
     KeyRow,
+    Transform,
     from_official,
     to_official,
 )
@@ -45,13 +47,14 @@ from keras_vit.errors import ArgumentError
 from keras_vit.variants import timm_variant
 
 __all__ = ["FORMAT", "TIMM_ROWS", "timm_to_official", "official_to_timm", "save_safetensors",
-           "weights_file", "open_weights", "open_state_dict", "PYTORCH_WEIGHTS"]
+           "weights_file", "open_weights", "open_state_dict", "PYTORCH_WEIGHTS", "PATCH_LINEAR"]
 
 # A folder's pickled weights, where it has no safetensors file.
 PYTORCH_WEIGHTS = "pytorch_model.bin"
 
 # The stem of timm's hybrid (ResNet + ViT) models, which keras_vit does not read from timm.
 _HYBRID_STEM = "patch_embed.backbone.stem.conv.weight"
+_NAFLEX_PATCH = "embeds.proj.weight"  # timm's NaFlexVit
 
 
 def weights_file(source):
@@ -161,8 +164,8 @@ def timm_config_variant(config):
 
 def _recognises(source):
     weights = open_weights(source)
-    return weights is not None and ("patch_embed.proj.weight" in weights.shapes
-                                    or _HYBRID_STEM in weights.shapes)
+    return weights is not None and any(key in weights.shapes for key in (
+        "patch_embed.proj.weight", _NAFLEX_PATCH, _HYBRID_STEM))
 
 
 class TimmReader(RowTableReader):
@@ -187,12 +190,16 @@ class TimmReader(RowTableReader):
             normalization = normalization_from(f"{self.source.folder}/config.json",
                                                pretrained["mean"], pretrained["std"])
         activation = timm_activation(self._config) if self._config else None
+        # timm builds its naflexvit_*_siglip with act_layer="gelu_tanh" in the model function
+        # (not in a Hub folder's model_args), its other ViTs with erf.
+        naflex = variant is not None and variant.patch_input == "naflex"
+        approximate_gelu = activation[1] if activation else (True if naflex else None)
         # A Hub folder's config.json: timm's eval transform (its defaults where it is silent).
         preprocessing = (timm_preprocessing(f"{self.source.folder}/config.json", pretrained)
                          if self._config else None)
         return CheckpointInfo(self.shapes(), format="timm",
                               heads=variant.heads if variant is not None else None,
-                              approximate_gelu=activation[1] if activation else None,
+                              approximate_gelu=approximate_gelu,
                               normalization=normalization, variant=variant,
                               preprocessing=preprocessing)
 
@@ -271,8 +278,28 @@ TIMM_EVA = (
     *g.norm(_BLOCK + "mlp.norm", g.MLP_NORM),
     *g.norm("fc_norm", g.ENCODER_NORM, read_only=True),  # Variant.norm_after_pooling
 )
+
+
+def _patch_linear(a, heads):
+    # (D, P * P * 3), each patch flattened as (row, column, channel) -> the conv kernel (P, P, 3, D)
+    side = math.isqrt(a.shape[-1] // 3) if a.ndim == 2 else 0
+    return a.T.reshape(side, side, 3, -1) if side and side * side * 3 == a.shape[-1] else a
+
+
+# NaFlex's patch embedding, a Linear on flattened RGB patches (timm's NaFlexEmbeds,
+# transformers' Siglip2): the same function as the official patch convolution.
+PATCH_LINEAR = Transform("patch_linear", _patch_linear, lambda a: a.reshape(-1, a.shape[-1]).T)
+# timm's NaFlex position grid (1, rows, cols, D) <-> the official (1, rows * cols, D).
+_GRID_POSITIONS = Transform(
+    "grid_positions", lambda a, heads: a.reshape(1, -1, a.shape[-1]) if a.ndim == 4 else a,
+    lambda a: a.reshape(1, *((math.isqrt(a.shape[1]),) * 2), a.shape[-1]))
+# SigLIP 2 NaFlex (timm's NaFlexVit): the embedding under `embeds.`, a Linear on flattened
+# patches and a (1, rows, cols, D) position grid; read only: written back, a NaFlex model is the
+# plain ViT's state dict, which timm's NaFlexVit loads through its checkpoint_filter_fn.
+TIMM_NAFLEX = (*g.dense("embeds.proj", g.PATCH, PATCH_LINEAR, read_only=True),
+               KeyRow("embeds.pos_embed", g.POSITIONS, _GRID_POSITIONS, read_only=True))
 TIMM_ROWS = (*TIMM_EMBEDDING, *TIMM_BLOCKS, *TIMM_HEAD, *TIMM_DISTILLATION, *TIMM_REGISTERS,
-             *TIMM_PRE_NORM, *TIMM_LAYER_SCALE, *TIMM_MAP_HEAD, *TIMM_EVA)
+             *TIMM_PRE_NORM, *TIMM_LAYER_SCALE, *TIMM_MAP_HEAD, *TIMM_EVA, *TIMM_NAFLEX)
 
 
 def timm_to_official(sd, heads=None, source="the checkpoint"):

@@ -12,6 +12,8 @@ One row table per transformers model type, chosen by config.json's `model_type`:
                            head: a load with a head is refused saying so)
     dinov2_with_registers  Dinov2WithRegistersModel (0 registers: Dinov2's layout)
     siglip_vision_model    SiglipVisionModel (the MAP head: `head.*`)
+    siglip2_vision_model   Siglip2VisionModel (SigLIP 2 NaFlex: a Linear on flattened patches,
+                           a square position table of `num_patches`; no image_size)
     clip_vision_model      CLIPVisionModel, CLIPVisionModelWithProjection (the projection is
                            the head, a Dense without bias)
     clip, siglip           CLIPModel, SiglipModel (two towers): the image tower, by its
@@ -29,6 +31,7 @@ that token alone. CLIP's projection has no bias: the head's bias is read as zero
 """
 
 import dataclasses
+import math
 import os
 
 import numpy as np
@@ -50,7 +53,7 @@ from keras_vit.checkpoints.formats.rows import (
     fold_class_position,
     to_official,
 )
-from keras_vit.checkpoints.formats.timm import open_weights
+from keras_vit.checkpoints.formats.timm import PATCH_LINEAR, open_weights
 from keras_vit.checkpoints.formats.transformers import TANH_GELU, folder_info
 from keras_vit.errors import ArgumentError
 from keras_vit.variants import FAMILIES
@@ -141,6 +144,9 @@ SIGLIP_ROWS = (
     *g.dense("head.mlp.fc1", g.MAP_MLP_IN), *g.dense("head.mlp.fc2", g.MAP_MLP_OUT),
 )
 
+# SigLIP 2 NaFlex: SigLIP's tower with the patch embedding a Linear on flattened patches.
+SIGLIP2_ROWS = (*g.dense("embeddings.patch_embedding", g.PATCH, PATCH_LINEAR), *SIGLIP_ROWS[2:])
+
 CLIP_ROWS = (
     KeyRow("embeddings.patch_embedding.weight", g.PATCH.kernel, CONV),
     KeyRow("embeddings.class_embedding", g.CLS, TOKEN_VECTOR),
@@ -176,6 +182,7 @@ FAMILY_SOURCES = {
                                           ("embeddings.mask_token",), "bicubic"),
     "siglip_vision_model": FamilySource(SIGLIP_ROWS, "SigLIP", ("vision_model.",)),
     "clip_vision_model": FamilySource(CLIP_ROWS, "CLIP", ("vision_model.",)),
+    "siglip2_vision_model": FamilySource(SIGLIP2_ROWS, "SigLIP2", ("vision_model.",)),
 }
 
 _ACTIVATIONS = ("gelu", *TANH_GELU, "quick_gelu")
@@ -237,7 +244,7 @@ _FIELDS = {
     "num_channels": checks.WIDTH, "layer_norm_eps": checks.epsilon, "hidden_act": checks.string,
     "mlp_ratio": checks.number(0, checks.MAX_WIDTH), "use_swiglu_ffn": checks.flag,
     "num_register_tokens": checks.count(checks.MAX_WIDTH, low=0), "layerscale_value": checks.number(0, 1e3),
-    "vision_use_head": checks.flag,
+    "vision_use_head": checks.flag, "num_patches": checks.WIDTH,
 }
 _DEFAULTS = {"hidden_act": "gelu", "layer_norm_eps": 1e-12, "num_channels": 3}
 
@@ -251,13 +258,18 @@ def _read_config(source):
         config = {**checks.check_object(path, config.get("vision_config") or {}),
                   "model_type": tower}
     config = {**_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+    patches, patch = config.get("num_patches"), config.get("patch_size")
+    if "image_size" not in config and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                          for v in (patches, patch)):
+        # SigLIP 2 NaFlex records its square position table's count, not an image size.
+        config["image_size"] = math.isqrt(patches) * patch
     checks.check_fields(path, config, {f: checks.optional(c) for f, c in _FIELDS.items()},
                  required=("hidden_size", "num_hidden_layers", "num_attention_heads",
                            "image_size", "patch_size"))
     if config["hidden_act"] not in _ACTIVATIONS:
         raise CheckpointError(f"{path}: hidden_act {config['hidden_act']!r} is none of the "
                               f"activations keras_vit computes ({', '.join(_ACTIVATIONS)}).")
-    if config["model_type"] == "siglip_vision_model" and config.get("vision_use_head") is False:
+    if config["model_type"].startswith("siglip") and config.get("vision_use_head") is False:
         raise CheckpointError(f"{path}: vision_use_head is false; keras_vit's SigLIP pools with "
                               "the MAP head, which this model does not have.")
     checks.check_architecture(path, family_variant(config), config["image_size"])
@@ -277,7 +289,8 @@ def family_variant(config):
         mlp_dim = config.get("intermediate_size", 4 * width)
     base = {"deit": "DeiT-S/16-distilled", "dinov2": "DINOv2-S/14",
             "dinov2_with_registers": "DINOv2-S/14-reg4", "siglip_vision_model": "SigLIP-B/16",
-            "clip_vision_model": "CLIP-B/16"}[model_type]
+            "clip_vision_model": "CLIP-B/16",
+            "siglip2_vision_model": "SigLIP2-B/16-naflex"}[model_type]
     fields = dict(width=width, depth=depth, mlp_dim=mlp_dim, heads=config["num_attention_heads"],
                   patch_size=config["patch_size"], image_size=config["image_size"])
     if model_type == "dinov2_with_registers":
@@ -321,7 +334,7 @@ class FamilyReader(RowTableReader):
 
 FORMAT = CheckpointFormat(
     name="transformers_families",
-    description="transformers save_pretrained folder of DeiT, DINOv2 (with registers), SigLIP "
-                "or CLIP vision models, or the image tower of CLIPModel and SiglipModel "
-                "(config.json model_type)",
+    description="transformers save_pretrained folder of DeiT, DINOv2 (with registers), SigLIP, "
+                "SigLIP 2 NaFlex or CLIP vision models, or the image tower of CLIPModel and "
+                "SiglipModel (config.json model_type)",
     recognises=_recognises, open=FamilyReader, numerics=(False, 1e-6), pickled=True)

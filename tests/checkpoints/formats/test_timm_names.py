@@ -34,8 +34,11 @@ def test_every_row_builds_what_timm_registers(base):
         backbone = model.patch_embed.backbone
         stages = tuple(len(stage.blocks) for stage in getattr(backbone, "stages", ()))
         assert stages == tuple(variant.resnet_stages)
-    else:
-        assert model.patch_embed.patch_size == (variant.patch_size,) * 2
+    # timm's NaFlexVit keeps its patch embedding and tokens under `embeds`
+    embedding = model.embeds if variant.patch_input == "naflex" else model.patch_embed
+    tokens = model.embeds if variant.patch_input == "naflex" else model
+    if not variant.is_hybrid:
+        assert embedding.patch_size == (variant.patch_size,) * 2
     assert model.embed_dim == variant.width and len(model.blocks) == variant.depth
     assert model.blocks[0].attn.num_heads == variant.heads
     mlp = model.blocks[0].mlp
@@ -43,7 +46,7 @@ def test_every_row_builds_what_timm_registers(base):
     first = mlp.fc1_g.out_features * 2 if hasattr(mlp, "fc1_g") else mlp.fc1.out_features
     assert first == variant.mlp_dim
     assert (model.global_pool == "avg") == (variant.classifier == "gap")
-    assert (model.cls_token is not None) == variant.has_class_token
+    assert (tokens.cls_token is not None) == variant.has_class_token
 
 
 def test_siglip_at_timms_other_resolutions_is_the_same_architecture():

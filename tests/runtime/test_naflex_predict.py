@@ -1,0 +1,118 @@
+"""A NaFlex model (SigLIP 2 NaFlex's architecture, shrunk) as users run it: `predict_images` and
+`keras-vit predict` on image files of mixed aspect ratios under a sequence budget, batched with
+padding masks; each image's result equals the same image run alone, and equals the model on
+the packed patches of that image at timm's grid for the budget.
+
+Tolerance 1e-5 on probabilities (at most 1): the batched and single runs compute the same
+float32 arithmetic on rows that differ in padding the masks take out (measured below 1e-7).
+"""
+
+import csv
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import keras_vit
+from keras_vit.preprocessing import load_image, preprocess_input
+from keras_vit.runtime.naflex_inputs import pack, sequence_grid
+
+TOLERANCE = 1e-5
+SIZES = [(40, 90), (120, 30), (64, 64), (33, 47)]  # (height, width): wide, tall, square, odd
+
+
+@pytest.fixture(scope="module")
+def naflex_model():
+    variant = dataclasses.replace(keras_vit.get_variant("SigLIP2-B/16-naflex"), width=32,
+                                  depth=2, heads=2, mlp_dim=64, image_size=64)
+    model = keras_vit.ViT(variant, classes=7)
+    rng = np.random.default_rng(0)
+    for weight in model.weights:  # the zero head would give equal probabilities everywhere
+        weight.assign(rng.normal(0, 0.3, weight.shape).astype(np.float32))
+    return model
+
+
+def _files(folder):
+    rng = np.random.default_rng(1)
+    paths = []
+    for i, (height, width) in enumerate(SIZES):
+        path = folder / f"image_{i}.png"
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(path)
+        paths.append(str(path))
+    return paths
+
+
+@pytest.mark.parametrize("budget", [16, 36])
+def test_batched_predictions_equal_each_image_alone(naflex_model, tmp_path, budget):
+    paths = _files(tmp_path)
+    batched = keras_vit.predict_images(naflex_model, paths, batch_size=len(paths),
+                                       max_tokens=budget)
+    batched = [p.probabilities for p in batched]
+    for path, probabilities in zip(paths, batched):
+        alone = next(keras_vit.predict_images(naflex_model, [path], batch_size=1,
+                                              max_tokens=budget)).probabilities
+        np.testing.assert_allclose(probabilities, alone, rtol=0, atol=TOLERANCE)
+        # and it is the model on the image's own grid, packed by hand
+        height, width = np.asarray(Image.open(path)).shape[:2]
+        rows, cols = sequence_grid(height, width, 16, budget)
+        pixels = preprocess_input(load_image(path, (rows * 16, cols * 16)))
+        logits = np.asarray(naflex_model(pack([pixels], 16, rows * cols)))[0]
+        expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+        np.testing.assert_allclose(probabilities, expected, rtol=0, atol=TOLERANCE)
+
+
+def test_the_budget_changes_what_the_model_sees(naflex_model, tmp_path):
+    path = _files(tmp_path)[0]
+    small, large = (next(keras_vit.predict_images(naflex_model, [path], max_tokens=budget))
+                    .probabilities for budget in (16, 64))
+    assert np.abs(small - large).max() > 1e-4
+
+
+def test_max_tokens_is_refused_for_a_model_of_images(tmp_path):
+    model = keras_vit.ViT("demo", classes=3)
+    path = _files(tmp_path)[0]
+    with pytest.raises(keras_vit.ArgumentError, match="max_tokens"):
+        next(keras_vit.predict_images(model, [path], max_tokens=256))
+
+
+def test_the_packed_image_in_tf_data_is_the_numpy_packing(tmp_path):
+    from keras_vit.runtime.naflex_inputs import packed_image
+
+    image = tf.constant(np.random.default_rng(2).uniform(0, 255, (50, 70, 3)), tf.float32)
+    packed = packed_image(image, 16, 30, preprocess_input)
+    rows, cols = sequence_grid(50, 70, 16, 30)
+    resized = preprocess_input(tf.image.resize(image, (rows * 16, cols * 16)).numpy())
+    expected = pack([resized], 16, 30)
+    np.testing.assert_array_equal(packed["grid"].numpy(), expected["grid"][0])
+    np.testing.assert_allclose(packed["patches"].numpy(), expected["patches"][0], atol=1e-6)
+
+
+def test_what_takes_images_of_one_size_refuses_a_naflex_model_in_one_line(naflex_model):
+    from keras_vit.models.image_size import image_size
+
+    with pytest.raises(keras_vit.ArgumentError, match="NaFlex model"):
+        image_size(naflex_model)  # export, analyze and calibration feed images through it
+
+
+def test_the_command_runs_a_saved_naflex_model_under_a_budget(naflex_model, tmp_path, cli):
+    # A .keras copy loads with its two inputs, and `keras-vit predict --max-tokens` gives the
+    # library's probabilities; `export`, which takes images of one size, refuses it in one line.
+    paths = _files(tmp_path)[:2]
+    saved = str(tmp_path / "naflex.keras")
+    naflex_model.save(saved)
+    expected = [p.probabilities for p in keras_vit.predict_images(naflex_model, paths,
+                                                                  max_tokens=16)]
+    output = str(tmp_path / "predictions.csv")
+    result = cli(["predict", *paths, "--model", saved, "--max-tokens", "16", "--top", "1",
+                  "--output", output])
+    assert result.returncode == 0, result.stderr
+    with open(output, newline="") as f:
+        rows = list(csv.reader(f))[1:]  # path, error, top1_label, top1_probability
+    assert [row[0] for row in rows] == paths
+    for row, probabilities in zip(rows, expected):
+        assert row[2] == f"class {int(probabilities.argmax())}"
+        np.testing.assert_allclose(float(row[3]), probabilities.max(), rtol=1e-5)  # 6 digits
+    refused = cli(["export", "--model", saved, "--output", str(tmp_path / "export")])
+    assert refused.returncode == 2 and "one image input" in refused.stderr
