@@ -48,9 +48,12 @@ def _mlp_fields(model):
 
 
 def registered_name(base):
-    """timm's registered name of a table base name: DINOv2's and FlexiViT's are registered
-    as they are, every other at its 224-pixel name (tests/checkpoints/formats/test_timm_names.py)."""
-    return base if base.endswith("_dinov2") or base.startswith("flexivit") else base + "_224"
+    """timm's registered name of a table base name: DINOv2's, DINOv3's, FlexiViT's and NaFlex's
+    are registered as they are, every other at its 224-pixel name
+    (tests/checkpoints/formats/test_timm_names.py)."""
+    unsized = base.endswith(("_dinov2", "_dinov3", "_dinov3_qkvb")) \
+        or base.startswith(("flexivit", "naflexvit"))
+    return base if unsized else base + "_224"
 
 
 def model_variant(model):

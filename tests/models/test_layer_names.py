@@ -111,6 +111,12 @@ NOT_LAYER_NAMES = {
     ("checkpoints/formats/keras_hub_families.py", "head"),
     ("checkpoints/formats/npz_metadata.py", "pre_norm"),  # a Variant field
     ("layers/tokens.py", "cls"),  # the class token's weight, named as its official key
+    # the preprocessing of record: a catalogue entry's field, a source's attribute, a report's key
+    ("checkpoints/catalogue.py", "preprocessing"),
+    ("models/vit.py", "preprocessing"),
+    ("runtime/evaluation.py", "preprocessing"),
+    ("export/timm_config.py", "pre_norm"),  # a Variant field
+    ("export/timm_config.py", "head"),  # timm's pretrained_cfg classifier, its parameter name
 }
 
 
