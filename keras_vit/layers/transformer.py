@@ -323,7 +323,8 @@ class TransformerBlock(keras.layers.Layer):
     The families' switches: `activation`, `split_gate` and `mlp_norm` (the MLP's, `MlpBlock`),
     `layer_scale` (LayerScale's initial value on both branches), `qkv_bias` and `rope` (the
     attention's, `MultiHeadSelfAttention`); with `rope`, the call's `grid`, any tensor
-    `(batch, rows, columns, ...)` such as the patch embedding's grid, gives the patch grid.
+    `(batch, rows, columns, ...)` such as the patch embedding's grid, gives the patch grid;
+    `valid` `(batch, tokens)`, NaFlex's padding mask, keeps the attention off padding.
     With `remat` set (an attribute, not saved), training stores the block's input alone and
     recomputes the rest in the backward pass: less memory, about a third more compute.
     """
