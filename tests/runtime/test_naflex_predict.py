@@ -77,6 +77,13 @@ def test_max_tokens_is_refused_for_a_model_of_images(tmp_path):
         next(keras_vit.predict_images(model, [path], max_tokens=256))
 
 
+def test_a_resize_is_refused_for_a_naflex_model_in_one_line(naflex_model, tmp_path):
+    # stretch or crop need one size to resize to; NaFlex keeps each image's aspect ratio
+    path = _files(tmp_path)[0]
+    with pytest.raises(keras_vit.ArgumentError, match="resize='crop'.*NaFlex"):
+        next(keras_vit.predict_images(naflex_model, [path], resize="crop"))
+
+
 def test_the_packed_image_in_tf_data_is_the_numpy_packing(tmp_path):
     from keras_vit.runtime.naflex_inputs import packed_image
 
