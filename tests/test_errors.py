@@ -67,6 +67,8 @@ NOT_THE_USERS = {
         "a missing optional dependency: Python's own signal, the message gives the pip line",
     ("keras_vit/checkpoints/formats/keras_hub_presets.py", "import_keras_hub", "ImportError"):
         "a missing optional dependency: Python's own signal, the message gives the pip line",
+    ("keras_vit/export/hub_push.py", "push_to_hub", "ImportError"):
+        "a missing optional dependency: Python's own signal, the message gives the pip line",
     ("keras_vit/export/runtimes.py", "_import_runtime", "ImportError"):
         "a missing optional dependency: Python's own signal, the message gives the pip line",
     ("keras_vit/export/runtimes.py", "_quantize_int8", "ImportError"):

@@ -38,9 +38,11 @@ def run(args):
     # as wide as the longest licence name (FAIR's non-commercial research licence), plus a space
     hub = [c for c in catalogue() if c.hub]
     licence = max(len("licence"), *(len(c.license or "-") for c in hub)) + 1
-    print(f"{'variant':<22}{'format':<14}{'classes':>8}{'res':>5}{'pre':>6}  "
+    # and the variant column as wide as the longest name (SigLIP2-So400m/16-naflex), plus a space
+    name = max(22, *(len(c.variant) + 1 for c in hub))
+    print(f"{'variant':<{name}}{'format':<14}{'classes':>8}{'res':>5}{'pre':>6}  "
           f"{'licence':<{licence}}weights=")
     for c in hub:
-        print(f"{c.variant:<22}{c.format:<14}{c.classes or '-':>8}{c.resolution:>5}"
+        print(f"{c.variant:<{name}}{c.format:<14}{c.classes or '-':>8}{c.resolution:>5}"
               f"{c.representation_size or '-':>6}  {c.license or '-':<{licence}}{c.tag}")
     return 0

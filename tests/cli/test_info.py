@@ -9,9 +9,11 @@ from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
 
 
 def _rows(text, header):
-    """The rows of the table under the line starting with `header`, split on spaces."""
+    """The rows of the table under the line whose first words are `header`'s (the columns
+    widen to the longest name), split on spaces."""
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(header)) + 1
+    words = header.split()
+    start = next(i for i, line in enumerate(lines) if line.split()[:len(words)] == words) + 1
     rows = []
     for line in lines[start:]:
         if not line.strip():

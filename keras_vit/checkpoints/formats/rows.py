@@ -217,9 +217,15 @@ def to_official(table, arrays, heads=None, unknown_prefix="source:"):
         for row, source, officials in compiled:
             fields = source.match(key)
             if fields is not None:
+                targets = [t.fill(fields) for t in officials]
+                if any(t in out for t in targets):
+                    # Two spellings of one weight (timm's norm and Eva's fc_norm): neither is
+                    # chosen silently; the second is named as unexpected.
+                    out[unknown_prefix + key] = array
+                    break
                 values = row.transform.forward(array, heads_of(heads, officials[0].text))
                 values = values if len(officials) > 1 else [values]
-                out.update((t.fill(fields), v) for t, v in zip(officials, values))
+                out.update(zip(targets, values))
                 break
         else:
             out[unknown_prefix + key] = array
