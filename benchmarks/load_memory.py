@@ -13,7 +13,8 @@ high-water mark (VmHWM), reset before the build and again before the load:
 - "peak": the highest RSS during build and load, above the process before the build
   (imports done); the model's own weights are part of it. The target: below 1.5x the
   weights' size.
-- "load extra": the high-water mark during the load above the built model.
+- "load extra": the high-water mark during the load above the RSS when the load began
+  (the built model).
 """
 
 import argparse
@@ -76,12 +77,19 @@ def write_random_safetensors(shapes, path, seed=0):
     return os.path.getsize(path)
 
 
-def _status(field):
+def _memory():
+    """(VmRSS, VmHWM) in bytes from one read of /proc/self/status: within one read the kernel
+    reports the high-water mark as at least the current RSS; across reads RSS may fall (another
+    thread frees memory), so each phase compares figures of its own read."""
+    fields = {}
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                fields[name] = int(value.split()[0]) * 1024
+    if len(fields) != 2:
+        raise RuntimeError("VmRSS or VmHWM not in /proc/self/status")
+    return fields["VmRSS"], fields["VmHWM"]
 
 
 def _reset_peak():
@@ -100,21 +108,23 @@ def measure(architecture, path, image_size, include_top, depth=None):
     variant = keras_vit.get_variant(architecture)
     if depth:
         variant = dataclasses.replace(variant, depth=depth)
-    baseline = _status("VmRSS")
     _reset_peak()
+    baseline, _ = _memory()
     start = time.perf_counter()
     model = keras_vit.ViT(variant, image_size=image_size, include_top=include_top)
     build_seconds = time.perf_counter() - start
-    build_peak, built = _status("VmHWM"), _status("VmRSS")
+    built, build_peak = _memory()
     _reset_peak()
+    load_start, _ = _memory()
     start = time.perf_counter()
     keras_vit.load_weights(model, path)
     load_seconds = time.perf_counter() - start
-    load_peak = _status("VmHWM")
+    load_end, load_peak = _memory()
     weights = sum(int(np.prod(v.shape)) * 4 for v in model.weights)
     return {"baseline_rss": baseline, "built_rss": built, "build_peak_rss": build_peak,
-            "load_peak_rss": load_peak, "weights_bytes": weights,
-            "peak": max(build_peak, load_peak) - baseline, "load_extra": load_peak - built,
+            "load_start_rss": load_start, "load_end_rss": load_end, "load_peak_rss": load_peak,
+            "weights_bytes": weights, "peak": max(build_peak, load_peak) - baseline,
+            "load_extra": load_peak - load_start,
             "build_seconds": build_seconds, "load_seconds": load_seconds}
 
 

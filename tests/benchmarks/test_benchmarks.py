@@ -396,7 +396,11 @@ def test_load_memory_benchmark_writes_timm_shapes_and_measures_a_load(tmp_path):
     assert abs(arrays["blocks.0.mlp.fc1.weight"].mean()) < 0.01
     result = load_memory.measure("vit_small_patch14_dinov2", path, 56, False, depth=1)
     assert result["weights_bytes"] == sum(a.nbytes for a in arrays.values())
-    assert result["load_peak_rss"] >= result["built_rss"] >= result["baseline_rss"] > 0
+    # Each high-water mark against the RSS of its own /proc read (a kernel invariant); across
+    # reads RSS can fall while another thread of this process frees memory, so no chain.
+    assert result["build_peak_rss"] >= result["built_rss"] > 0
+    assert result["load_peak_rss"] >= result["load_end_rss"] > 0
+    assert result["load_extra"] == result["load_peak_rss"] - result["load_start_rss"]
     report = {"architecture": "vit_small_patch14_dinov2", "file_bytes": size, "tensors": len(shapes),
               "parameters": sum(int(np.prod(s)) for s in shapes.values()),
               "machine": {"cpu": "cpu", "cores": 2}, **result,
