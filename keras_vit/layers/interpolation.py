@@ -45,6 +45,23 @@ def _tent(x):
     return ops.maximum(1.0 - ops.abs(x), 0.0)
 
 
+def antialiased_weights(centre, scale, size_in, kernel, dtype="float32"):
+    """Weights `(..., size_in)` of outputs at source coordinates `centre` (any shape, torch's
+    align_corners=False) of a resize by `scale` (input over output size, broadcastable to
+    `centre`) with torch's antialiased `kernel`, "cubic" (Keys, a=-0.5) or "tent" (bilinear).
+    Shrinking widens the kernel by the scale (the antialiasing); growing keeps it. Taps past
+    the edges are dropped and the rest renormalised, as Pillow and torch do; an output with no
+    tap inside (past a NaFlex image's grid) gets all zeros."""
+    sources = ops.cast(ops.arange(size_in), dtype)
+    stretch = ops.maximum(ops.cast(scale, dtype), ops.cast(1.0, dtype))
+    if len(ops.shape(stretch)):
+        stretch = stretch[..., None]
+    distance = (sources - ops.cast(centre, dtype)[..., None]) / stretch
+    weights = _keys_cubic(distance, -0.5) if kernel == "cubic" else _tent(distance)
+    total = ops.sum(weights, axis=-1, keepdims=True)
+    return weights / ops.where(total != 0, total, ops.ones_like(total))
+
+
 def resize_matrix(size_in, size_out, method="bicubic", dtype="float32"):
     """The `(size_out, size_in)` matrix of `method`'s resize of one axis (`RESIZE_METHODS`).
     `size_in` is an int; `size_out` an int or a scalar tensor (the grid of an image only known
@@ -64,11 +81,7 @@ def resize_matrix(size_in, size_out, method="bicubic", dtype="float32"):
         centre = ops.clip(centre, 0.0, n_in - 1.0)
         return _tent(sources[None, :] - centre[:, None])
     if method in ("bicubic", "keras_bicubic_antialias"):
-        # Shrinking widens the kernel by the scale (the antialiasing); growing keeps it.
-        stretch = ops.maximum(scale, ops.cast(1.0, dtype))
-        weights = _keys_cubic((sources[None, :] - centre[:, None]) / stretch, -0.5)
-        # Taps past the edges are dropped and the rest renormalised, as Pillow and torch do.
-        return weights / ops.sum(weights, axis=1, keepdims=True)
+        return antialiased_weights(centre, scale, size_in, "cubic", dtype)
     # Four taps around floor(centre). torch clamps each index into the axis, so an edge input
     # collects the weights of the taps past it; TensorFlow drops those taps and renormalises.
     floor = ops.floor(centre)

@@ -14,6 +14,7 @@ from keras import ops
 
 from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError
+from keras_vit.layers.interpolation import antialiased_weights
 
 __all__ = ["NaFlexPatchEmbedding", "NaFlexPositionEmbedding", "PatchValidity", "masked_scores"]
 
@@ -124,20 +125,10 @@ class NaFlexPositionEmbedding(keras.layers.Layer):
 
 def _antialiased_bilinear(position, size, stored):
     """Weights `(batch, n, stored)` of output `position` (batch, n) on a `size` (batch, 1)
-    long axis from a `stored`-long one: torch's `_compute_indices_min_size_weights_aa` with
-    the bilinear filter (support 1, times the scale when shrinking)."""
-    size = ops.cast(ops.maximum(size, 1), "float32")
-    scale = stored / size
-    support = ops.maximum(scale, 1.0)  # the filter's half-width, in stored cells
-    center = scale * (ops.cast(position, "float32") + 0.5)
-    first = ops.maximum(ops.floor(center - support + 0.5), 0.0)  # torch truncates; >= 0 here
-    last = ops.minimum(ops.floor(center + support + 0.5), float(stored))
-    source = ops.arange(stored, dtype="float32")[None, None, :]
-    center, first, last, support = (v[..., None] for v in (center, first, last, support))
-    taps = ops.maximum(1.0 - ops.abs((source - center + 0.5) / support), 0.0)
-    taps = ops.where((source >= first) & (source < last), taps, 0.0)
-    total = ops.sum(taps, axis=-1, keepdims=True)
-    return taps / ops.where(total > 0, total, 1.0)  # positions past the grid: all zero
+    long axis from a `stored`-long one: torch's antialiased bilinear, per image."""
+    scale = stored / ops.cast(ops.maximum(size, 1), "float32")
+    centre = scale * (ops.cast(position, "float32") + 0.5) - 0.5
+    return antialiased_weights(centre, scale, stored, "tent")
 
 
 def masked_scores(scores, valid):
