@@ -16,7 +16,7 @@ import re
 
 __all__ = ["Role", "role_of", "block_index", "block_name", "pooling_name", "is_block", "is_bit_unit",
            "IMAGES", "PREPROCESSING", "RESNET", "EMBEDDING", "PATCH_TOKENS", "CLS", "DIST_TOKEN",
-           "REG_TOKEN", "POSEMBED_INPUT", "EMBEDDING_DROPOUT", "PRE_NORM", "BLOCK",
+           "REG_TOKEN", "POSEMBED_INPUT", "EMBEDDING_NORM", "EMBEDDING_DROPOUT", "PRE_NORM", "BLOCK",
            "ENCODER_NORM", "TOKEN_POOL", "GAP_POOL", "MAX_POOL", "MAP_POOL", "DISTILLATION_POOL",
            "DISTILLED_FEATURES", "PRE_LOGITS", "POOLED_NORM", "HEAD", "HEAD_DIST", "DISTILLED_LOGITS",
            "PREDICTIONS", "ROOT_PAD", "ROOT_BLOCK", "ROOT_POOL_PAD", "ROOT_POOL", "BIT_UNIT",
@@ -47,6 +47,7 @@ PATCH_VALID = "patch_valid"
 PREPROCESSING = "preprocessing"  # include_preprocessing=True's Rescaling
 RESNET = "resnet"  # a hybrid's ResNet trunk (and ResNetV2's)
 EMBEDDING = "embedding"  # the patch embedding
+EMBEDDING_NORM = "embedding_norm"  # AIMv2's norm on the patch embedding
 PATCH_TOKENS = "patch_tokens"  # dynamic image size: the patch grid flattened
 POSEMBED_INPUT = "posembed_input"
 CLS = "cls"
@@ -54,8 +55,8 @@ DIST_TOKEN = "dist_token"  # DeiT distilled
 REG_TOKEN = "reg_token"  # DINOv2's registers
 EMBEDDING_DROPOUT = "embedding_dropout"
 PRE_NORM = "pre_norm"  # CLIP's LayerNorm before the encoder
-STEM_LAYERS = (PREPROCESSING, RESNET, EMBEDDING, PATCH_TOKENS, POSEMBED_INPUT, CLS, DIST_TOKEN,
-               REG_TOKEN, EMBEDDING_DROPOUT, PRE_NORM, PATCH_VALID)
+STEM_LAYERS = (PREPROCESSING, RESNET, EMBEDDING, EMBEDDING_NORM, PATCH_TOKENS, POSEMBED_INPUT,
+               CLS, DIST_TOKEN, REG_TOKEN, EMBEDDING_DROPOUT, PRE_NORM, PATCH_VALID)
 
 BLOCK = "encoderblock_{i}"
 ENCODER_NORM = "encoder_norm"

@@ -37,7 +37,8 @@ __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_ke
            "MAP_VALUE_KERNEL", "MAP_VALUE_BIAS", "MAP_OUT_KERNEL", "MAP_OUT_BIAS", "MAP_LN_SCALE",
            "MAP_LN_BIAS", "MAP_MLP0_KERNEL", "MAP_MLP0_BIAS", "MAP_MLP1_KERNEL", "MAP_MLP1_BIAS", "MAP",
            "linen_key", "SCANNED_BLOCK", "LINEN_POS_EMBED_KEY", "MLP_VALUE_KERNEL",
-           "MLP_VALUE_BIAS", "MLP_NORM_SCALE", "MLP_NORM_BIAS"]
+           "MLP_VALUE_BIAS", "MLP_NORM_SCALE", "MLP_NORM_BIAS", "EMBEDDING_NORM_SCALE",
+           "EMBEDDING_NORM_BIAS"]
 
 # The official keys, as released (pre-Linen names); "{i}" is an encoder block's index, "{s}"
 # and "{u}" a hybrid trunk's stage and unit (both from 1). Every other module names a key
@@ -75,6 +76,8 @@ MLP_VALUE_BIAS = BLOCK + "/MlpBlock_3/Dense_value/bias"
 MLP_NORM_SCALE = BLOCK + "/MlpBlock_3/LayerNorm_0/scale"
 MLP_NORM_BIAS = BLOCK + "/MlpBlock_3/LayerNorm_0/bias"
 HEAD_DIST_KERNEL_KEY, HEAD_DIST_BIAS_KEY = "head_dist/kernel", "head_dist/bias"
+# AIMv2's norm on the patch embedding (an RMSNorm: a scale alone), beside the embedding's keys.
+EMBEDDING_NORM_SCALE, EMBEDDING_NORM_BIAS = "embedding_norm/scale", "embedding_norm/bias"
 MAP = "MAPHead_0"
 MAP_PROBE = MAP + "/probe"  # (1, 1, D)
 MAP_ATTENTION = MAP + "/MultiHeadDotProductAttention_0"
@@ -202,13 +205,18 @@ def layout(model):
             rows.append(Row((f"{prefix}/bias",), layer.bias))
 
     def norm(prefix, layer):
-        rows.append(Row((f"{prefix}/scale",), layer.gamma))
-        rows.append(Row((f"{prefix}/bias",), layer.beta))
+        # a LayerNorm's gamma and beta, or an RMSNorm's scale alone (keras_vit/layers/norms.py)
+        gamma = getattr(layer, "gamma", None)
+        rows.append(Row((f"{prefix}/scale",), layer.scale if gamma is None else gamma))
+        if getattr(layer, "beta", None) is not None:
+            rows.append(Row((f"{prefix}/bias",), layer.beta))
 
     if layer_names.RESNET in names:
         rows += trunk_rows(model.get_layer(layer_names.RESNET))
     if layer_names.EMBEDDING in names:
         dense(_scope(EMBEDDING_KERNEL), model.get_layer(layer_names.EMBEDDING))
+    if layer_names.EMBEDDING_NORM in names:
+        norm(_scope(EMBEDDING_NORM_SCALE), model.get_layer(layer_names.EMBEDDING_NORM))
     if layer_names.CLS in names:
         rows.append(Row((CLS_KEY,), model.get_layer(layer_names.CLS).cls))
     for layer, key in ((layer_names.DIST_TOKEN, DIST_TOKEN_KEY),
@@ -355,7 +363,8 @@ def _attention_rows(prefix, attention):
         *bias_rows,
         Row((f"{prefix}/out/kernel",), attention.out_kernel,
             lambda a: a[0].reshape(width, width), ((heads, head_dim, width),)),
-        Row((f"{prefix}/out/bias",), attention.out_bias),
+        *([Row((f"{prefix}/out/bias",), attention.out_bias)] if attention.out_bias is not None
+          else []),
     ]
 
 
@@ -422,6 +431,10 @@ def shape_features(shapes):
     return dict(width=kernel[-1], patch_size=kernel[0], depth=depth,
                 mlp_dim=2 * first if split and first else first, split_gate=split,
                 mlp_norm=MLP_NORM_SCALE.format(i=0) in shapes, qkv_bias=biases,
+                # RMSNorm: a scale without a bias; AIMv2's projections without biases
+                norm="layer" if LN0_BIAS.format(i=0) in shapes else "rms",
+                proj_bias=OUT_BIAS.format(i=0) in shapes,
+                embedding_norm=EMBEDDING_NORM_SCALE in shapes,
                 position_embedding=POS_EMBED_KEY in shapes,
                 has_class_token=CLS_KEY in shapes, distilled=DIST_TOKEN_KEY in shapes,
                 register_tokens=shapes.get(REG_TOKEN_KEY, (0, 0))[1],
@@ -441,7 +454,8 @@ def variant_fits_shapes(variant, shapes, features=None):
     return (found is not None
             and dict(width=v.width, patch_size=v.patch_size, depth=v.depth, mlp_dim=v.mlp_dim,
                      split_gate=v.feed_forward == "swiglu_split", mlp_norm=v.mlp_norm,
-                     qkv_bias=v.qkv_bias, position_embedding=v.position_embedding,
+                     qkv_bias=v.qkv_bias, norm=v.norm, proj_bias=v.proj_bias,
+                     embedding_norm=v.embedding_norm, position_embedding=v.position_embedding,
                      has_class_token=v.has_class_token, distilled=v.distilled,
                      register_tokens=v.register_tokens, pre_norm=v.pre_norm,
                      map=v.classifier == "map", layer_scale=v.layer_scale is not None,

@@ -39,12 +39,12 @@ class MlpBlock(keras.layers.Layer):
     two halves of the first layer's `mlp_dim` outputs, or, with `split_gate=True`, the
     outputs of two layers of `mlp_dim // 2` (`Dense_0` the gate, `Dense_value` the value).
     `inner_norm=True` normalises the hidden features before the output layer (`LayerNorm_0`,
-    epsilon `layer_norm_epsilon`).
+    epsilon `layer_norm_epsilon`). `use_bias=False` builds every layer without a bias (AIMv2).
     """
 
     def __init__(self, mlp_dim, dropout=0.0, approximate_gelu=True, activation="gelu",
                  split_gate=False, inner_norm=False, layer_norm_epsilon=LAYER_NORM_EPSILON,
-                 **kwargs):
+                 use_bias=True, **kwargs):
         super().__init__(**kwargs)
         if activation not in MLP_ACTIVATIONS:
             raise ArgumentError(f"activation must be one of {MLP_ACTIVATIONS}, got {activation!r}.")
@@ -60,10 +60,12 @@ class MlpBlock(keras.layers.Layer):
         self.split_gate = bool(split_gate)
         self.inner_norm = bool(inner_norm)
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.use_bias = bool(use_bias)
         policy = self.dtype_policy
         first = mlp_dim // 2 if self.split_gate else mlp_dim
-        self.dense_0 = _dense(first, MLP_HIDDEN_NAME, policy)
-        self.dense_value = _dense(first, MLP_VALUE_NAME, policy) if self.split_gate else None
+        self.dense_0 = _dense(first, MLP_HIDDEN_NAME, policy, self.use_bias)
+        self.dense_value = _dense(first, MLP_VALUE_NAME, policy, self.use_bias) \
+            if self.split_gate else None
         self.norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name=MLP_NORM_NAME,
                                                     dtype=policy) if self.inner_norm else None
         self.dropout_0 = keras.layers.Dropout(dropout, dtype=policy)
@@ -80,7 +82,7 @@ class MlpBlock(keras.layers.Layer):
         return tuple(d for d in (self.dense_0, self.dense_value, self.dense_1) if d is not None)
 
     def build(self, input_shape):
-        self.dense_1 = _dense(input_shape[-1], MLP_OUTPUT_NAME, self.dtype_policy)
+        self.dense_1 = _dense(input_shape[-1], MLP_OUTPUT_NAME, self.dtype_policy, self.use_bias)
         self.dense_0.build(input_shape)
         if self.dense_value is not None:
             self.dense_value.build(input_shape)
@@ -117,9 +119,10 @@ class MlpBlock(keras.layers.Layer):
         return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout": self.dropout,
                 "approximate_gelu": self.approximate_gelu, "activation": self.activation,
                 "split_gate": self.split_gate, "inner_norm": self.inner_norm,
-                "layer_norm_epsilon": self.layer_norm_epsilon}
+                "layer_norm_epsilon": self.layer_norm_epsilon, "use_bias": self.use_bias}
 
 
-def _dense(units, name, policy):
+def _dense(units, name, policy, use_bias=True):
     return FactorKeepingDense(units, name=name, dtype=policy, kernel_initializer="glorot_uniform",
+                              use_bias=use_bias,
                               bias_initializer=keras.initializers.RandomNormal(stddev=1e-6))

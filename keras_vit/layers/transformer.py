@@ -24,6 +24,7 @@ from keras_vit.layers.mlp import (  # noqa: F401 (MLP_*: where the package has a
     MlpBlock,
 )
 from keras_vit.layers.naflex import masked_scores
+from keras_vit.layers.norms import token_norm
 from keras_vit.layers.rotary import RotaryPositionEmbedding
 
 __all__ = ["MultiHeadSelfAttention", "MlpBlock", "LayerScale", "TransformerBlock",
@@ -40,38 +41,36 @@ QKV_BIASES = {"qkv": (True, True, True), "qv": (True, False, True), "none": (Fal
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention with one fused query/key/value projection.
 
-    Input and output `(batch, tokens, D)`. The three projections live in one
-    `(D, 3 * D)` kernel so that a single matrix multiply computes them; the
-    official `query`, `key`, `value` kernels `(D, heads, head_dim)` are its
-    column blocks in that order. Queries are scaled by `1 / sqrt(head_dim)`.
-    With `return_attention_scores=True` the call also returns the softmax
-    weights, `(batch, heads, queries, tokens)`. With `first_token_only=True`
-    only the first token queries (keys and values still come from every
-    token) and the output is `(batch, 1, D)`. With `valid` `(batch, tokens)` (NaFlex's padding
-    mask) keys where it is False get no weight.
+    Input and output `(batch, tokens, D)`. The three projections live in one `(D, 3 * D)`
+    kernel so that a single matrix multiply computes them; the official `query`, `key`, `value`
+    kernels `(D, heads, head_dim)` are its column blocks in that order. Queries are scaled by
+    `1 / sqrt(head_dim)`. With `return_attention_scores=True` the call also returns the softmax
+    weights, `(batch, heads, queries, tokens)`. With `first_token_only=True` only the first
+    token queries (keys and values still come from every token) and the output is
+    `(batch, 1, D)`. With `valid` `(batch, tokens)` (NaFlex's padding mask) keys where it is
+    False get no weight.
 
-    Without attention weights to return (and without attention dropout while
-    training), the attention runs on the kernel `attention_kernels.choose_path`
-    picks for the backend, device and precision: the fused (flash) kernels of
-    GPUs and TPUs, padded to a length cuDNN trains on, or float32 attention in
-    query blocks whose scores are recomputed, not stored, for the backward pass.
-    Every path gives the same result to float32 rounding.
+    Without attention weights to return (and without attention dropout while training), the
+    attention runs on the kernel `attention_kernels.choose_path` picks for the backend, device
+    and precision: the fused (flash) kernels of GPUs and TPUs, padded to a length cuDNN trains
+    on, or float32 attention in query blocks whose scores are recomputed, not stored, for the
+    backward pass. Every path gives the same result to float32 rounding.
 
     `qkv_bias` says which projections have a bias (`QKV_BIASES`): "qkv", "qv" (the key's is
     zero, not a weight: the bias weight holds the query's and the value's, `(2 * D,)`) or
-    "none". `rope`, a `RotaryPositionEmbedding` config (`{"style": "dinov3",
-    "num_prefix_tokens": 5}`), rotates queries and keys by their patch's position; the call's
-    `grid_shape` gives the patch grid (None: square).
+    "none"; `out_bias=False` drops the output projection's (AIMv2). `rope`, a
+    `RotaryPositionEmbedding` config (`{"style": "dinov3", "num_prefix_tokens": 5}`), rotates
+    queries and keys by their patch's position; the call's `grid_shape` gives the patch grid.
     """
 
     def __init__(self, num_heads, dropout=0.0, kernel_initializer="glorot_uniform", qkv_bias="qkv",
-                 rope=None, **kwargs):
+                 rope=None, out_bias=True, **kwargs):
         super().__init__(**kwargs)
         if qkv_bias not in QKV_BIASES:
             raise ArgumentError(f"qkv_bias must be one of {sorted(QKV_BIASES)}; got {qkv_bias!r}.")
         self.num_heads = num_heads
         self.dropout = dropout
-        self.qkv_bias_mode = qkv_bias
+        self.qkv_bias_mode, self.has_out_bias = qkv_bias, bool(out_bias)
         self.rope = dict(rope) if rope else None
         self.rotary = RotaryPositionEmbedding(**self.rope, dtype=self.dtype_policy) if rope else None
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -97,7 +96,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                                         initializer="zeros") if biased else None
         self.out_kernel = self.add_weight(name="out_kernel", shape=(width, width),
                                           initializer=self.kernel_initializer)
-        self.out_bias = self.add_weight(name="out_bias", shape=(width,), initializer="zeros")
+        self.out_bias = self.add_weight(name="out_bias", shape=(width,), initializer="zeros") \
+            if self.has_out_bias else None
 
     @property
     def biased_projections(self):
@@ -167,7 +167,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         """`(batch, queries, heads, head_dim)` -> the output projection, `(batch, queries, D)`."""
         attended = ops.reshape(attended, (-1, width))
         dtype = attended.dtype
-        out = _dense(attended, ops.cast(self.out_kernel, dtype), ops.cast(self.out_bias, dtype))
+        out = ops.matmul(attended, ops.cast(self.out_kernel, dtype)) if self.out_bias is None \
+            else _dense(attended, ops.cast(self.out_kernel, dtype), ops.cast(self.out_bias, dtype))
         out = self._lora("out", attended, out)
         out = ops.reshape(out, (batch, queries, width))
         if return_attention_scores:
@@ -241,7 +242,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             raise ValueError(f"Layer '{self.name}' expected its {len(base)} variables and any LoRA "
                              f"factors, but received {sorted(keys)} during loading.")
         values = [store[str(i)] for i in range(len(base))]
-        qkv_kernel, out_kernel = values[0], values[-2]
+        out = next(i for i, variable in enumerate(base) if variable is self.out_kernel)
+        qkv_kernel, out_kernel = values[0], values[out]
         scale = float(np.asarray(store["lora_scale"])) if stored else None
         if stored and stored == sorted(self.lora_factors) and scale == self.lora_scale:
             for name in stored:  # the same LoRA: restored as it was
@@ -254,7 +256,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             qkv_kernel, out_kernel = _merged(qkv_kernel, out_kernel, deltas)
             for _, b in self.lora_factors.values():
                 b.assign(ops.zeros(b.shape, b.dtype))
-        values[0], values[-2] = qkv_kernel, out_kernel
+        values[0], values[out] = qkv_kernel, out_kernel
         for variable, value in zip(base, values):
             variable.assign(value)
 
@@ -283,14 +285,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return _output_spec(self, x, return_attention_scores, first_token_only)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "num_heads": self.num_heads,
-            "dropout": self.dropout,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "qkv_bias": self.qkv_bias_mode,
-            "rope": self.rope,
-        }
+        return {**super().get_config(), "num_heads": self.num_heads, "dropout": self.dropout,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "qkv_bias": self.qkv_bias_mode, "rope": self.rope, "out_bias": self.has_out_bias}
 
 
 def _merged(qkv_kernel, out_kernel, deltas):
@@ -321,8 +318,9 @@ class TransformerBlock(keras.layers.Layer):
 
     `drop_path` is the stochastic depth rate of both residual branches (`DropPath`).
     The families' switches: `activation`, `split_gate` and `mlp_norm` (the MLP's, `MlpBlock`),
-    `layer_scale` (LayerScale's initial value on both branches), `qkv_bias` and `rope` (the
-    attention's, `MultiHeadSelfAttention`); with `rope`, the call's `grid`, any tensor
+    `layer_scale` (LayerScale's on both branches), `qkv_bias` and `rope` (the attention's),
+    `norm` (both norms' kind, "layer" or "rms") and `proj_bias` (False: AIMv2's attention output
+    and MLP without biases); with `rope`, the call's `grid`, any tensor
     `(batch, rows, columns, ...)` such as the patch embedding's grid, gives the patch grid;
     `valid` `(batch, tokens)`, NaFlex's padding mask, keeps the attention off padding.
     With `remat` set (an attribute, not saved), training stores the block's input alone and
@@ -332,9 +330,10 @@ class TransformerBlock(keras.layers.Layer):
     def __init__(self, num_heads, mlp_dim, dropout=0.0, attention_dropout=0.0,
                  approximate_gelu=True, layer_norm_epsilon=LAYER_NORM_EPSILON, drop_path=0.0,
                  activation="gelu", layer_scale=None, split_gate=False, mlp_norm=False,
-                 qkv_bias="qkv", rope=None, **kwargs):
+                 qkv_bias="qkv", rope=None, norm="layer", proj_bias=True, **kwargs):
         super().__init__(**kwargs)
         # The families' switches (keras_vit/variants/table.py Variant.block_options).
+        self.norm, self.proj_bias = norm, bool(proj_bias)
         self.activation = activation
         self.layer_scale = layer_scale
         self.split_gate, self.mlp_norm = bool(split_gate), bool(mlp_norm)
@@ -350,16 +349,15 @@ class TransformerBlock(keras.layers.Layer):
         policy = self.dtype_policy
         self.drop_path_0 = DropPath(drop_path, dtype=policy)
         self.drop_path_1 = DropPath(drop_path, dtype=policy)
-        self.norm_0 = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="LayerNorm_0",
-                                                      dtype=policy)
+        self.norm_0, self.norm_2 = (token_norm(norm, layer_norm_epsilon, name, policy)
+                                    for name in ("LayerNorm_0", "LayerNorm_2"))
         self.attention = MultiHeadSelfAttention(num_heads, dropout=attention_dropout,
-                                                qkv_bias=qkv_bias, rope=self.rope,
+                                                qkv_bias=qkv_bias, rope=self.rope, out_bias=proj_bias,
                                                 name="MultiHeadDotProductAttention_1", dtype=policy)
         self.attention_output_dropout = keras.layers.Dropout(dropout, dtype=policy)
-        self.norm_2 = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="LayerNorm_2",
-                                                      dtype=policy)
         self.mlp = MlpBlock(mlp_dim, dropout=dropout, approximate_gelu=approximate_gelu,
                             activation=activation, split_gate=split_gate, inner_norm=mlp_norm,
+                            use_bias=proj_bias,
                             layer_norm_epsilon=layer_norm_epsilon, name="MlpBlock_3", dtype=policy)
         # Whether training recomputes the block in the backward pass (`--remat`): a way to run
         # it, not part of the architecture, so not in the config.
@@ -454,6 +452,8 @@ class TransformerBlock(keras.layers.Layer):
             "mlp_norm": self.mlp_norm,
             "qkv_bias": self.qkv_bias,
             "rope": self.rope,
+            "norm": self.norm,
+            "proj_bias": self.proj_bias,
         }
 
 

@@ -22,6 +22,7 @@ from keras_vit.layers import (
     TransformerBlock,
 )
 from keras_vit.layers.naflex import NaFlexPatchEmbedding, NaFlexPositionEmbedding, PatchValidity
+from keras_vit.layers.norms import token_norm
 from keras_vit.layers.transformer import LAYER_NORM_EPSILON
 from keras_vit.memory import check_fits
 from keras_vit.models.arguments import (
@@ -326,6 +327,8 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
                             name=names.EMBEDDING)(x)
     if keep_grid:
         x = keras.layers.Reshape((-1, variant.width), name=names.PATCH_TOKENS)(grid)
+    if variant.embedding_norm:  # AIMv2: each patch's embedding normalised, then positioned
+        x = token_norm(variant.norm, epsilon, names.EMBEDDING_NORM)(x)
     position_embedding = AddPositionEmbedding(
         variant.token_grid(image_size), num_prefix_tokens=variant.position_prefix_tokens,
         dynamic_grid=dynamic, name=names.POSEMBED_INPUT)
@@ -342,7 +345,7 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         x = embed(x)
     x = keras.layers.Dropout(dropout, name=names.EMBEDDING_DROPOUT)(x)
     if variant.pre_norm:  # CLIP: a LayerNorm before the encoder
-        x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.PRE_NORM)(x)
+        x = token_norm(variant.norm, epsilon, names.PRE_NORM)(x)
     for i in range(variant.depth):
         block = TransformerBlock(variant.heads, variant.mlp_dim, dropout=dropout,
                                  attention_dropout=attention_dropout,
@@ -356,7 +359,7 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         x = block(x, first_token_only=last and head.pooling == "token" and not variant.distilled,
                   grid=grid if variant.rope else None)
     if not variant.norm_after_pooling:
-        x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.ENCODER_NORM)(x)
+        x = token_norm(variant.norm, epsilon, names.ENCODER_NORM)(x)
     if variant.distilled and head.pooling == "token":
         return keras.Model(images, _distilled_head(variant, x, head), name=name)
     return keras.Model(images, _pooled_head(variant, x, head, approximate_gelu, epsilon),
@@ -382,7 +385,7 @@ def _build_naflex(variant, image_size, channels, head, dropout, attention_dropou
                              attention_dropout=attention_dropout, approximate_gelu=approximate_gelu,
                              layer_norm_epsilon=epsilon, drop_path=rates[i],
                              **variant.block_options, name=names.block_name(i))(x, valid=valid)
-    x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.ENCODER_NORM)(x)
+    x = token_norm(variant.norm, epsilon, names.ENCODER_NORM)(x)
     if head.pooling not in ("map", None):
         raise ArgumentError(f'{variant.short_name} pools by its MAP head (pooling="map"), or '
                             'returns every token (pooling=None).')
@@ -401,7 +404,7 @@ def _pooled_head(variant, x, head, approximate_gelu, epsilon, valid=None):
         x = TokenPooling(head.pooling, num_prefix_tokens=variant.num_prefix_tokens,
                          name=names.pooling_name(head.pooling))(x)
     if variant.norm_after_pooling and head.pooling is not None:  # EVA-02: timm's fc_norm
-        x = keras.layers.LayerNormalization(epsilon=epsilon, name=names.POOLED_NORM)(x)
+        x = token_norm(variant.norm, epsilon, names.POOLED_NORM)(x)
     if head.include_top:
         if head.representation_size:
             x = keras.layers.Dense(head.representation_size, activation="tanh",

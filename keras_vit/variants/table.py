@@ -24,7 +24,8 @@ __all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "FAMILY_TIMM_NAMES
 FIELD_CHOICES = {"classifier": ("token", "gap", "map"),
                  "feed_forward": ("mlp", "swiglu", "swiglu_split"),
                  "activation": ("gelu", "quick_gelu"), "qkv_bias": ("qkv", "qv", "none"),
-                 "rope": ("dinov3", "eva"), "patch_input": ("image", "naflex")}
+                 "rope": ("dinov3", "eva"), "patch_input": ("image", "naflex"),
+                 "norm": ("layer", "rms")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,14 @@ class Variant:
     feed_forward: str = "mlp"
     mlp_norm: bool = False  # a LayerNorm inside the MLP, before its output layer (EVA-02's sub-LN)
     qkv_bias: str = "qkv"  # which of query, key, value have a bias: "qkv", "qv" (EVA) or "none"
+    # Whether the attention's output projection and the MLP's layers have biases (timm's
+    # proj_bias; AIMv2's have none).
+    proj_bias: bool = True
+    # Every norm's kind ("layer": LayerNorm, "rms": RMSNorm, AIMv2's; keras_vit/layers/norms.py),
+    # and whether one more normalises the patch embedding before the position embedding
+    # (timm's embed_norm_layer, AIMv2).
+    norm: str = "layer"
+    embedding_norm: bool = False
     # 2-D rotary position embedding in the attention ("dinov3" or "eva": timm's two layouts,
     # keras_vit/layers/rotary.py); None: none. EVA's coordinates are stretched onto the trained
     # grid of `rope_reference_grid` rows and columns.
@@ -121,7 +130,8 @@ class Variant:
             **({"reference_grid": self.rope_reference_grid} if self.rope_reference_grid else {})}
         return {"activation": "swiglu" if swiglu else self.activation,
                 "layer_scale": self.layer_scale, "split_gate": self.feed_forward == "swiglu_split",
-                "mlp_norm": self.mlp_norm, "qkv_bias": self.qkv_bias, "rope": rope}
+                "mlp_norm": self.mlp_norm, "qkv_bias": self.qkv_bias, "rope": rope,
+                "norm": self.norm, "proj_bias": self.proj_bias}
 
     @property
     def is_hybrid(self):
@@ -248,21 +258,22 @@ CLIP_MEAN_STD = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0
 # SigLIP's shape-optimised So400m (Alabdulmohsin et al. 2023): width 1152, 27 blocks, 16 heads
 # of 72, and an MLP of 4304, not 4 x 1152 (timm's mlp_ratio 3.7362), in the MAP head's MLP too.
 # DINOv3's S+ and H+: a split SwiGLU of 2 x 4 D (timm's mlp_ratio 4 per half); H+ has 20 heads
-# of 64.
+# of 64. AIMv2's sizes are its own (_AIMV2_SIZES).
 _FAMILY_SIZES = {**_SIZES, "g": (1536, 40, 8192, 24), "So400m": (1152, 27, 4304, 16),
                  "S+": (384, 12, 3072, 6), "H+": (1280, 32, 10240, 20)}
 
 
 # timm's word for each size in its architecture names ("vit_small_patch14_dinov2").
 _TIMM_SIZES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "g": "giant",
-               "So400m": "so400m", "S+": "small_plus", "H+": "huge_plus"}
+               "So400m": "so400m", "S+": "small_plus", "H+": "huge_plus", "H": "huge", "1B": "1b",
+               "3B": "3b"}
 
 
-def _family(family, size, patch, suffix="", *, timm, **fields):
+def _family(family, size, patch, suffix="", *, timm, sizes=_FAMILY_SIZES, **fields):
     """One row of `FAMILIES`, and timm's architecture name for it: `timm` is a template of
-    {size} (timm's word for it) and {patch}."""
+    {size} (timm's word for it) and {patch}; `sizes` the family's table of sizes."""
     # a family may size its MLP otherwise (EVA-02's SwiGLU of 2 x 8/3 D)
-    width, depth, mlp_dim, heads = _FAMILY_SIZES[size]
+    width, depth, mlp_dim, heads = sizes[size]
     mlp_dim = fields.pop("mlp_dim", mlp_dim)
     name = f"{family}-{size}/{patch}{suffix}"
     row = Variant(name, width, depth, mlp_dim, heads, patch, family=family, **fields)
@@ -314,6 +325,17 @@ _EVA02 = dict(rope="eva", rope_reference_grid=16, qkv_bias="qv", feed_forward="s
               normalization=CLIP_MEAN_STD)
 _EVA02_LARGE = dict(feed_forward="swiglu_split", mlp_norm=True)
 _EVA02_MLP = {"Ti": 1024, "S": 2048, "B": 4096, "L": 5460}  # 2 x int(D * 8 / 3)
+# AIMv2 (Fini et al. 2024), timm's aimv2_*_patch14 (its VisionTransformer): RMSNorm at 1e-5
+# everywhere and on the patch embedding (before the learned position embedding, which covers
+# the patches: no class token), no bias but the patch embedding's (query/key/value, output
+# projection, the split SwiGLU's three layers), the final norm then the mean of the tokens
+# (fc_norm off), OpenAI CLIP's mean/std; timm's 224, 336 and 448 names are the same rows.
+_AIMV2 = dict(norm="rms", embedding_norm=True, layer_norm_epsilon=1e-5, qkv_bias="none",
+              proj_bias=False, feed_forward="swiglu_split", classifier="gap",
+              normalization=CLIP_MEAN_STD)
+# width, depth, SwiGLU width (2 x int(D * mlp_ratio): 2.75 in L and 1B, 2.6667 in H and 3B), heads
+_AIMV2_SIZES = {"L": (1024, 24, 2 * 2816, 8), "H": (1536, 24, 2 * 4096, 12),
+                "1B": (2048, 24, 2 * 5632, 16), "3B": (3072, 24, 2 * 8192, 24)}
 
 _FAMILY_ROWS = [
     *(_family("DeiT", size, 16, timm="deit_{size}_patch{patch}", **_DEIT)
@@ -347,6 +369,8 @@ _FAMILY_ROWS = [
     *(_family("EVA02", size, 14, timm="eva02_{size}_patch{patch}", mlp_dim=_EVA02_MLP[size],
               **{**_EVA02, **(_EVA02_LARGE if size in ("B", "L") else {})})
       for size in ("Ti", "S", "B", "L")),
+    *(_family("AIMv2", size, 14, timm="aimv2_{size}_patch{patch}", sizes=_AIMV2_SIZES, **_AIMV2)
+      for size in _AIMV2_SIZES),
 ]
 FAMILIES = {row.name: row for row, _ in _FAMILY_ROWS}
 # timm's architecture name (no resolution suffix) -> the row it builds

@@ -46,3 +46,6 @@ def test_info_names_every_family_with_its_timm_architecture(capsys):
     # DINOv3's weights are under Meta's DINOv3 License, not Apache-2.0: the listing says so.
     assert ["DINOv3-S/16", "timm", "-", "256", "-", "dinov3-license",
             "hf://timm/vit_small_patch16_dinov3.lvd1689m"] in hub
+    # AIMv2's are under Apple's terms, as timm records them (Apple's sample code licence).
+    assert ["AIMv2-L/14", "timm", "-", "224", "-", "apple-ascl",
+            "hf://timm/aimv2_large_patch14_224.apple_pt"] in hub

@@ -90,6 +90,12 @@ LAYER_CASES = [
     (keras_vit.MultiHeadSelfAttention, {"num_heads": 2, "qkv_bias": "qv",
                                         "rope": {"style": "eva", "num_prefix_tokens": 1}},
      (2, 5, 16), (2, 5, 16), ("dropout",)),
+    # AIMv2's block: RMSNorms, and no bias but none at all (numerics against timm in
+    # tests/layers/test_norms.py and tests/checkpoints/formats/test_timm_aimv2.py)
+    (keras_vit.TransformerBlock, {"num_heads": 2, "mlp_dim": 16, "qkv_bias": "none",
+                                  "norm": "rms", "proj_bias": False, "activation": "swiglu",
+                                  "split_gate": True},
+     (2, 5, 8), (2, 5, 8), ("dropout", "attention_dropout")),
 ]
 
 

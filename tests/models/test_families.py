@@ -65,6 +65,10 @@ FAMILY_PARAMS = {
     "EVA02-S/14": 22_006_120,
     "EVA02-B/14": 86_527_720,
     "EVA02-L/14": 304_293_800,
+    "AIMv2-L/14": 310_222_824,
+    "AIMv2-H/14": 682_388_968,
+    "AIMv2-1B/14": 1_237_007_336,
+    "AIMv2-3B/14": 2_723_731_432,
 }
 # Each family row and timm's architecture of it (the table's inverse, checked complete below).
 TIMM_NAME = {official: base for base, (official, _) in TIMM_ARCHITECTURES.items()
@@ -111,23 +115,36 @@ def test_the_row_is_what_timm_builds(name):
     block = model.blocks[0]
     assert model.embed_dim == variant.width and len(model.blocks) == variant.depth
     assert block.attn.num_heads == variant.heads
-    assert block.mlp.fc1.out_features == variant.mlp_dim
+    mlp = type(block.mlp).__name__
+    first = block.mlp.fc1_g if mlp == "SwiGLU" else block.mlp.fc1
+    assert first.out_features * (2 if mlp == "SwiGLU" else 1) == variant.mlp_dim
     assert model.patch_embed.patch_size == (variant.patch_size,) * 2
     assert (model.patch_embed.proj.bias is not None) == variant.patch_bias
     assert (model.cls_token is not None) == variant.has_class_token
     assert (getattr(model, "dist_token", None) is not None) == variant.distilled
     assert model.num_reg_tokens == variant.register_tokens
     assert model.no_embed_class == (not variant.embed_prefix_tokens)
-    assert model.global_pool == {"token": "token", "map": "map"}[variant.classifier]
+    assert model.global_pool == {"token": "token", "gap": "avg", "map": "map"}[variant.classifier]
     assert (not isinstance(model.norm_pre, torch.nn.Identity)) == variant.pre_norm
+    # AIMv2: RmsNorm everywhere and on the patch embedding, the final one before the pooling,
+    # no bias on the query/key/value, the attention's output or the MLP's layers
+    assert type(block.norm1).__name__ == {"layer": "LayerNorm", "rms": "RmsNorm"}[variant.norm]
+    assert type(model.norm).__name__ == type(block.norm1).__name__  # not fc_norm
+    assert (not isinstance(model.patch_embed.norm, torch.nn.Identity)) == variant.embedding_norm
+    assert (block.attn.qkv.bias is not None) == (variant.qkv_bias == "qkv")
+    assert (block.attn.proj.bias is not None) == variant.proj_bias
+    assert all((layer.bias is not None) == variant.proj_bias
+               for layer in (first, block.mlp.fc2))
     scale = getattr(block.ls1, "gamma", None)
     assert (scale is not None) == (variant.layer_scale is not None)
-    assert type(block.mlp).__name__ == {"mlp": "Mlp", "swiglu": "GluMlp"}[variant.feed_forward]
+    assert mlp == {"mlp": "Mlp", "swiglu": "GluMlp", "swiglu_split": "SwiGLU"}[variant.feed_forward]
     # A SwiGLU row's gate is SiLU on the first half (timm's SwiGLUPacked: GluMlp with nn.SiLU,
     # gate_last=False), as keras_vit's MlpBlock "swiglu" computes; the row's `activation` names
     # a plain MLP's and is not used there.
     if variant.feed_forward == "swiglu":
         assert type(block.mlp.act).__name__ == "SiLU" and not block.mlp.gate_last
+    elif mlp == "SwiGLU":  # timm's split SwiGLU: SiLU on fc1_g, the gate
+        assert type(block.mlp.act).__name__ == "SiLU"
     else:
         expected = {"gelu": "GELU", "quick_gelu": "QuickGELU"}[variant.activation]
         assert type(block.mlp.act).__name__ == expected

@@ -25,6 +25,8 @@ from keras_vit.checkpoints.layout import (
     DIST_TOKEN_KEY,
     EMBEDDING_BIAS,
     EMBEDDING_KERNEL,
+    EMBEDDING_NORM_BIAS,
+    EMBEDDING_NORM_SCALE,
     ENCODER_NORM_BIAS,
     ENCODER_NORM_SCALE,
     HEAD_BIAS_KEY,
@@ -77,8 +79,8 @@ from keras_vit.checkpoints.layout import (
 )
 
 __all__ = ["Dense", "Norm", "TORCH", "KERAS", "KERAS_NORM", "dense", "norm", "attention",
-           "fused_qkv", "PATCH", "CLS", "POSITIONS", "DIST_TOKEN", "REGISTERS", "NORM1", "NORM2",
-           "QUERY", "KEY", "VALUE", "OUT", "ATTENTION", "MLP_IN", "MLP_OUT", "MLP_VALUE",
+           "fused_qkv", "PATCH", "EMBEDDING_NORM", "CLS", "POSITIONS", "DIST_TOKEN", "REGISTERS",
+           "NORM1", "NORM2", "QUERY", "KEY", "VALUE", "OUT", "ATTENTION", "MLP_IN", "MLP_OUT", "MLP_VALUE",
            "MLP_NORM", "LAYER_SCALE1",
            "LAYER_SCALE2", "ENCODER_NORM", "PRE_NORM", "PRE_LOGITS", "HEAD", "HEAD_DIST",
            "MAP_PROBE", "MAP_ATTENTION", "MAP_NORM", "MAP_MLP_IN", "MAP_MLP_OUT"]
@@ -92,7 +94,7 @@ class Dense(NamedTuple):
 
 
 class Norm(NamedTuple):
-    """The official keys of one LayerNorm."""
+    """The official keys of one LayerNorm (an RMSNorm has the scale alone)."""
 
     scale: str
     bias: str
@@ -100,6 +102,7 @@ class Norm(NamedTuple):
 
 # The tokens and the embedding.
 PATCH = Dense(EMBEDDING_KERNEL, EMBEDDING_BIAS)
+EMBEDDING_NORM = Norm(EMBEDDING_NORM_SCALE, EMBEDDING_NORM_BIAS)  # AIMv2's, on the patches
 CLS, POSITIONS, DIST_TOKEN, REGISTERS = CLS_KEY, POS_EMBED_KEY, DIST_TOKEN_KEY, REG_TOKEN_KEY
 # An encoder block ("{i}"): its norms, attention, MLP and LayerScale (after attention, MLP).
 NORM1, NORM2 = Norm(LN0_SCALE, LN0_BIAS), Norm(LN2_SCALE, LN2_BIAS)

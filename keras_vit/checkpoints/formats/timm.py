@@ -230,7 +230,8 @@ FORMAT = CheckpointFormat(
 # groups under a few names of their own (dinov2.py).
 _BLOCK = "blocks.{i}."
 TIMM_EMBEDDING = (*g.dense("patch_embed.proj", g.PATCH, CONV), KeyRow("cls_token", g.CLS),
-                  KeyRow("pos_embed", g.POSITIONS))
+                  KeyRow("pos_embed", g.POSITIONS),
+                  *g.norm("patch_embed.norm", g.EMBEDDING_NORM))  # AIMv2's (an RmsNorm)
 TIMM_BLOCKS = (
     *g.norm(_BLOCK + "norm1", g.NORM1),
     *g.fused_qkv(_BLOCK + "attn.qkv.weight", _BLOCK + "attn.qkv.bias"),
