@@ -24,7 +24,8 @@ __all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "FAMILY_TIMM_NAMES
 FIELD_CHOICES = {"classifier": ("token", "gap", "map"),
                  "feed_forward": ("mlp", "swiglu", "swiglu_split"),
                  "activation": ("gelu", "quick_gelu"), "qkv_bias": ("qkv", "qv", "none"),
-                 "rope": ("dinov3", "eva"), "patch_input": ("image", "naflex")}
+                 "rope": ("dinov3", "eva"), "rope_grid_indexing": ("ij", "xy"),
+                 "patch_input": ("image", "naflex")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +62,11 @@ class Variant:
     # grid of `rope_reference_grid` rows and columns.
     rope: str | None = None
     rope_reference_grid: int | None = None
+    # timm's grid options of RoPE: an offset added to each patch index, and which axis takes the
+    # first half of the frequencies ("ij": the row; "xy": the column). The Perception Encoder's
+    # are 1 and "xy".
+    rope_grid_offset: float = 0.0
+    rope_grid_indexing: str = "ij"
     position_embedding: bool = True  # the learned absolute one (DINOv3 has RoPE alone)
     # The final LayerNorm after the pooling, not before it (EVA-02: timm's fc_norm); the
     # tokens themselves (pooling=None) are then not normalised, as timm's forward_features.
@@ -118,7 +124,10 @@ class Variant:
         swiglu = self.feed_forward.startswith("swiglu")
         rope = None if self.rope is None else {
             "style": self.rope, "num_prefix_tokens": self.num_prefix_tokens,
-            **({"reference_grid": self.rope_reference_grid} if self.rope_reference_grid else {})}
+            **({"reference_grid": self.rope_reference_grid} if self.rope_reference_grid else {}),
+            **({"grid_offset": self.rope_grid_offset} if self.rope_grid_offset else {}),
+            **({"grid_indexing": self.rope_grid_indexing}
+               if self.rope_grid_indexing != "ij" else {})}
         return {"activation": "swiglu" if swiglu else self.activation,
                 "layer_scale": self.layer_scale, "split_gate": self.feed_forward == "swiglu_split",
                 "mlp_norm": self.mlp_norm, "qkv_bias": self.qkv_bias, "rope": rope}
@@ -314,6 +323,16 @@ _EVA02 = dict(rope="eva", rope_reference_grid=16, qkv_bias="qv", feed_forward="s
               normalization=CLIP_MEAN_STD)
 _EVA02_LARGE = dict(feed_forward="swiglu_split", mlp_norm=True)
 _EVA02_MLP = {"Ti": 1024, "S": 2048, "B": 4096, "L": 5460}  # 2 x int(D * 8 / 3)
+# PE-core, the Perception Encoder's image tower (Bolya et al. 2025), as timm's Eva builds
+# vit_pe_core_*: OpenAI CLIP's stem (a LayerNorm before the encoder, no patch bias) with a
+# learned position embedding on every token and RoPE in EVA's layout on the patches (indices
+# from 1, the column's frequencies first, stretched onto the trained grid), the final norm, then
+# attention pooling with 8 heads and a projection as the head (timm's `head`: 512 to 1024
+# outputs); erf GELU, LayerNorm at 1e-5; each size at its own resolution.
+_PE_CORE = dict(classifier="map", class_token=True, map_heads=8, rope="eva",
+                rope_grid_offset=1.0, rope_grid_indexing="xy", pre_norm=True, patch_bias=False,
+                layer_norm_epsilon=1e-5, approximate_gelu=False)
+_PE_CORE_SIZES = {"Ti": (16, 384), "S": (16, 384), "B": (16, 224), "L": (14, 336)}  # patch, px
 
 _FAMILY_ROWS = [
     *(_family("DeiT", size, 16, timm="deit_{size}_patch{patch}", **_DEIT)
@@ -347,6 +366,9 @@ _FAMILY_ROWS = [
     *(_family("EVA02", size, 14, timm="eva02_{size}_patch{patch}", mlp_dim=_EVA02_MLP[size],
               **{**_EVA02, **(_EVA02_LARGE if size in ("B", "L") else {})})
       for size in ("Ti", "S", "B", "L")),
+    *(_family("PE-Core", size, patch, timm="vit_pe_core_{size}_patch{patch}", image_size=pixels,
+              rope_reference_grid=pixels // patch, **_PE_CORE)
+      for size, (patch, pixels) in _PE_CORE_SIZES.items()),
 ]
 FAMILIES = {row.name: row for row, _ in _FAMILY_ROWS}
 # timm's architecture name (no resolution suffix) -> the row it builds

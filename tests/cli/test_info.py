@@ -46,3 +46,8 @@ def test_info_names_every_family_with_its_timm_architecture(capsys):
     # DINOv3's weights are under Meta's DINOv3 License, not Apache-2.0: the listing says so.
     assert ["DINOv3-S/16", "timm", "-", "256", "-", "dinov3-license",
             "hf://timm/vit_small_patch16_dinov3.lvd1689m"] in hub
+    # PE-core's releases: the projection (1024 outputs) as the head, each at its own size.
+    assert ["PE-Core-B/16", "timm", "1024", "224", "-", "apache-2.0",
+            "hf://timm/vit_pe_core_base_patch16_224.fb"] in hub
+    assert ["PE-Core-Ti/16", "timm", "512", "384", "-", "apache-2.0",
+            "hf://timm/vit_pe_core_tiny_patch16_384.fb"] in hub
