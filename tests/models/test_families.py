@@ -69,6 +69,7 @@ FAMILY_PARAMS = {
     "PE-Core-S/16": 23_971_048,
     "PE-Core-B/16": 93_655_528,
     "PE-Core-L/14": 317_127_656,
+    "PE-Core-G/14": 1_881_603_560,
 }
 # Each family row and timm's architecture of it (the table's inverse, checked complete below).
 TIMM_NAME = {official: base for base, (official, _) in TIMM_ARCHITECTURES.items()
@@ -167,9 +168,9 @@ def _check_eva_row(model, variant):
         assert reference == (None if variant.rope_reference_grid is None
                              else (variant.rope_reference_grid,) * 2)
     assert (not isinstance(model.norm_pre, torch.nn.Identity)) == variant.pre_norm
-    if model.attn_pool is not None:  # PE-core's attention pooling: its own heads, 4 D MLP
+    if model.attn_pool is not None:  # PE-core's attention pooling: its own heads, a 4 D MLP
         assert model.attn_pool.num_heads == variant.pooling_heads
-        assert model.attn_pool.mlp.fc1.out_features == variant.mlp_dim
+        assert model.attn_pool.mlp.fc1.out_features == variant.pooling_mlp_dim
         assert isinstance(model.attn_pool.mlp.act, torch.nn.GELU)
     if attn.qkv is not None and not hasattr(attn, "q_bias"):  # AttentionRope (PE-core): qkv's own
         biases = (attn.qkv.bias is not None,) * 3
@@ -259,6 +260,7 @@ def test_the_depth_extrapolation_is_the_count_of_a_built_model():
     ("eva02_large_patch14_448.mim_m38m_ft_in1k", "EVA02-L/14"), ("eva02_tiny_patch14_336", "EVA02-Ti/14"),
     ("vit_pe_core_tiny_patch16_384.fb", "PE-Core-Ti/16"), ("pe-core-b/16", "PE-Core-B/16"),
     ("vit_pe_core_large_patch14_336", "PE-Core-L/14"),
+    ("vit_pe_core_gigantic_patch14_448.fb", "PE-Core-G/14"),
 ])
 def test_names(spelling, name):
     assert get_variant(spelling) is FAMILIES[name]

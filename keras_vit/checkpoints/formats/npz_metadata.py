@@ -116,8 +116,9 @@ _FLAGS = tuple(f.name for f in dataclasses.fields(Variant) if isinstance(f.defau
 # Every plain number field of Variant (RoPE's grid offset), read from its type: a new one is
 # checked as one.
 _NUMBERS = tuple(f.name for f in dataclasses.fields(Variant) if f.type is float)
-# Counts that may be None: the MAP head's heads (None: the encoder's), RoPE's trained grid.
-_OPTIONAL_COUNTS = ("map_heads", "rope_reference_grid")
+# Counts that may be None (the MAP head's heads and MLP width, RoPE's trained grid), read from
+# their type: a new one is checked as one.
+_OPTIONAL_COUNTS = tuple(f.name for f in dataclasses.fields(Variant) if f.type == int | None)
 
 
 def _field_problem(name, value):

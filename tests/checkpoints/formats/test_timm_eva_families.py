@@ -35,16 +35,23 @@ CASES = [
     # LayerNorm before the encoder, a bias-free patch embedding, attention pooling with 8 heads
     # (of 24, where the encoder's are 3 of 64) and the projection as the head
     ("vit_pe_core_tiny_patch16_384", 384, {}),
+    # PE-core G at width 64: no class token, RoPE's indices from 0, the MAP head's MLP (4 D)
+    # narrower than the blocks' (8960 / 1536 D)
+    ("vit_pe_core_gigantic_patch14_448", 56, {"embed_dim": 64, "num_heads": 4}),
 ]
 
 
 def _variant(architecture, kwargs):
-    """The row at depth 2 and the width timm was built at (its MLP: 2 x int(8/3 D) in EVA-02)."""
+    """The row at depth 2 and the width timm was built at: its MLPs at timm's ratios (EVA-02's
+    SwiGLU 2 x int(8/3 D), PE-core G's int(8960 / 1536 D) and the MAP head's 4 D)."""
     variant = dataclasses.replace(keras_vit.get_variant(architecture), depth=DEPTH)
     if "embed_dim" in kwargs:
-        width = kwargs["embed_dim"]
+        width, ratio = kwargs["embed_dim"], variant.mlp_dim / variant.width
+        swiglu = variant.feed_forward != "mlp"
+        mlp_dim = 2 * int(width * ratio / 2) if swiglu else int(width * ratio)
+        map_mlp_dim = variant.map_mlp_dim and int(width * variant.map_mlp_dim / variant.width)
         variant = dataclasses.replace(variant, width=width, heads=kwargs["num_heads"],
-                                      mlp_dim=2 * int(width * variant.mlp_dim / 2 / variant.width))
+                                      mlp_dim=mlp_dim, map_mlp_dim=map_mlp_dim)
     return variant
 
 
