@@ -31,9 +31,10 @@ CONTROL = ("vit_small_patch16_224", 224)
 def family_rows():
     """{label: (timm architecture, native resolution)}: for each family and each of its kinds
     (distilled, with registers) in keras_vit.FAMILIES that timm builds, the row nearest the
-    control's width and patch (384, 16), under the name timm registers it (bare where the row's
-    resolution is not 224, as timm names DINOv2's and FlexiViT's), and the control. A new
-    family's rows join from the table, with no edit here."""
+    control's width and patch (384, 16), under the name timm registers it (export.timm_config's
+    registered_name: bare as DINOv2's and FlexiViT's, else at the row's resolution), and the
+    control. A new family's rows join from the table, with no edit here."""
+    from keras_vit.export.timm_config import registered_name
     from keras_vit.variants import FAMILIES
     from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
 
@@ -46,8 +47,8 @@ def family_rows():
         kind = (row.family, row.name.split("/", 1)[1].lstrip("0123456789"))  # ("DeiT", "-distilled")
         if row.name in timm_base and (kind not in nearest or distance(row) < distance(nearest[kind])):
             nearest[kind] = row
-    rows = {row.name: (timm_base[row.name] + ("_224" if row.image_size == 224 else ""),
-                       row.image_size) for row in nearest.values()}
+    rows = {row.name: (registered_name(timm_base[row.name]), row.image_size)
+            for row in nearest.values()}
     # Whether a family's ratio is the family's own or every width-384 ViT's.
     rows["ViT-S/16 (control)"] = CONTROL
     return rows

@@ -49,11 +49,11 @@ def _mlp_fields(model):
 
 def registered_name(base):
     """timm's registered name of a table base name: DINOv2's, DINOv3's, FlexiViT's and NaFlex's
-    are registered as they are, every other at its 224-pixel name
+    are registered as they are, every other at its row's resolution (224 pixels, PE-core's own)
     (tests/checkpoints/formats/test_timm_names.py)."""
     unsized = base.endswith(("_dinov2", "_dinov3", "_dinov3_qkvb")) \
         or base.startswith(("flexivit", "naflexvit"))
-    return base if unsized else base + "_224"
+    return base if unsized else f"{base}_{timm_variant(base).image_size}"
 
 
 def model_variant(model):

@@ -13,7 +13,10 @@ modules do:
   T = 10000; the interleaved layout (feature 2j pairs with 2j + 1).
 
 n = head_dim / 4 frequencies per axis, k = 0 .. n - 1. The prefix tokens (class, registers)
-come first and are not rotated.
+come first and are not rotated. Two options of timm's grid (`_build_grid`), which the
+Perception Encoder sets: `grid_offset` is added to each patch index before the style's scaling
+(PE: 1), and `grid_indexing="xy"` gives the first n frequencies to the column, the next to the
+row (timm's default "ij": row first).
 """
 
 import math
@@ -24,10 +27,13 @@ from keras import ops
 
 from keras_vit.errors import ArgumentError
 
-__all__ = ["RotaryPositionEmbedding", "ROPE_STYLES"]
+__all__ = ["RotaryPositionEmbedding", "ROPE_STYLES", "GRID_INDEXINGS"]
 
 # style -> (temperature, coordinates, feature layout), as timm builds each.
 ROPE_STYLES = {"dinov3": (100.0, "centred", "half"), "eva": (10000.0, "index", "interleaved")}
+# Which axis takes the first half of the frequencies: "ij" the row, "xy" the column (torch's
+# meshgrid indexing, as timm names it).
+GRID_INDEXINGS = ("ij", "xy")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -38,18 +44,29 @@ class RotaryPositionEmbedding(keras.layers.Layer):
     or scalar tensors; None takes a square grid from the token count. The first
     `num_prefix_tokens` tokens pass unchanged. The angles are computed in float32 whatever
     the policy, as timm computes them; the rotation is cast back to the input's dtype.
+    `grid_offset` (patches, added to each index) and `grid_indexing` ("ij" or "xy") are
+    timm's grid options of the same names.
     """
 
-    def __init__(self, style="dinov3", num_prefix_tokens=0, reference_grid=None, **kwargs):
+    def __init__(self, style="dinov3", num_prefix_tokens=0, reference_grid=None, grid_offset=0.0,
+                 grid_indexing="ij", **kwargs):
         super().__init__(**kwargs)
         if style not in ROPE_STYLES:
             raise ArgumentError(f"RoPE style must be one of {sorted(ROPE_STYLES)}; got {style!r}.")
         if reference_grid is not None and style != "eva":
             raise ArgumentError("reference_grid rescales EVA's index coordinates; the "
                                 f"{style!r} style normalises its own.")
+        if grid_indexing not in GRID_INDEXINGS:
+            raise ArgumentError(f"RoPE grid_indexing must be one of {', '.join(GRID_INDEXINGS)}; "
+                                f"got {grid_indexing!r}.")
+        if isinstance(grid_offset, bool) or not isinstance(grid_offset, (int, float)) \
+                or not math.isfinite(grid_offset):
+            raise ArgumentError(f"RoPE grid_offset must be a finite number; got {grid_offset!r}.")
         self.style = style
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.reference_grid = None if reference_grid is None else int(reference_grid)
+        self.grid_offset = float(grid_offset)
+        self.grid_indexing = grid_indexing
 
     def build(self, input_shape):
         head_dim = input_shape[-1]
@@ -69,7 +86,7 @@ class RotaryPositionEmbedding(keras.layers.Layer):
 
     def _axis_angles(self, size):
         """(size, n) float32 angles of one axis of `size` patches."""
-        index = ops.cast(ops.arange(size), "float32")
+        index = ops.cast(ops.arange(size), "float32") + self.grid_offset
         length = ops.cast(size, "float32")
         if self.style == "dinov3":
             coordinate = 2.0 * ((index + 0.5) / length) - 1.0
@@ -84,7 +101,8 @@ class RotaryPositionEmbedding(keras.layers.Layer):
         count = row.shape[-1]
         row = ops.broadcast_to(row[:, None, :], (rows, cols, count))
         col = ops.broadcast_to(col[None, :, :], (rows, cols, count))
-        angles = ops.reshape(ops.concatenate([row, col], axis=-1), (-1, 2 * count))
+        first, second = (row, col) if self.grid_indexing == "ij" else (col, row)
+        angles = ops.reshape(ops.concatenate([first, second], axis=-1), (-1, 2 * count))
         sin, cos = ops.sin(angles), ops.cos(angles)
         if ROPE_STYLES[self.style][2] == "half":
             return ops.concatenate([sin, sin], axis=-1), ops.concatenate([cos, cos], axis=-1)
@@ -119,7 +137,8 @@ class RotaryPositionEmbedding(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "style": self.style,
-                "num_prefix_tokens": self.num_prefix_tokens, "reference_grid": self.reference_grid}
+                "num_prefix_tokens": self.num_prefix_tokens, "reference_grid": self.reference_grid,
+                "grid_offset": self.grid_offset, "grid_indexing": self.grid_indexing}
 
 
 def _interleave(x):

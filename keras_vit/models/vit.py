@@ -397,7 +397,7 @@ def _build_naflex(variant, image_size, channels, head, dropout, attention_dropou
 def _pooled_head(variant, x, head, approximate_gelu, epsilon, valid=None):
     """The encoder's tokens -> pooled features, pre_logits and head as `head` says."""
     if head.pooling == "map":
-        x = MAPHead(variant.pooling_heads, variant.mlp_dim, approximate_gelu=approximate_gelu,
+        x = MAPHead(variant.pooling_heads, variant.pooling_mlp_dim, approximate_gelu=approximate_gelu,
                     activation=variant.block_options["activation"], layer_norm_epsilon=epsilon,
                     name=names.MAP_POOL)(x, valid=valid)
     elif head.pooling is not None:

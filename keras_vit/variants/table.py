@@ -24,8 +24,8 @@ __all__ = ["Variant", "VARIANTS", "DEMO_VARIANT", "FAMILIES", "FAMILY_TIMM_NAMES
 FIELD_CHOICES = {"classifier": ("token", "gap", "map"),
                  "feed_forward": ("mlp", "swiglu", "swiglu_split"),
                  "activation": ("gelu", "quick_gelu"), "qkv_bias": ("qkv", "qv", "none"),
-                 "rope": ("dinov3", "eva"), "patch_input": ("image", "naflex"),
-                 "norm": ("layer", "rms")}
+                 "rope": ("dinov3", "eva"), "rope_grid_indexing": ("ij", "xy"),
+                 "patch_input": ("image", "naflex"), "norm": ("layer", "rms")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +70,11 @@ class Variant:
     # grid of `rope_reference_grid` rows and columns.
     rope: str | None = None
     rope_reference_grid: int | None = None
+    # timm's grid options of RoPE: an offset added to each patch index, and which axis takes the
+    # first half of the frequencies ("ij": the row; "xy": the column). The Perception Encoder's
+    # are 1 and "xy".
+    rope_grid_offset: float = 0.0
+    rope_grid_indexing: str = "ij"
     position_embedding: bool = True  # the learned absolute one (DINOv3 has RoPE alone)
     # The final LayerNorm after the pooling, not before it (EVA-02: timm's fc_norm); the
     # tokens themselves (pooling=None) are then not normalised, as timm's forward_features.
@@ -85,6 +90,9 @@ class Variant:
     # built with its own num_heads); None: the encoder's `heads`, as timm, transformers and
     # big_vision build SigLIP by default.
     map_heads: int | None = None
+    # The MAP head's MLP width where it differs from the blocks' (PE-core G: 4 D beside blocks of
+    # 8960); None: the blocks' `mlp_dim`, as SigLIP's.
+    map_mlp_dim: int | None = None
     # "image": images in, cut into a fixed grid by a patch convolution; "naflex" (SigLIP 2
     # NaFlex): each image's patches at its own grid, packed to a token budget with padding
     # (keras_vit/layers/naflex.py), the square position grid resized per image.
@@ -97,11 +105,18 @@ class Variant:
         # a config that says so equals the table's row.
         if self.map_heads == self.heads:
             object.__setattr__(self, "map_heads", None)
+        if self.map_mlp_dim == self.mlp_dim:
+            object.__setattr__(self, "map_mlp_dim", None)
 
     @property
     def pooling_heads(self):
         """The MAP head's attention heads: `map_heads`, else the encoder's."""
         return self.heads if self.map_heads is None else self.map_heads
+
+    @property
+    def pooling_mlp_dim(self):
+        """The MAP head's MLP width: `map_mlp_dim`, else the blocks' `mlp_dim`."""
+        return self.mlp_dim if self.map_mlp_dim is None else self.map_mlp_dim
 
     @property
     def has_class_token(self):
@@ -127,7 +142,10 @@ class Variant:
         swiglu = self.feed_forward.startswith("swiglu")
         rope = None if self.rope is None else {
             "style": self.rope, "num_prefix_tokens": self.num_prefix_tokens,
-            **({"reference_grid": self.rope_reference_grid} if self.rope_reference_grid else {})}
+            **({"reference_grid": self.rope_reference_grid} if self.rope_reference_grid else {}),
+            **({"grid_offset": self.rope_grid_offset} if self.rope_grid_offset else {}),
+            **({"grid_indexing": self.rope_grid_indexing}
+               if self.rope_grid_indexing != "ij" else {})}
         return {"activation": "swiglu" if swiglu else self.activation,
                 "layer_scale": self.layer_scale, "split_gate": self.feed_forward == "swiglu_split",
                 "mlp_norm": self.mlp_norm, "qkv_bias": self.qkv_bias, "rope": rope,
@@ -258,15 +276,16 @@ CLIP_MEAN_STD = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0
 # SigLIP's shape-optimised So400m (Alabdulmohsin et al. 2023): width 1152, 27 blocks, 16 heads
 # of 72, and an MLP of 4304, not 4 x 1152 (timm's mlp_ratio 3.7362), in the MAP head's MLP too.
 # DINOv3's S+ and H+: a split SwiGLU of 2 x 4 D (timm's mlp_ratio 4 per half); H+ has 20 heads
-# of 64. AIMv2's sizes are its own (_AIMV2_SIZES).
+# of 64. AIMv2's sizes are its own (_AIMV2_SIZES). PE-core's gigantic G: width 1536, 50
+# blocks, 16 heads of 96, an MLP of 8960.
 _FAMILY_SIZES = {**_SIZES, "g": (1536, 40, 8192, 24), "So400m": (1152, 27, 4304, 16),
-                 "S+": (384, 12, 3072, 6), "H+": (1280, 32, 10240, 20)}
+                 "S+": (384, 12, 3072, 6), "H+": (1280, 32, 10240, 20), "G": (1536, 50, 8960, 16)}
 
 
 # timm's word for each size in its architecture names ("vit_small_patch14_dinov2").
 _TIMM_SIZES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "g": "giant",
                "So400m": "so400m", "S+": "small_plus", "H+": "huge_plus", "H": "huge", "1B": "1b",
-               "3B": "3b"}
+               "3B": "3b", "G": "gigantic"}
 
 
 def _family(family, size, patch, suffix="", *, timm, sizes=_FAMILY_SIZES, **fields):
@@ -336,6 +355,18 @@ _AIMV2 = dict(norm="rms", embedding_norm=True, layer_norm_epsilon=1e-5, qkv_bias
 # width, depth, SwiGLU width (2 x int(D * mlp_ratio): 2.75 in L and 1B, 2.6667 in H and 3B), heads
 _AIMV2_SIZES = {"L": (1024, 24, 2 * 2816, 8), "H": (1536, 24, 2 * 4096, 12),
                 "1B": (2048, 24, 2 * 5632, 16), "3B": (3072, 24, 2 * 8192, 24)}
+# PE-core, the Perception Encoder's image tower (Bolya et al. 2025), as timm's Eva builds
+# vit_pe_core_*: OpenAI CLIP's stem (a LayerNorm before the encoder, no patch bias) with a
+# learned position embedding on every token and RoPE in EVA's layout on the patches (indices
+# from 1, the column's frequencies first, stretched onto the trained grid), the final norm, then
+# attention pooling with 8 heads and a projection as the head (timm's `head`: 512 to 1024
+# outputs); erf GELU, LayerNorm at 1e-5; each size at its own resolution.
+_PE_CORE = dict(classifier="map", class_token=True, map_heads=8, rope="eva",
+                rope_grid_offset=1.0, rope_grid_indexing="xy", pre_norm=True, patch_bias=False,
+                layer_norm_epsilon=1e-5, approximate_gelu=False)
+_PE_CORE_SIZES = {"Ti": (16, 384), "S": (16, 384), "B": (16, 224), "L": (14, 336)}  # patch, px
+# G: no class token, RoPE's indices from 0, the MAP head's MLP 4 D beside the blocks' 8960.
+_PE_CORE_G = dict(_PE_CORE, class_token=False, rope_grid_offset=0.0, map_mlp_dim=4 * 1536)
 
 _FAMILY_ROWS = [
     *(_family("DeiT", size, 16, timm="deit_{size}_patch{patch}", **_DEIT)
@@ -371,6 +402,11 @@ _FAMILY_ROWS = [
       for size in ("Ti", "S", "B", "L")),
     *(_family("AIMv2", size, 14, timm="aimv2_{size}_patch{patch}", sizes=_AIMV2_SIZES, **_AIMV2)
       for size in _AIMV2_SIZES),
+    *(_family("PE-Core", size, patch, timm="vit_pe_core_{size}_patch{patch}", image_size=pixels,
+              rope_reference_grid=pixels // patch, **_PE_CORE)
+      for size, (patch, pixels) in _PE_CORE_SIZES.items()),
+    _family("PE-Core", "G", 14, timm="vit_pe_core_{size}_patch{patch}", image_size=448,
+            rope_reference_grid=32, **_PE_CORE_G),
 ]
 FAMILIES = {row.name: row for row, _ in _FAMILY_ROWS}
 # timm's architecture name (no resolution suffix) -> the row it builds

@@ -96,3 +96,30 @@ def test_the_map_heads_own_count_round_trips_and_is_checked(tmp_path):
     with pytest.raises(keras_vit.CheckpointError, match="MAP head has 4 attention heads; "
                        r"SigLIP-B/16's has 12\. Build keras_vit\.from_pretrained"):
         keras_vit.ViT(dataclasses.replace(variant, map_heads=None), weights=path, include_top=False)
+
+
+def test_ropes_grid_options_round_trip_and_are_checked(tmp_path):
+    """PE-core's RoPE options (grid offset 1, xy indexing) are Variant fields the record keeps:
+    from_pretrained builds them back; a recorded offset that is not a finite number, or an
+    indexing keras_vit does not compute, is refused in one line."""
+    import json
+
+    variant = dataclasses.replace(get_variant("PE-Core-Ti/16"), depth=1)
+    model = _randomised_keras(keras_vit.ViT(variant, image_size=64, include_top=False))
+    path = keras_vit.save_npz(model, tmp_path / "pe.npz")
+    again = keras_vit.from_pretrained(path, include_top=False)
+    rotary = again.get_layer("encoderblock_0").attention.rotary
+    assert (rotary.grid_offset, rotary.grid_indexing) == (1.0, "xy")
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 64, 64, 3)).astype("float32")
+    np.testing.assert_allclose(np.asarray(again(images)), np.asarray(model(images)), atol=1e-6)
+    with zipfile.ZipFile(path) as archive, archive.open(METADATA_KEY + ".npy") as f:
+        record = json.loads(np.lib.format.read_array(f).tobytes())
+    for field, value, words in [("rope_grid_offset", "one", "rope_grid_offset is one: not a finite"),
+                                ("rope_grid_indexing", "yx", "rope_grid_indexing is yx: not one of")]:
+        edited = {**record, "variant": {**record["variant"], field: value}}
+        bad = _without_metadata(path, tmp_path / f"{field}.npz")
+        with zipfile.ZipFile(bad, "a") as archive, archive.open(METADATA_KEY + ".npy", "w") as f:
+            np.lib.format.write_array(f, np.frombuffer(json.dumps(edited).encode(), np.uint8))
+        with pytest.raises(keras_vit.CheckpointError) as error:
+            keras_vit.from_pretrained(str(bad), include_top=False)
+        assert words in str(error.value) and "\n" not in str(error.value)

@@ -49,3 +49,8 @@ def test_info_names_every_family_with_its_timm_architecture(capsys):
     # AIMv2's are under Apple's terms, as timm records them (Apple's sample code licence).
     assert ["AIMv2-L/14", "timm", "-", "224", "-", "apple-ascl",
             "hf://timm/aimv2_large_patch14_224.apple_pt"] in hub
+    # PE-core's releases: the projection (1024 outputs) as the head, each at its own size.
+    assert ["PE-Core-B/16", "timm", "1024", "224", "-", "apache-2.0",
+            "hf://timm/vit_pe_core_base_patch16_224.fb"] in hub
+    assert ["PE-Core-Ti/16", "timm", "512", "384", "-", "apache-2.0",
+            "hf://timm/vit_pe_core_tiny_patch16_384.fb"] in hub

@@ -69,6 +69,11 @@ FAMILY_PARAMS = {
     "AIMv2-H/14": 682_388_968,
     "AIMv2-1B/14": 1_237_007_336,
     "AIMv2-3B/14": 2_723_731_432,
+    "PE-Core-Ti/16": 6_235_240,
+    "PE-Core-S/16": 23_971_048,
+    "PE-Core-B/16": 93_655_528,
+    "PE-Core-L/14": 317_127_656,
+    "PE-Core-G/14": 1_881_603_560,
 }
 # Each family row and timm's architecture of it (the table's inverse, checked complete below).
 TIMM_NAME = {official: base for base, (official, _) in TIMM_ARCHITECTURES.items()
@@ -85,7 +90,8 @@ def _timm_model(name, **kwargs):
     import torch
 
     base = TIMM_NAME[name]
-    registered = base + "_224" if timm.list_models(base + "_224") else base
+    sized = f"{base}_{FAMILIES[name].image_size}"  # 224 px, or the row's own (PE-core's)
+    registered = sized if timm.list_models(sized) else base
     with torch.device("meta"):
         return timm.create_model(registered, pretrained=False, **kwargs)
 
@@ -172,7 +178,20 @@ def _check_eva_row(model, variant):
     rope = type(model.rope).__name__ if model.rope is not None else None
     assert rope == {None: None, "dinov3": "RotaryEmbeddingDinoV3",
                     "eva": "RotaryEmbeddingCat"}[variant.rope]
-    if attn.qkv is not None:
+    if rope is not None:
+        assert (model.rope.grid_offset, model.rope.grid_indexing) == (
+            variant.rope_grid_offset, variant.rope_grid_indexing)
+        reference = getattr(model.rope, "ref_feat_shape", None)
+        assert reference == (None if variant.rope_reference_grid is None
+                             else (variant.rope_reference_grid,) * 2)
+    assert (not isinstance(model.norm_pre, torch.nn.Identity)) == variant.pre_norm
+    if model.attn_pool is not None:  # PE-core's attention pooling: its own heads, a 4 D MLP
+        assert model.attn_pool.num_heads == variant.pooling_heads
+        assert model.attn_pool.mlp.fc1.out_features == variant.pooling_mlp_dim
+        assert isinstance(model.attn_pool.mlp.act, torch.nn.GELU)
+    if attn.qkv is not None and not hasattr(attn, "q_bias"):  # AttentionRope (PE-core): qkv's own
+        biases = (attn.qkv.bias is not None,) * 3
+    elif attn.qkv is not None:
         biases = (attn.q_bias is not None, attn.q_bias is not None, attn.v_bias is not None)
     else:
         biases = tuple(p.bias is not None for p in (attn.q_proj, attn.k_proj, attn.v_proj))
@@ -256,6 +275,9 @@ def test_the_depth_extrapolation_is_the_count_of_a_built_model():
     ("vit_small_plus_patch16_dinov3_qkvb.lvd1689m", "DINOv3-S+/16-qkvb"),
     ("dinov3-h+/16", "DINOv3-H+/16"), ("vit_base_patch16_dinov3", "DINOv3-B/16"),
     ("eva02_large_patch14_448.mim_m38m_ft_in1k", "EVA02-L/14"), ("eva02_tiny_patch14_336", "EVA02-Ti/14"),
+    ("vit_pe_core_tiny_patch16_384.fb", "PE-Core-Ti/16"), ("pe-core-b/16", "PE-Core-B/16"),
+    ("vit_pe_core_large_patch14_336", "PE-Core-L/14"),
+    ("vit_pe_core_gigantic_patch14_448.fb", "PE-Core-G/14"),
 ])
 def test_names(spelling, name):
     assert get_variant(spelling) is FAMILIES[name]
@@ -272,6 +294,7 @@ def test_every_row_has_one_named_constructor_with_the_table_name():
     assert keras_vit.SigLIP_B16.__name__ == "SigLIP_B16"
     assert keras_vit.SigLIP_So400m14.__name__ == "SigLIP_So400m14"
     assert keras_vit.DINOv3_Splus16_qkvb.__name__ == "DINOv3_Splus16_qkvb"
+    assert keras_vit.PE_Core_B16.__name__ == "PE_Core_B16"
     del constructor
 
 
@@ -300,7 +323,7 @@ def test_a_pooling_the_family_lacks_is_refused_in_one_line():
 
 # One small model of each way a family is put together, through the shared model checks.
 ASSEMBLIES = ["DeiT-Ti/16-distilled", "DeiT3-S/16", "DINOv2-S/14-reg4", "SigLIP-B/16", "CLIP-B/32",
-              "DINOv3-S+/16-qkvb", "EVA02-B/14"]
+              "DINOv3-S+/16-qkvb", "EVA02-B/14", "PE-Core-Ti/16"]
 
 
 @pytest.mark.parametrize("name", ASSEMBLIES)

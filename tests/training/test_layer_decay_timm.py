@@ -34,11 +34,11 @@ def _variant(name):
     return dataclasses.replace(get_variant(name), depth=DEPTH, **SIZE)
 
 
-def _timm_family(architecture, image_size):
+def _timm_family(architecture, image_size, **kwargs):
     timm = import_timm()
     return timm.create_model(architecture, pretrained=False, depth=DEPTH, embed_dim=SIZE["width"],
                              num_heads=SIZE["heads"], mlp_ratio=SIZE["mlp_dim"] / SIZE["width"],
-                             img_size=image_size, num_classes=CLASSES)
+                             img_size=image_size, num_classes=CLASSES, **kwargs)
 
 
 # (keras_vit variant, a function building timm's model of it at `image_size`, image size): one
@@ -55,6 +55,10 @@ CASES = [
     ("FlexiViT-S/16", lambda s: _timm_family("flexivit_small", s), 32),
     # timm's Eva class (RoPE: no position table; gamma_1 and gamma_2)
     ("DINOv3-S/16", lambda s: _timm_family("vit_small_patch16_dinov3", s), 32),
+    # Eva with CLIP's norm_pre in the stem and SigLIP's attention pooling (PE-core), its MLP at
+    # the blocks' ratio as keras_vit's row has it
+    ("PE-Core-Ti/16", lambda s: _timm_family("vit_pe_core_tiny_patch16_384", s,
+                                             attn_pool_mlp_ratio=SIZE["mlp_dim"] / SIZE["width"]), 32),
     ("ViT-Ti_16", lambda s: timm_vit(_variant("ViT-Ti_16"), s, CLASSES), 32),
     ("ViT-S_32-gap-norep", lambda s: timm_vit(_variant("ViT-S_32-gap-norep"), s, CLASSES), 64),
     ("R+ViT-Ti_16", lambda s: timm_hybrid(_variant("R+ViT-Ti_16"), s, CLASSES), 64),

@@ -113,8 +113,12 @@ _COUNTS = ("width", "depth", "mlp_dim", "heads", "patch_size", "resnet_width", "
            "image_size")
 # Every true-or-false field of Variant, read from its defaults (a new switch is checked as one).
 _FLAGS = tuple(f.name for f in dataclasses.fields(Variant) if isinstance(f.default, bool))
-# Counts that may be None: the MAP head's heads (None: the encoder's), RoPE's trained grid.
-_OPTIONAL_COUNTS = ("map_heads", "rope_reference_grid")
+# Every plain number field of Variant (RoPE's grid offset), read from its type: a new one is
+# checked as one.
+_NUMBERS = tuple(f.name for f in dataclasses.fields(Variant) if f.type is float)
+# Counts that may be None (the MAP head's heads and MLP width, RoPE's trained grid), read from
+# their type: a new one is checked as one.
+_OPTIONAL_COUNTS = tuple(f.name for f in dataclasses.fields(Variant) if f.type == int | None)
 
 
 def _field_problem(name, value):
@@ -139,6 +143,10 @@ def _field_problem(name, value):
         ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
                                and math.isfinite(value) and 0 < value < 1e3)
         return None if ok else "not a positive number"
+    if name in _NUMBERS:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value) and abs(value) <= MAX_PIXELS
+        return None if ok else "not a finite number"
     if name == "resnet_stages":
         ok = value is None or (isinstance(value, list) and len(value) <= 8
                                and all(is_int(v) and 0 < v <= 256 for v in value))

@@ -1,5 +1,5 @@
-"""The families timm builds with its Eva class (timm/models/eva.py: DINOv3, EVA-02) from timm's
-own files: timm builds each with random weights at depth 2, writes its state dict
+"""The families timm builds with its Eva class (timm/models/eva.py: DINOv3, EVA-02, PE-core)
+from timm's own files: timm builds each with random weights at depth 2, writes its state dict
 (safetensors), and keras_vit's model of the same name, loading that file through the timm
 format's rows, computes what timm's forward computes, at one size and, through
 `dynamic_image_size`, at a size that is not square (RoPE's grid is no longer square).
@@ -30,16 +30,28 @@ CASES = [
     ("eva02_tiny_patch14_224", 56, {}),
     # separate q_proj, k_proj (no bias), v_proj; split SwiGLU with its norm (at width 64)
     ("eva02_base_patch14_224", 56, {"embed_dim": 64, "num_heads": 4}),
+    # PE-core at its trained 384 px (RoPE's grid is its trained 24 x 24): EVA's RoPE with
+    # indices from 1 and the column first, a class token and a position embedding, the
+    # LayerNorm before the encoder, a bias-free patch embedding, attention pooling with 8 heads
+    # (of 24, where the encoder's are 3 of 64) and the projection as the head
+    ("vit_pe_core_tiny_patch16_384", 384, {}),
+    # PE-core G at width 64: no class token, RoPE's indices from 0, the MAP head's MLP (4 D)
+    # narrower than the blocks' (8960 / 1536 D)
+    ("vit_pe_core_gigantic_patch14_448", 56, {"embed_dim": 64, "num_heads": 4}),
 ]
 
 
 def _variant(architecture, kwargs):
-    """The row at depth 2 and the width timm was built at (its MLP: 2 x int(8/3 D) in EVA-02)."""
+    """The row at depth 2 and the width timm was built at: its MLPs at timm's ratios (EVA-02's
+    SwiGLU 2 x int(8/3 D), PE-core G's int(8960 / 1536 D) and the MAP head's 4 D)."""
     variant = dataclasses.replace(keras_vit.get_variant(architecture), depth=DEPTH)
     if "embed_dim" in kwargs:
-        width = kwargs["embed_dim"]
+        width, ratio = kwargs["embed_dim"], variant.mlp_dim / variant.width
+        swiglu = variant.feed_forward != "mlp"
+        mlp_dim = 2 * int(width * ratio / 2) if swiglu else int(width * ratio)
+        map_mlp_dim = variant.map_mlp_dim and int(width * variant.map_mlp_dim / variant.width)
         variant = dataclasses.replace(variant, width=width, heads=kwargs["num_heads"],
-                                      mlp_dim=2 * int(width * variant.mlp_dim / 2 / variant.width))
+                                      mlp_dim=mlp_dim, map_mlp_dim=map_mlp_dim)
     return variant
 
 
@@ -74,7 +86,8 @@ def test_another_size_and_shape_is_timms(architecture, size, kwargs, tmp_path):
 
 @pytest.mark.slow  # full size; the default tests above are the same rows at depth 2
 @pytest.mark.parametrize("architecture,size", [("vit_small_plus_patch16_dinov3_qkvb", 256),
-                                               ("eva02_small_patch14_224", 224)])
+                                               ("eva02_small_patch14_224", 224),
+                                               ("vit_pe_core_base_patch16_224", 224)])
 def test_a_full_size_row_computes_what_timm_computes(architecture, size, tmp_path):
     timm = import_timm()
     import torch
@@ -85,4 +98,22 @@ def test_a_full_size_row_computes_what_timm_computes(architecture, size, tmp_pat
     save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, path)
     ours = keras_vit.ViT(architecture, weights=path, image_size=size)
     images = _images(2, (size, size))
+    _assert_close(np.asarray(ours(images)), run_timm(theirs, images))
+
+
+def test_a_timm_hub_folder_of_pe_core_loads_through_from_pretrained(tmp_path):
+    """A folder as timm's save_for_hf writes one (what hf://timm/vit_pe_core_* holds): its
+    config.json names the architecture, so from_pretrained builds the row (RoPE's trained grid
+    kept, the grid at the folder's img_size) and loads it with nothing else said."""
+    timm = import_timm()
+    import torch
+    from timm.models._hub import save_for_hf
+
+    theirs = timm.create_model("vit_pe_core_tiny_patch16_384", pretrained=False, depth=DEPTH,
+                               img_size=64, num_classes=10)
+    _randomise(theirs, torch)
+    save_for_hf(theirs, str(tmp_path / "pe"), safe_serialization=True)
+    ours = keras_vit.from_pretrained(str(tmp_path / "pe"))
+    assert ours.input_shape[1:3] == (64, 64)
+    images = _images(2, (64, 64))
     _assert_close(np.asarray(ours(images)), run_timm(theirs, images))

@@ -23,7 +23,8 @@ def test_every_row_builds_what_timm_registers(base):
     timm = import_timm()
     import torch
 
-    name = base + "_224" if f"{base}_224" in timm.list_models(base + "*") else base
+    sized = f"{base}_{timm_variant(base).image_size}"  # at the row's resolution, else unsized
+    name = sized if sized in timm.list_models(base + "*") else base
     assert name in timm.list_models(base + "*"), f"timm registers no {base}"
     assert registered_name(base) == name  # what save_pretrained's config.json names
     variant = timm_variant(name)
@@ -47,6 +48,12 @@ def test_every_row_builds_what_timm_registers(base):
     assert first == variant.mlp_dim
     assert (model.global_pool == "avg") == (variant.classifier == "gap")
     assert (tokens.cls_token is not None) == variant.has_class_token
+    if getattr(model, "attn_pool", None) is not None:  # the MAP head's own heads
+        assert model.attn_pool.num_heads == variant.pooling_heads
+    rope = getattr(model, "rope", None)
+    if rope is not None:  # timm's grid options of RoPE (PE-core's)
+        assert (rope.grid_offset, rope.grid_indexing) == (variant.rope_grid_offset,
+                                                         variant.rope_grid_indexing)
 
 
 def test_siglip_at_timms_other_resolutions_is_the_same_architecture():
