@@ -20,6 +20,7 @@ from keras_vit.variants import FAMILIES, VARIANTS
 
 __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "is_head_key",
            "square_grid", "describe_architecture", "fitting_variants", "config_mismatches",
+           "shape_mismatches",
            "variant_fits_shapes",
            "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
            "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "POOLING_PREFIXES", "TRUNK_PREFIXES",
@@ -434,20 +435,32 @@ def variant_fits_shapes(variant, shapes, features=None):
     """Whether a checkpoint of these official-key shapes can be `variant`'s: width, patch,
     depth, MLP width, heads and the MAP head's (where the file splits them), the tokens before the patches,
     LayerScale, the pre-norm and the MAP head."""
-    found = shape_features(shapes) if features is None else features
-    query = shapes.get(QUERY_KERNEL.format(i=0), ())
-    map_query = shapes.get(MAP_QUERY_KERNEL, ())
+    return shape_mismatches(variant, shapes, features) == {}
+
+
+def shape_mismatches(variant, shapes, features=None):
+    """{field: (`variant`'s value, the arrays')} where a checkpoint's official-key shapes
+    cannot be `variant`'s (the fields of `variant_fits_shapes`); None when the shapes are no
+    ViT's. Read from headers, before anything is built."""
+    found = shape_features(shapes) if features is None else dict(features)
+    if found is None:
+        return None
     v = variant
-    return (found is not None
-            and dict(width=v.width, patch_size=v.patch_size, depth=v.depth, mlp_dim=v.mlp_dim,
-                     split_gate=v.feed_forward == "swiglu_split", mlp_norm=v.mlp_norm,
-                     qkv_bias=v.qkv_bias, position_embedding=v.position_embedding,
-                     has_class_token=v.has_class_token, distilled=v.distilled,
-                     register_tokens=v.register_tokens, pre_norm=v.pre_norm,
-                     map=v.classifier == "map", layer_scale=v.layer_scale is not None,
-                     hybrid=v.is_hybrid) == found
-            and (len(query) != 3 or query[1] == v.heads)
-            and (len(map_query) != 3 or map_query[1] == v.pooling_heads))
+    expected = dict(width=v.width, patch_size=v.patch_size, depth=v.depth, mlp_dim=v.mlp_dim,
+                    split_gate=v.feed_forward == "swiglu_split", mlp_norm=v.mlp_norm,
+                    qkv_bias=v.qkv_bias, position_embedding=v.position_embedding,
+                    has_class_token=v.has_class_token, distilled=v.distilled,
+                    register_tokens=v.register_tokens, pre_norm=v.pre_norm,
+                    map=v.classifier == "map", layer_scale=v.layer_scale is not None,
+                    hybrid=v.is_hybrid)
+    found = dict(found)
+    for field, key, value in (("heads", QUERY_KERNEL.format(i=0), v.heads),
+                              ("map_heads", MAP_QUERY_KERNEL, v.pooling_heads)):
+        split = shapes.get(key, ())
+        if len(split) == 3:  # (D, heads, head_dim): the heads show
+            found[field], expected[field] = split[1], value
+    return {field: (value, found.get(field)) for field, value in expected.items()
+            if found.get(field) != value}
 
 
 def config_mismatches(variant, shapes):
