@@ -279,6 +279,8 @@ def _check_chosen_variant(variant, info, path):
         # every array's header: only the sizes they give, not the parts whose keys they leave out
         differences = {field: values for field, values in differences.items()
                        if field in ("width", "patch_size", "depth")}
+    if info.variant is not None:  # then also what the shapes cannot show
+        differences.update(_computed_differently(variant, info.variant))
     if not differences:
         return
     held = info.variant.name if info.variant is not None else _fitting(info.shapes)
@@ -287,6 +289,22 @@ def _check_chosen_variant(variant, info, path):
     raise CheckpointError(f"{path} holds {held}, not {variant.name} ({found}). Build "
                           f"keras_vit.from_pretrained({path!r}), which reads the architecture "
                           "from the file. Nothing was built.")
+
+
+# What changes a model's function without changing its arrays' shapes, and no other check names
+# (the heads and the MLP activation: _check_recorded_settings; the GELU form and epsilon: the
+# file's own numerics, which the model takes).
+SAME_SHAPES_OTHER_FUNCTION = ("classifier", "feed_forward", "embed_prefix_tokens", "rope",
+                              "rope_reference_grid", "norm_after_pooling", "patch_input",
+                              "patch_bias", "resnet_stages", "resnet_width")
+
+
+def _computed_differently(variant, recorded):
+    """{field: (`variant`'s, the file's)} for the fields of SAME_SHAPES_OTHER_FUNCTION where
+    the architecture a file records and the variant the caller chose differ."""
+    return {field: (getattr(variant, field), getattr(recorded, field))
+            for field in SAME_SHAPES_OTHER_FUNCTION
+            if getattr(variant, field) != getattr(recorded, field)}
 
 
 def _fitting(shapes):
