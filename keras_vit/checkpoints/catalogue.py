@@ -293,10 +293,11 @@ def _check_chosen_variant(variant, info, path):
 
 # What changes a model's function without changing its arrays' shapes, and no other check names
 # (the heads and the MLP activation: _check_recorded_settings; the GELU form and epsilon: the
-# file's own numerics, which the model takes).
-SAME_SHAPES_OTHER_FUNCTION = ("classifier", "feed_forward", "embed_prefix_tokens", "rope",
-                              "rope_reference_grid", "norm_after_pooling", "patch_input",
-                              "patch_bias", "resnet_stages", "resnet_width")
+# file's own numerics, which the model takes; where the position embedding covers the prefix
+# tokens: the loader folds the class token's position into the token, exactly, either way).
+SAME_SHAPES_OTHER_FUNCTION = ("classifier", "feed_forward", "rope", "rope_reference_grid",
+                              "norm_after_pooling", "patch_input", "patch_bias", "resnet_stages",
+                              "resnet_width")
 
 
 def _computed_differently(variant, recorded):
