@@ -19,13 +19,14 @@ TensorFlow), as does the one sub-command parser whose help imports TensorFlow
 
 import contextlib
 import importlib.util
+import io
 import os
 import re
 import sys
 import tempfile
 
 __all__ = ["running_the_command", "quiet_for_command_line", "without_libjpeg_lines",
-           "stderr_descriptor"]
+           "dropped_if_refused", "stderr_descriptor"]
 
 LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 NVIDIA_DRIVER = "/proc/driver/nvidia"  # present where the NVIDIA kernel driver is loaded (Linux)
@@ -120,3 +121,38 @@ def without_libjpeg_lines():
             for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
                 if not _LIBJPEG_LINE.match(line):
                     sys.stderr.write(line)
+
+
+@contextlib.contextmanager
+def dropped_if_refused():
+    """Under the command, holds what the block writes to stderr (a converter's C++ log, its
+    Python warnings and log lines) until it ends: dropped when it ends in a refusal (an error
+    of keras_vit's family, whose one line is all the user should read), written out after it
+    otherwise (a bug's traceback keeps the log that explains it). A user who asks for
+    TensorFlow's every line (TF_CPP_MIN_LOG_LEVEL=0) sees it as it comes; a library user's
+    process is left alone."""
+    from keras_vit.errors import KerasViTError
+
+    if not running_the_command() or os.environ.get(LEVEL_VARIABLE, "").strip() == "0":
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        refused = False
+        try:
+            with _stderr_pointed_at(captured.fileno()):
+                # Python's writers (warnings, print, logging's last resort) look sys.stderr up
+                # when they write: into fd 2 too, as it is now, whatever sys.stderr was.
+                held = io.TextIOWrapper(open(2, "wb", closefd=False), errors="backslashreplace",
+                                        write_through=True)
+                try:
+                    with contextlib.redirect_stderr(held):
+                        yield
+                except KerasViTError:
+                    refused = True
+                    raise
+                finally:
+                    held.flush()  # into the file before fd 2 moves back
+        finally:
+            if not refused:
+                captured.seek(0)
+                sys.stderr.write(captured.read().decode("utf-8", "replace"))

@@ -31,10 +31,9 @@ from keras_vit.checkpoints.layout import (
     HEAD_KERNEL_KEY,
     POS_EMBED_KEY,
     PRE_LOGITS_KERNEL_KEY,
-    describe_architecture,
     square_grid,
-    variant_fits_shapes,
 )
+from keras_vit.checkpoints.shape_check import describe_architecture, variant_fits_shapes
 from keras_vit.errors import ArgumentError
 
 __all__ = ["cache_dir", "cache_key", "download_url", "cached_file", "pin_checksum", "is_pinned",
@@ -266,11 +265,16 @@ def _offline_message(checkpoint, error):
 
 
 # What a repository's snapshot fetches: the configs and the safetensors (or keras-hub .h5)
-# weights; pickled files never. A catalogued repository (a timm or transformers folder) is
-# read from model.safetensors, sharded or not, alone: timm's CLIP repositories also hold
-# OpenCLIP's whole model, both towers, as open_clip_model.safetensors, which is not fetched.
+# weights; pickled ones only where it has neither (PICKLED_HUB_FILES). A catalogued
+# repository (a timm or transformers folder) is read from model.safetensors, sharded or not,
+# alone: timm's CLIP repositories also hold OpenCLIP's whole model, both towers, as
+# open_clip_model.safetensors, which is not fetched.
 HUB_FILES = ["*.json", "*.safetensors", "*.h5"]
 CATALOGUED_HUB_FILES = ["*.json", "model.safetensors", "model-*.safetensors"]
+# Fetched only from a repository that holds none of those weights (timm's save_for_hf default,
+# older transformers and OpenCLIP uploads): read through torch's weights-only loader
+# (formats/torch_state_dict.py), which runs no code of the file.
+PICKLED_HUB_FILES = ["pytorch_model.bin", "open_clip_pytorch_model.bin"]
 
 
 # The Hub's repository ids (owner/name) and git's ref names: the revision names a file under
@@ -310,10 +314,19 @@ def hub_snapshot(repo, revision, weights, files=HUB_FILES):
         raise ImportError(f"weights={weights!r} needs huggingface_hub: "
                           'pip install "keras-vit-zoo[hub]".') from error
     try:
-        return huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=files)
+        folder = huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=files)
+        if files is HUB_FILES and not _holds_weights(folder):  # the configs again: cached
+            folder = huggingface_hub.snapshot_download(
+                repo, revision=revision, allow_patterns=[*HUB_FILES, *PICKLED_HUB_FILES])
+        return folder
     except Exception as error:  # the hub raises many kinds; all mean "not here"
         cause = " ".join(str(error).split())  # one line, however the hub formats it
         raise WeightsUnavailableError(
             f"Could not fetch {weights} through huggingface_hub ({type(error).__name__}: "
             f"{cause}). Offline, download the repository elsewhere (`hf download {repo}`) into "
             "the Hugging Face cache ($HF_HOME), or pass the directory's path as weights=.") from error
+
+
+def _holds_weights(folder):
+    """Whether a snapshot holds weights of HUB_FILES (safetensors, keras-hub's .h5)."""
+    return any(name.endswith((".safetensors", ".h5")) for name in os.listdir(folder))

@@ -18,7 +18,8 @@ from keras_vit.checkpoints.cache import pin_checksum
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import is_checkpoint_path, numerics_of, open_checkpoint
 from keras_vit.checkpoints.formats.config_values import check_geometry
-from keras_vit.checkpoints.layout import config_mismatches
+from keras_vit.checkpoints.layout import QUERY_KERNEL
+from keras_vit.checkpoints.shape_check import config_mismatches, fitting_variants, shape_mismatches
 from keras_vit.errors import ArgumentError, ArgumentTypeError, PathNotFoundError
 from keras_vit.variants.bit import BiTVariant
 
@@ -244,21 +245,70 @@ def opened_checkpoint(variant, reader, **fields):
 
 def _check_config_against_arrays(variant, info, path):
     """Refuses, in one line and before anything is built, a head of no classes (else taken
-    for no head, and a fresh 1000-class one built), and, when the model to build is the one
-    the file's config describes (from_pretrained), a config that describes another
-    architecture than the arrays' shapes (every source with a config: an edited mlp_ratio
-    would build a model of gigabytes first). A variant the caller chose is the loader's to
-    check against the arrays."""
+    for no head, and a fresh 1000-class one built); a variant the caller chose whose
+    architecture the arrays' shapes cannot be (`_check_chosen_variant`); and, when the model
+    to build is the one the file's config describes (from_pretrained), a config that
+    describes another architecture than the arrays' shapes (every source with a config: an
+    edited mlp_ratio would build a model of gigabytes first)."""
     if info.classes == 0:
         raise CheckpointError(f"{path} has a head of 0 classes; a head scores at least one "
                               "class.")
     if info.variant is None or info.variant != variant:
+        _check_chosen_variant(variant, info, path)
         return
     check_geometry(path, info.variant)
     found = config_mismatches(info.variant, info.shapes)
     if found:
         raise CheckpointError(f"{path}: its config does not describe its weights "
                               f"({'; '.join(found[:3])}). Nothing was built.")
+
+
+def _check_chosen_variant(variant, info, path):
+    """Refuses, in one line naming both, a variant the caller chose (`ViT(name, weights=path)`)
+    whose shapes the file's arrays are not: checked on the headers, so that the model, which
+    may be far larger than the file's, is not built first for the loader to refuse."""
+    differences = shape_mismatches(variant, info.shapes) or {}  # None: no ViT's shapes, the loader's
+    # The heads are _check_recorded_settings' to name, with the route that gives them.
+    differences = {field: values for field, values in differences.items()
+                   if field not in ("heads", "map_heads")}
+    if QUERY_KERNEL.format(i=0) not in info.shapes:  # shapes from a config (keras-hub's), not
+        # every array's header: only the sizes they give, not the parts whose keys they leave out
+        differences = {field: values for field, values in differences.items()
+                       if field in ("width", "patch_size", "depth")}
+    if info.variant is not None:  # then also what the shapes cannot show
+        differences.update(_computed_differently(variant, info.variant))
+    if not differences:
+        return
+    held = info.variant.name if info.variant is not None else _fitting(info.shapes)
+    found = "; ".join(f"{field.replace('_', ' ')} {mine} in {variant.name}, {theirs} in the file"
+                      for field, (mine, theirs) in list(differences.items())[:3])
+    raise CheckpointError(f"{path} holds {held}, not {variant.name} ({found}). Build "
+                          f"keras_vit.from_pretrained({path!r}), which reads the architecture "
+                          "from the file. Nothing was built.")
+
+
+# What changes a model's function without changing its arrays' shapes, and no other check names
+# (the heads and the MLP activation: _check_recorded_settings; the GELU form and epsilon: the
+# file's own numerics, which the model takes; where the position embedding covers the prefix
+# tokens: the loader folds the class token's position into the token, exactly, either way).
+SAME_SHAPES_OTHER_FUNCTION = ("classifier", "feed_forward", "rope", "rope_reference_grid",
+                              "norm_after_pooling", "patch_input", "patch_bias", "resnet_stages",
+                              "resnet_width")
+
+
+def _computed_differently(variant, recorded):
+    """{field: (`variant`'s, the file's)} for the fields of SAME_SHAPES_OTHER_FUNCTION where
+    the architecture a file records and the variant the caller chose differ."""
+    return {field: (getattr(variant, field), getattr(recorded, field))
+            for field in SAME_SHAPES_OTHER_FUNCTION
+            if getattr(variant, field) != getattr(recorded, field)}
+
+
+def _fitting(shapes):
+    """How a message names the architecture of arrays that record none: the rows they fit."""
+    rows = [v.name for v in fitting_variants(shapes)]
+    return (f"the weights of {' or '.join(rows[:4])}{', ...' if len(rows) > 4 else ''}"
+            if rows else "the weights of another architecture")
 
 
 def _check_recorded_settings(variant, info, path):

@@ -21,6 +21,7 @@ import tempfile
 
 import numpy as np
 
+from keras_vit._support.tf_log import dropped_if_refused
 from keras_vit.errors import ArgumentError
 
 __all__ = ["export_onnx", "export_openvino", "export_litert", "runtime_logits",
@@ -89,9 +90,10 @@ def _export(format_name, model, path, top_k, quantize, calibration, held_out):
     serving = serving_model(model, top_k)
     with tempfile.TemporaryDirectory() as folder:
         written = os.path.join(folder, "model" + suffix)
-        _keras_export(format_name, serving, written)
-        if quantize == "int8":
-            written = _quantize_int8(format_name, written, calibration)
+        with dropped_if_refused():  # a refusal is its one line, not the converters' log
+            _keras_export(format_name, serving, written)
+            if quantize == "int8":
+                written = _quantize_int8(format_name, written, calibration)
         _publish(written, path)
     if held_out is not None:
         from keras_vit.export.quantized import keras_logits

@@ -189,15 +189,18 @@ def export_tflite(model, path, top_k=5, quantize=None, calibration=None, precisi
                                                              signature_keys=["serving_default"])
         # Builtins only: no Flex (TensorFlow) ops, which phones' TFLite runtimes lack.
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        from keras_vit._support.tf_log import dropped_if_refused
         from keras_vit.export.quantized import configure_converter, convert
 
         if quantize is not None:
             configure_converter(converter, quantize, calibration)
-        try:
-            content = convert(converter, quantize)
-        except Exception as error:  # the converter's own error type is not public API
-            raise ArgumentError(f"{model.name} does not convert to TFLite with builtin ops only "
-                                f"(Flex ops are not available on phones): {error}") from error
+        with dropped_if_refused():  # a refusal is its one line, not the converter's log
+            try:
+                content = convert(converter, quantize)
+            except Exception as error:  # the converter's own error type is not public API
+                raise ArgumentError(f"{model.name} does not convert to TFLite with builtin ops "
+                                    f"only (Flex ops are not available on phones): {error}"
+                                    ) from error
     write_bytes(path, content)
     return path
 

@@ -11,12 +11,8 @@ with the same structure, its sizes given as model_args. keras_vit's timm reader
 import dataclasses
 
 from keras_vit.checkpoints.formats.npz_metadata import VARIANT_ATTRIBUTE, model_metadata
-from keras_vit.checkpoints.layout import (
-    QUERY_KERNEL,
-    fitting_variants,
-    shape_features,
-    variant_fits_shapes,
-)
+from keras_vit.checkpoints.layout import QUERY_KERNEL
+from keras_vit.checkpoints.shape_check import fitting_variants, shape_features, variant_fits_shapes
 from keras_vit.errors import ArgumentError
 from keras_vit.models.image_size import image_size
 from keras_vit.normalization import input_normalization

@@ -25,12 +25,8 @@ from keras_vit.checkpoints.cache import hub_address, hub_snapshot
 from keras_vit.checkpoints.catalogue import OpenedCheckpoint, opened_checkpoint
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import is_checkpoint_path, open_checkpoint
-from keras_vit.checkpoints.layout import (
-    MAP_PROBE,
-    MAP_QUERY_KERNEL,
-    QUERY_KERNEL,
-    fitting_variants,
-)
+from keras_vit.checkpoints.layout import MAP_PROBE, MAP_QUERY_KERNEL, QUERY_KERNEL
+from keras_vit.checkpoints.shape_check import fitting_variants
 from keras_vit.errors import ArgumentError, ArgumentTypeError
 from keras_vit.models.vit import ViT
 from keras_vit.variants import get_variant

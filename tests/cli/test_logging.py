@@ -1,5 +1,6 @@
 """The command line prints no TensorFlow C++ log lines, unless the user asks for them (issue 15)."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -82,3 +83,64 @@ def test_importing_keras_vit_leaves_tensorflow_logging_alone(fresh_import):
     # TensorFlow's own setdefault on import, not keras_vit's 2
     assert result["tf_cpp_min_log_level"] == "1"
     assert TF_LOG_LINE.search(stderr), stderr
+
+
+CONVERTER_LINES = ("converting 1 of 3 subgraphs", "fully_quantize: 0, inference_type: 6")
+
+
+def _chatty_converter(fails):
+    """A converter that logs as TensorFlow Lite's and tf2onnx's do (a Python line, a native line
+    on fd 2), then fails or returns a file's bytes."""
+    def convert(converter, quantize=None):
+        print(CONVERTER_LINES[0], file=sys.stderr)
+        os.write(2, f"{CONVERTER_LINES[1]}\n".encode())
+        if fails:
+            raise RuntimeError("'tfl.gelu' op is neither a custom op nor a flex op")
+        return b"TFL3"
+    return convert
+
+
+@pytest.mark.parametrize("fails", [True, False], ids=["fails", "succeeds"])
+def test_a_converter_that_logs_then_fails_leaves_only_the_one_line(cli, monkeypatch, tmp_path,
+                                                                    fails):
+    """Under the command a converter's log is held while it runs: dropped when it fails (the
+    one-line error is all there is; it was 12-155 lines before it), written after it when it
+    succeeds. (The native line goes to fd 2, which capsys does not read: dropped_if_refused's
+    own test below sees it.)"""
+    from keras_vit._support import tf_log
+    from keras_vit.export import quantized
+
+    monkeypatch.setattr(tf_log, "running_the_command", lambda: True)
+    monkeypatch.setattr(quantized, "convert", _chatty_converter(fails))
+    output = tmp_path / "m.tflite"
+    result = cli(["export", "--model", "demo", "--image-size", "16", "--format", "tflite",
+                  "--output", str(output)])
+    if fails:
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr
+        assert result.stderr.startswith("keras-vit export: error: ") and "tfl.gelu" in result.stderr
+        assert not output.exists()
+    else:
+        assert result.returncode == 0, result.stderr
+        assert CONVERTER_LINES[0] in result.stderr
+        assert output.read_bytes() == b"TFL3"
+
+
+@pytest.mark.parametrize("ending", ["refused", "bug", "succeeds"])
+def test_a_held_native_log_line_is_dropped_on_a_refusal_only(capfd, monkeypatch, ending):
+    """A refusal's one line is all there is; a bug's traceback keeps the log that explains it."""
+    from keras_vit._support import tf_log
+    from keras_vit.errors import ArgumentError
+
+    monkeypatch.setattr(tf_log, "running_the_command", lambda: True)
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    error = {"refused": ArgumentError, "bug": RuntimeError}.get(ending)
+    with pytest.raises(error) if error else contextlib.nullcontext():
+        with tf_log.dropped_if_refused():
+            os.write(2, b"I0000 00:00:1.0 1 converter.cc:1] pass 1 of 3\n")
+            print("a Python line", file=sys.stderr)
+            if error:
+                raise error("no such op")
+    err = capfd.readouterr().err
+    assert err == ("" if ending == "refused" else
+                   "I0000 00:00:1.0 1 converter.cc:1] pass 1 of 3\na Python line\n"), err

@@ -28,7 +28,7 @@ from keras_vit.checkpoints.formats.timm import (
     TIMM_REGISTERS,
     open_weights,
 )
-from keras_vit.checkpoints.layout import shape_features
+from keras_vit.checkpoints.shape_check import shape_features
 from keras_vit.variants import FAMILIES
 
 __all__ = ["FORMAT", "DINOV2_ROWS", "MASK_TOKEN", "dinov2_to_official", "release_variant"]

@@ -225,3 +225,26 @@ def test_without_torch_a_pth_is_refused_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
     message = _refused(path, "torch is not installed")
     assert "pip install torch" in message and "safetensors" in message
+
+
+@pytest.mark.parametrize("chosen, named", [
+    ("DINOv2-B/14", "width 768 in DINOv2-B/14, 384 in the file"),
+    ("DINOv2-S/14-reg4", "register tokens 4 in DINOv2-S/14-reg4, 0 in the file"),
+    ("DeiT-S/16", "patch size 16 in DeiT-S/16, 14 in the file"),
+])
+def test_a_release_file_of_another_size_is_refused_before_anything_is_built(
+        tmp_path, monkeypatch, chosen, named):
+    """The variant the caller names is checked against the file's headers first (issue 46's
+    "shapes before anything is built"): the registers' variant was built, then refused as a
+    position grid of 1370 tokens; DeiT-S/16 built, then 24 lines of keys."""
+    from keras_vit.models import vit
+
+    path, _ = _full_size_release("vit_small_patch14_dinov2", tmp_path)
+    built = []
+    monkeypatch.setattr(vit, "_build", lambda *args, **kwargs: built.append(args[0]))
+    with pytest.raises(CheckpointError) as raised:
+        keras_vit.ViT(chosen, weights=path)
+    message = str(raised.value)
+    assert "\n" not in message and built == [], (message, built)
+    assert f"holds DINOv2-S/14, not {keras_vit.get_variant(chosen).name}" in message
+    assert named in message and f"keras_vit.from_pretrained({path!r})" in message

@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.checkpoints.layout import variant_fits_shapes
+from keras_vit.checkpoints.shape_check import variant_fits_shapes
 from keras_vit.errors import CheckpointError
 from keras_vit.variants import FAMILIES, VARIANTS
 from tests.checkpoints.formats.test_formats import _images, _randomise

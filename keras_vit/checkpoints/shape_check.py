@@ -1,0 +1,146 @@
+"""What a checkpoint's official-key shapes say of its architecture, read from headers before
+anything is built: the features a file shows (`shape_features`), whether a variant fits them
+and where it does not (`variant_fits_shapes`, `shape_mismatches`), where a file's config and
+its arrays disagree (`config_mismatches`), the rows they fit (`fitting_variants`), and a
+human description of them (`describe_architecture`). The keys are `layout`'s."""
+
+import dataclasses
+import re
+
+from keras_vit.checkpoints.layout import (
+    BIT_ROOT_KEY,
+    CLS_KEY,
+    DIST_TOKEN_KEY,
+    EMBEDDING_KERNEL,
+    EMBEDDING_NORM_SCALE,
+    KEY_BIAS,
+    LN0_BIAS,
+    LN0_SCALE,
+    MAP_PROBE,
+    MAP_QUERY_KERNEL,
+    MLP0_KERNEL,
+    MLP_NORM_SCALE,
+    MLP_VALUE_KERNEL,
+    OUT_BIAS,
+    POS_EMBED_KEY,
+    PRE_NORM_SCALE,
+    QUERY_BIAS,
+    QUERY_KERNEL,
+    REG_TOKEN_KEY,
+    TRUNK_ROOT_KERNEL,
+    describe_bit,
+    is_trunk_key,
+)
+from keras_vit.variants import FAMILIES, VARIANTS
+
+__all__ = ["shape_features", "variant_fits_shapes", "shape_mismatches", "config_mismatches",
+           "fitting_variants", "describe_architecture"]
+
+
+def describe_architecture(arrays):
+    """A human description of the architecture a checkpoint's arrays belong to; `arrays` maps
+    official keys to arrays, headers or bare shapes (a header-only check has no arrays)."""
+    if BIT_ROOT_KEY in arrays:
+        return describe_bit({k: tuple(getattr(a, "shape", a)) for k, a in arrays.items()})
+    kernel = arrays.get(EMBEDDING_KERNEL)
+    kernel = None if kernel is None else tuple(getattr(kernel, "shape", kernel))
+    if kernel is None or len(kernel) != 4:
+        return None
+    depth = len({m.group(1) for k in arrays if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))})
+    hybrid = TRUNK_ROOT_KERNEL in arrays
+    for v in VARIANTS.values():
+        found = (kernel[3], depth, kernel[0], hybrid, CLS_KEY in arrays)
+        if (v.width, v.depth, v.patch_size, v.is_hybrid, v.classifier == "token") == found \
+                and (not hybrid or kernel[2] == v.trunk_channels):
+            return f"{v.name} (width {v.width}, depth {depth}, patch {kernel[0]})"
+    return f"a ViT of width {kernel[3]}, depth {depth}, patch {kernel[0]}"
+
+
+def shape_features(shapes):
+    """What official-key shapes say of an architecture, in `Variant`'s terms (None: no ViT)."""
+    kernel = shapes.get(EMBEDDING_KERNEL)
+    if kernel is None or len(kernel) != 4:
+        return None
+    depth = 0
+    while LN0_SCALE.format(i=depth) in shapes:
+        depth += 1
+    split = MLP_VALUE_KERNEL.format(i=0) in shapes  # a split SwiGLU: Dense_0 is half of it
+    first = shapes.get(MLP0_KERNEL.format(i=0), (None,))[-1]
+    biases = ("qkv" if KEY_BIAS.format(i=0) in shapes
+              else "qv" if QUERY_BIAS.format(i=0) in shapes else "none")
+    return dict(width=kernel[-1], patch_size=kernel[0], depth=depth,
+                mlp_dim=2 * first if split and first else first, split_gate=split,
+                mlp_norm=MLP_NORM_SCALE.format(i=0) in shapes, qkv_bias=biases,
+                # RMSNorm: a scale without a bias; AIMv2's projections without biases
+                norm="layer" if LN0_BIAS.format(i=0) in shapes else "rms",
+                proj_bias=OUT_BIAS.format(i=0) in shapes,
+                embedding_norm=EMBEDDING_NORM_SCALE in shapes,
+                position_embedding=POS_EMBED_KEY in shapes,
+                has_class_token=CLS_KEY in shapes, distilled=DIST_TOKEN_KEY in shapes,
+                register_tokens=shapes.get(REG_TOKEN_KEY, (0, 0))[1],
+                pre_norm=PRE_NORM_SCALE in shapes, map=MAP_PROBE in shapes,
+                layer_scale=any("LayerScale" in k for k in shapes),
+                hybrid=any(is_trunk_key(k) for k in shapes))
+
+
+def variant_fits_shapes(variant, shapes, features=None):
+    """Whether a checkpoint of these official-key shapes can be `variant`'s: width, patch,
+    depth, MLP width, heads and the MAP head's (where the file splits them), the tokens before the patches,
+    LayerScale, the pre-norm and the MAP head."""
+    return shape_mismatches(variant, shapes, features) == {}
+
+
+def shape_mismatches(variant, shapes, features=None):
+    """{field: (`variant`'s value, the arrays')} where a checkpoint's official-key shapes
+    cannot be `variant`'s (the fields of `variant_fits_shapes`); None when the shapes are no
+    ViT's. Read from headers, before anything is built."""
+    found = shape_features(shapes) if features is None else dict(features)
+    if found is None:
+        return None
+    v = variant
+    expected = dict(width=v.width, patch_size=v.patch_size, depth=v.depth, mlp_dim=v.mlp_dim,
+                    split_gate=v.feed_forward == "swiglu_split", mlp_norm=v.mlp_norm,
+                    qkv_bias=v.qkv_bias, norm=v.norm, proj_bias=v.proj_bias,
+                    embedding_norm=v.embedding_norm, position_embedding=v.position_embedding,
+                    has_class_token=v.has_class_token, distilled=v.distilled,
+                    register_tokens=v.register_tokens, pre_norm=v.pre_norm,
+                    map=v.classifier == "map", layer_scale=v.layer_scale is not None,
+                    hybrid=v.is_hybrid)
+    found = dict(found)
+    for field, key, value in (("heads", QUERY_KERNEL.format(i=0), v.heads),
+                              ("map_heads", MAP_QUERY_KERNEL, v.pooling_heads)):
+        split = shapes.get(key, ())
+        if len(split) == 3:  # (D, heads, head_dim): the heads show
+            found[field], expected[field] = split[1], value
+    return {field: (value, found.get(field)) for field, value in expected.items()
+            if found.get(field) != value}
+
+
+def config_mismatches(variant, shapes):
+    """["field: the config's value, the file's"] where the architecture a file's config
+    describes (`variant`) and its arrays' official-key shapes disagree on a size: width,
+    patch, depth, MLP width, the tokens before the patches. Read from headers, so a config
+    that would build a model far larger than its arrays (an edited MLP ratio) is refused
+    before anything is built; [] when they agree or the shapes are no ViT's."""
+    found = shape_features(shapes)
+    if found is None:
+        return []
+    query = shapes.get(QUERY_KERNEL.format(i=0), ())
+    expected = dict(width=variant.width, patch_size=variant.patch_size, depth=variant.depth,
+                    mlp_dim=variant.mlp_dim, distilled=variant.distilled,
+                    register_tokens=variant.register_tokens)
+    if len(query) == 3:  # split (D, heads, head_dim): the heads show
+        found["heads"], expected["heads"] = query[1], variant.heads
+    return [f"{field}: {value} in the config, {found[field]} in the arrays"
+            for field, value in expected.items()
+            if found.get(field) is not None and found[field] != value]
+
+
+def fitting_variants(shapes, **fields):
+    """The variants of `VARIANTS` and `FAMILIES` (with `fields` replaced, their names kept) whose
+    arrays have these official-key shapes (`variant_fits_shapes`)."""
+    features = shape_features(shapes)
+    rows = [*VARIANTS.values(), *FAMILIES.values()]
+    if fields:
+        rows = [dataclasses.replace(v, **fields) for v in rows]
+    return [v for v in rows if variant_fits_shapes(v, shapes, features)]
