@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -90,6 +91,26 @@ TIME_BOUNDS = {
     "tests/data/test_pixel_budget.py::test_serve_bytes_refuses_bombs_fast_with_bounded_memory":
         "0.013 s (the slowest request); bound 1 s; 77x",
 }
+
+
+# A slow test that builds a model of over a gigabyte of weights peaks at 10-16 GB (a full
+# ViT-H written, built and loaded strictly; BiT-R152x4 saved and reloaded): two or three at
+# once on the workers of a 23-GB machine were killed by the kernel's OOM killer, and
+# pytest-xdist then stalled. Such tests are marked big_memory and hold one lock that all
+# workers of the run share, so at most one of them runs at a time.
+BIG_MEMORY_BYTES = 10**9
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # the same in every worker of one run
+    if item.get_closest_marker("big_memory") is None or run is None:
+        yield
+        return
+    path = os.path.join(tempfile.gettempdir(), f"keras_vit_big_memory_{run}.lock")
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,6 +16,7 @@ import pytest
 
 import keras_vit
 from keras_vit.variants import BIT_VARIANTS, DEMO_VARIANT, VARIANTS
+from tests.conftest import BIG_MEMORY_BYTES
 from tests.model_checks import bit_params, check_model, vit_params
 from tests.models.test_bit import TIMM_PARAMS
 from tests.models.test_variants import DEFAULT_HARNESS, EXPECTED_PARAMS
@@ -38,7 +39,11 @@ def _small_size(variant):
 
 VIT_CASES = [pytest.param(name, id=name, marks=() if name in DEFAULT_HARNESS else pytest.mark.slow)
              for name in VARIANTS]
-BIT_CASES = [pytest.param(name, id=name, marks=() if name in DEFAULT_BIT else pytest.mark.slow)
+# BiT's full-width sizes of over a gigabyte of weights (R101x3, R152x4) built, saved and
+# reloaded: one at a time across the workers (tests/conftest.py, big_memory).
+BIT_CASES = [pytest.param(name, id=name, marks=() if name in DEFAULT_BIT else (
+                 pytest.mark.slow,
+                 *([pytest.mark.big_memory] if TIMM_PARAMS[name][1] * 4 > BIG_MEMORY_BYTES else [])))
              for name in BIT_VARIANTS]
 
 

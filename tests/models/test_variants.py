@@ -31,6 +31,7 @@ import pytest
 
 import keras_vit
 from keras_vit.variants import DEMO_VARIANT, VARIANTS, get_variant, variant_names
+from tests.conftest import BIG_MEMORY_BYTES
 from tests.oracle import import_timm, random_hybrid_npz, random_vit_npz, timm_hybrid
 
 # Counts at 224 px, 1000 classes, no pre_logits. ViT-B_16 is the official
@@ -64,9 +65,15 @@ NAMES = list(VARIANTS)
 # hybrid whose trunk is the root alone, a hybrid with ResNet stages.
 DEFAULT_HARNESS = {"ViT-Ti_16", "ViT-S_32-gap-norep", "R+ViT-Ti_16", "R26+ViT-S_32"}
 # Every variant as a one-block copy at a small size, and at full size (slow).
+def _big_memory(name):
+    """The big_memory mark for a variant of over a gigabyte of float32 weights (tests/conftest.py)."""
+    return (pytest.mark.big_memory,) if EXPECTED_PARAMS[name] * 4 > BIG_MEMORY_BYTES else ()
+
+
 HARNESS = [pytest.param(n, False, id=f"{n}-depth1",
                         marks=() if n in DEFAULT_HARNESS else pytest.mark.slow) for n in NAMES] + \
-          [pytest.param(n, True, id=f"{n}-full", marks=pytest.mark.slow) for n in NAMES]
+          [pytest.param(n, True, id=f"{n}-full", marks=(pytest.mark.slow, *_big_memory(n)))
+           for n in NAMES]
 
 
 def _assembly(variant):
