@@ -23,9 +23,8 @@ from keras_vit.checkpoints.catalogue import (
 from keras_vit.checkpoints.errors import CheckpointError, WeightsUnavailableError
 from keras_vit.checkpoints.formats.npz import inspect_npz, read_npz, save_npz
 from keras_vit.checkpoints.formats.timm import save_safetensors
-from keras_vit.checkpoints.layout import layout, normalize_keys
+from keras_vit.checkpoints.layout import describe_architecture, layout, normalize_keys
 from keras_vit.checkpoints.loader import load_resnet_weights, load_weights
-from keras_vit.checkpoints.shape_check import describe_architecture
 
 __all__ = ["Checkpoint", "catalogue", "find_checkpoint", "list_models", "resolve_weights",
            "pin_checksum",

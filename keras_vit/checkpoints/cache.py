@@ -31,9 +31,10 @@ from keras_vit.checkpoints.layout import (
     HEAD_KERNEL_KEY,
     POS_EMBED_KEY,
     PRE_LOGITS_KERNEL_KEY,
+    describe_architecture,
     square_grid,
 )
-from keras_vit.checkpoints.shape_check import describe_architecture, variant_fits_shapes
+from keras_vit.checkpoints.shape_check import variant_fits_shapes
 from keras_vit.errors import ArgumentError
 
 __all__ = ["cache_dir", "cache_key", "download_url", "cached_file", "pin_checksum", "is_pinned",

@@ -16,9 +16,10 @@ import numpy as np
 
 from keras_vit import layer_names
 from keras_vit.checkpoints.errors import CheckpointError
+from keras_vit.variants import VARIANTS
 
 __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_key", "is_head_key",
-           "square_grid", "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
+           "square_grid", "describe_architecture", "POS_EMBED_KEY", "HEAD_KERNEL_KEY",
            "PRE_LOGITS_KERNEL_KEY", "DROPPABLE_PREFIXES", "POOLING_PREFIXES", "TRUNK_PREFIXES",
            "released_shape",
            "BIT_ROOT_KEY", "BIT_HEAD_KERNEL_KEY", "bit_rows", "is_bit_model", "describe_bit",
@@ -392,6 +393,25 @@ def _map_head_rows(head):
                           (MAP_MLP1_BIAS, head.mlp.dense_1.bias)):
         rows.append(Row((key,), variable))
     return rows
+
+
+def describe_architecture(arrays):
+    """A human description of the architecture a checkpoint's arrays belong to; `arrays` maps
+    official keys to arrays, headers or bare shapes (a header-only check has no arrays)."""
+    if BIT_ROOT_KEY in arrays:
+        return describe_bit({k: tuple(getattr(a, "shape", a)) for k, a in arrays.items()})
+    kernel = arrays.get(EMBEDDING_KERNEL)
+    kernel = None if kernel is None else tuple(getattr(kernel, "shape", kernel))
+    if kernel is None or len(kernel) != 4:
+        return None
+    depth = len({m.group(1) for k in arrays if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))})
+    hybrid = TRUNK_ROOT_KERNEL in arrays
+    for v in VARIANTS.values():
+        found = (kernel[3], depth, kernel[0], hybrid, CLS_KEY in arrays)
+        if (v.width, v.depth, v.patch_size, v.is_hybrid, v.classifier == "token") == found \
+                and (not hybrid or kernel[2] == v.trunk_channels):
+            return f"{v.name} (width {v.width}, depth {depth}, patch {kernel[0]})"
+    return f"a ViT of width {kernel[3]}, depth {depth}, patch {kernel[0]}"
 
 
 def released_shape(key, shape):

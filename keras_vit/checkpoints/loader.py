@@ -22,6 +22,7 @@ from keras_vit.checkpoints.layout import (
     EMBEDDING_KERNEL,
     POOLING_PREFIXES,
     POS_EMBED_KEY,
+    describe_architecture,
     fits,
     is_bit_model,
     is_head_key,
@@ -29,7 +30,6 @@ from keras_vit.checkpoints.layout import (
     layout,
     square_grid,
 )
-from keras_vit.checkpoints.shape_check import describe_architecture
 from keras_vit.layer_names import (
     EMBEDDING,
     MAP_POOL,

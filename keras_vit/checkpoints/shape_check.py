@@ -1,14 +1,12 @@
 """What a checkpoint's official-key shapes say of its architecture, read from headers before
 anything is built: the features a file shows (`shape_features`), whether a variant fits them
 and where it does not (`variant_fits_shapes`, `shape_mismatches`), where a file's config and
-its arrays disagree (`config_mismatches`), the rows they fit (`fitting_variants`), and a
-human description of them (`describe_architecture`). The keys are `layout`'s."""
+its arrays disagree (`config_mismatches`), the rows they fit (`fitting_variants`). The keys
+are `layout`'s."""
 
 import dataclasses
-import re
 
 from keras_vit.checkpoints.layout import (
-    BIT_ROOT_KEY,
     CLS_KEY,
     DIST_TOKEN_KEY,
     EMBEDDING_KERNEL,
@@ -27,33 +25,12 @@ from keras_vit.checkpoints.layout import (
     QUERY_BIAS,
     QUERY_KERNEL,
     REG_TOKEN_KEY,
-    TRUNK_ROOT_KERNEL,
-    describe_bit,
     is_trunk_key,
 )
 from keras_vit.variants import FAMILIES, VARIANTS
 
 __all__ = ["shape_features", "variant_fits_shapes", "shape_mismatches", "config_mismatches",
-           "fitting_variants", "describe_architecture"]
-
-
-def describe_architecture(arrays):
-    """A human description of the architecture a checkpoint's arrays belong to; `arrays` maps
-    official keys to arrays, headers or bare shapes (a header-only check has no arrays)."""
-    if BIT_ROOT_KEY in arrays:
-        return describe_bit({k: tuple(getattr(a, "shape", a)) for k, a in arrays.items()})
-    kernel = arrays.get(EMBEDDING_KERNEL)
-    kernel = None if kernel is None else tuple(getattr(kernel, "shape", kernel))
-    if kernel is None or len(kernel) != 4:
-        return None
-    depth = len({m.group(1) for k in arrays if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))})
-    hybrid = TRUNK_ROOT_KERNEL in arrays
-    for v in VARIANTS.values():
-        found = (kernel[3], depth, kernel[0], hybrid, CLS_KEY in arrays)
-        if (v.width, v.depth, v.patch_size, v.is_hybrid, v.classifier == "token") == found \
-                and (not hybrid or kernel[2] == v.trunk_channels):
-            return f"{v.name} (width {v.width}, depth {depth}, patch {kernel[0]})"
-    return f"a ViT of width {kernel[3]}, depth {depth}, patch {kernel[0]}"
+           "fitting_variants"]
 
 
 def shape_features(shapes):

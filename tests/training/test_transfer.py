@@ -112,8 +112,10 @@ def test_run_model_file_names_what_a_run_folder_holds(first_run, tmp_path):
         run_model_file(str(unfinished))
 
 
-def test_another_architecture_than_the_runs_is_refused_naming_the_keys(first_run, tmp_path):
+def test_another_architecture_than_the_runs_is_refused_naming_the_differences(first_run, tmp_path):
+    """Refused from the file's headers before the model is built, naming where they differ."""
     output, high = first_run
-    with pytest.raises((CheckpointError, ArgumentError), match="expected"):
+    with pytest.raises((CheckpointError, ArgumentError),
+                       match=r"another architecture, not ViT-Ti_16 \(width 192 in ViT-Ti_16, 64 in the file"):
         train(high, model="Ti/16", weights=output, output=str(tmp_path / "z"), **SMALL)
     assert not os.path.exists(tmp_path / "z")
