@@ -156,8 +156,9 @@ def check_contents(checkpoint, reader, shown_path=None):
     found = _summary(info.shapes, variant)
     wanted = {"architecture": _architecture(variant), "classes": checkpoint.classes,
               "pre_logits width": checkpoint.representation_size}
-    if POS_EMBED_KEY in info.shapes:  # without a position table (DINOv3's RoPE alone, BiT)
-        wanted["resolution"] = checkpoint.resolution  # a file does not record its resolution
+    # Only a position table records a file's resolution (DINOv3's RoPE files and BiT's have none).
+    if POS_EMBED_KEY in info.shapes:
+        wanted["resolution"] = checkpoint.resolution
     wrong = [f"{k} {found[k]} where the entry says {v}" for k, v in wanted.items()
              if found[k] != v]
     if wrong:
