@@ -292,8 +292,8 @@ def _check_chosen_variant(variant, info, path):
 # file's own numerics, which the model takes; where the position embedding covers the prefix
 # tokens: the loader folds the class token's position into the token, exactly, either way).
 SAME_SHAPES_OTHER_FUNCTION = ("classifier", "feed_forward", "rope", "rope_reference_grid",
-                              "norm_after_pooling", "patch_input", "patch_bias", "resnet_stages",
-                              "resnet_width")
+                              "rope_grid_offset", "rope_grid_indexing", "norm_after_pooling",
+                              "patch_input", "patch_bias", "resnet_stages", "resnet_width")
 
 
 def _computed_differently(variant, recorded):

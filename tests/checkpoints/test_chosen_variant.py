@@ -62,3 +62,24 @@ def test_a_file_recording_an_architecture_of_the_same_shapes_is_refused_naming_b
     assert message.startswith(f"{path} holds {DEMO.name}, not other ("
                               f"{field.replace('_', ' ')} {value} in other, "
                               f"{getattr(DEMO, field)} in the file)"), message
+
+
+# The Perception Encoder's RoPE grid (indices from 1, the column's frequencies first) on the
+# demo's sizes: the same arrays as RoPE's default grid, another rotation of every patch.
+ROPED = dataclasses.replace(DEMO, name="roped", rope="eva", rope_reference_grid=4,
+                            rope_grid_offset=1.0, rope_grid_indexing="xy")
+
+
+@pytest.mark.parametrize("field", ["rope_grid_offset", "rope_grid_indexing"])
+def test_a_file_recording_another_rope_grid_is_refused_naming_both(tmp_path, built, field):
+    """RoPE's grid options leave every array's shape as it is: a PE-core file loaded into a
+    variant of the default grid (or the reverse) computed another function without a word."""
+    path = tmp_path / "roped.npz"
+    keras_vit.save_npz(keras_vit.ViT(ROPED, image_size=16, classes=3), str(path))
+    built.clear()
+    default = {f.name: f.default for f in dataclasses.fields(ROPED)}[field]
+    other = dataclasses.replace(ROPED, name="other", **{field: default})
+    message = _refused(other, path, built)
+    assert message.startswith(f"{path} holds roped, not other ("
+                              f"{field.replace('_', ' ')} {default} in other, "
+                              f"{getattr(ROPED, field)} in the file)"), message
