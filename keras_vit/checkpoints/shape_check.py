@@ -11,6 +11,7 @@ from keras_vit.checkpoints.layout import (
     DIST_TOKEN_KEY,
     EMBEDDING_KERNEL,
     EMBEDDING_NORM_SCALE,
+    ENCODER_NORM_SCALE,
     KEY_BIAS,
     LN0_BIAS,
     LN0_SCALE,
@@ -55,7 +56,8 @@ def shape_features(shapes):
                 position_embedding=POS_EMBED_KEY in shapes,
                 has_class_token=CLS_KEY in shapes, distilled=DIST_TOKEN_KEY in shapes,
                 register_tokens=shapes.get(REG_TOKEN_KEY, (0, 0))[1],
-                pre_norm=PRE_NORM_SCALE in shapes, map=MAP_PROBE in shapes,
+                pre_norm=PRE_NORM_SCALE in shapes, final_norm=ENCODER_NORM_SCALE in shapes,
+                map=MAP_PROBE in shapes,
                 layer_scale=any("LayerScale" in k for k in shapes),
                 hybrid=any(is_trunk_key(k) for k in shapes))
 
@@ -63,7 +65,7 @@ def shape_features(shapes):
 def variant_fits_shapes(variant, shapes, features=None):
     """Whether a checkpoint of these official-key shapes can be `variant`'s: width, patch,
     depth, MLP width, heads and the MAP head's (where the file splits them), the tokens before the patches,
-    LayerScale, the pre-norm and the MAP head."""
+    LayerScale, the pre-norm, the final norm and the MAP head."""
     return shape_mismatches(variant, shapes, features) == {}
 
 
@@ -81,6 +83,7 @@ def shape_mismatches(variant, shapes, features=None):
                     embedding_norm=v.embedding_norm, position_embedding=v.position_embedding,
                     has_class_token=v.has_class_token, distilled=v.distilled,
                     register_tokens=v.register_tokens, pre_norm=v.pre_norm,
+                    final_norm=v.final_norm,
                     map=v.classifier == "map", layer_scale=v.layer_scale is not None,
                     hybrid=v.is_hybrid)
     found = dict(found)

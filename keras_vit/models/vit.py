@@ -358,7 +358,7 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
         last = i == variant.depth - 1
         x = block(x, first_token_only=last and head.pooling == "token" and not variant.distilled,
                   grid=grid if variant.rope else None)
-    if not variant.norm_after_pooling:
+    if variant.final_norm and not variant.norm_after_pooling:
         x = token_norm(variant.norm, epsilon, names.ENCODER_NORM)(x)
     if variant.distilled and head.pooling == "token":
         return keras.Model(images, _distilled_head(variant, x, head), name=name)
@@ -403,7 +403,8 @@ def _pooled_head(variant, x, head, approximate_gelu, epsilon, valid=None):
     elif head.pooling is not None:
         x = TokenPooling(head.pooling, num_prefix_tokens=variant.num_prefix_tokens,
                          name=names.pooling_name(head.pooling))(x)
-    if variant.norm_after_pooling and head.pooling is not None:  # EVA-02: timm's fc_norm
+    if variant.final_norm and variant.norm_after_pooling and head.pooling is not None:
+        # EVA-02: timm's fc_norm
         x = token_norm(variant.norm, epsilon, names.POOLED_NORM)(x)
     if head.include_top:
         if head.representation_size:

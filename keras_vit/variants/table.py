@@ -79,6 +79,9 @@ class Variant:
     # The final LayerNorm after the pooling, not before it (EVA-02: timm's fc_norm); the
     # tokens themselves (pooling=None) are then not normalised, as timm's forward_features.
     norm_after_pooling: bool = False
+    # Whether a norm follows the last block at all, before or after the pooling (PE's language
+    # and spatial towers have none: timm's use_post_transformer_norm and use_fc_norm both off).
+    final_norm: bool = True
     activation: str = "gelu"  # the MLP's: "gelu" or "quick_gelu" (OpenAI CLIP)
     # The GELU form of the family's own code, used without weights: tanh in the paper's and
     # big_vision's JAX code, erf in the PyTorch families'. Weights bring their source's.
@@ -367,6 +370,18 @@ _PE_CORE = dict(classifier="map", class_token=True, map_heads=8, rope="eva",
 _PE_CORE_SIZES = {"Ti": (16, 384), "S": (16, 384), "B": (16, 224), "L": (14, 336)}  # patch, px
 # G: no class token, RoPE's indices from 0, the MAP head's MLP 4 D beside the blocks' 8960.
 _PE_CORE_G = dict(_PE_CORE, class_token=False, rope_grid_offset=0.0, map_mlp_dim=4 * 1536)
+# PE-lang and PE-spatial, the Perception Encoder's towers aligned to a language model and to
+# dense prediction, as timm builds vit_pe_lang_* and vit_pe_spatial_*: PE-core's stem and RoPE
+# (its grid trained at 32 x 32) without the attention pooling or any final norm; their tokens
+# are the features, and timm's head pools them by their mean. PE-lang adds LayerScale (0.1) and
+# drops PE-core L's last block. Their G: no class token, RoPE's indices from 0 (as PE-core's),
+# and LayerScale (0.1) in PE-spatial's too.
+_PE_TOWER = dict({k: v for k, v in _PE_CORE.items() if k != "map_heads"}, classifier="gap",
+                 final_norm=False, rope_reference_grid=32)
+_PE_TOWER_G = dict(_PE_TOWER, class_token=False, rope_grid_offset=0.0, layer_scale=0.1)
+_PE_LANG_SIZES = {"L": (1024, 23, 4096, 16), "G": (1536, 47, 8960, 16)}
+_PE_SPATIAL_SIZES = {"Ti": (16, 512), "S": (16, 512), "B": (16, 512), "L": (14, 448),
+                     "G": (14, 448)}  # patch, px
 
 _FAMILY_ROWS = [
     *(_family("DeiT", size, 16, timm="deit_{size}_patch{patch}", **_DEIT)
@@ -407,6 +422,12 @@ _FAMILY_ROWS = [
       for size, (patch, pixels) in _PE_CORE_SIZES.items()),
     _family("PE-Core", "G", 14, timm="vit_pe_core_{size}_patch{patch}", image_size=448,
             rope_reference_grid=32, **_PE_CORE_G),
+    *(_family("PE-Lang", size, 14, timm="vit_pe_lang_{size}_patch{patch}", sizes=_PE_LANG_SIZES,
+              image_size=448, **(_PE_TOWER_G if size == "G" else dict(_PE_TOWER, layer_scale=0.1)))
+      for size in _PE_LANG_SIZES),
+    *(_family("PE-Spatial", size, patch, timm="vit_pe_spatial_{size}_patch{patch}",
+              image_size=pixels, **(_PE_TOWER_G if size == "G" else _PE_TOWER))
+      for size, (patch, pixels) in _PE_SPATIAL_SIZES.items()),
 ]
 FAMILIES = {row.name: row for row, _ in _FAMILY_ROWS}
 # timm's architecture name (no resolution suffix) -> the row it builds

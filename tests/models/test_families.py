@@ -74,6 +74,13 @@ FAMILY_PARAMS = {
     "PE-Core-B/16": 93_655_528,
     "PE-Core-L/14": 317_127_656,
     "PE-Core-G/14": 1_881_603_560,
+    "PE-Lang-L/14": 292_440_040,
+    "PE-Lang-G/14": 1_742_459_624,
+    "PE-Spatial-Ti/16": 5_876_200,
+    "PE-Spatial-S/16": 22_368_232,
+    "PE-Spatial-B/16": 87_202_792,
+    "PE-Spatial-L/14": 304_989_160,
+    "PE-Spatial-G/14": 1_853_424_104,
 }
 # Each family row and timm's architecture of it (the table's inverse, checked complete below).
 TIMM_NAME = {official: base for base, (official, _) in TIMM_ARCHITECTURES.items()
@@ -185,6 +192,11 @@ def _check_eva_row(model, variant):
         assert reference == (None if variant.rope_reference_grid is None
                              else (variant.rope_reference_grid,) * 2)
     assert (not isinstance(model.norm_pre, torch.nn.Identity)) == variant.pre_norm
+    # the final norm before the pooling (timm's norm), after it (fc_norm), or none (PE's towers)
+    norms = (not isinstance(model.norm, torch.nn.Identity),
+             not isinstance(model.fc_norm, torch.nn.Identity))
+    assert norms == (variant.final_norm and not variant.norm_after_pooling,
+                     variant.final_norm and variant.norm_after_pooling)
     if model.attn_pool is not None:  # PE-core's attention pooling: its own heads, a 4 D MLP
         assert model.attn_pool.num_heads == variant.pooling_heads
         assert model.attn_pool.mlp.fc1.out_features == variant.pooling_mlp_dim
@@ -278,6 +290,9 @@ def test_the_depth_extrapolation_is_the_count_of_a_built_model():
     ("vit_pe_core_tiny_patch16_384.fb", "PE-Core-Ti/16"), ("pe-core-b/16", "PE-Core-B/16"),
     ("vit_pe_core_large_patch14_336", "PE-Core-L/14"),
     ("vit_pe_core_gigantic_patch14_448.fb", "PE-Core-G/14"),
+    ("vit_pe_lang_gigantic_patch14_448.fb_tiling", "PE-Lang-G/14"),
+    ("vit_pe_spatial_tiny_patch16_512.fb", "PE-Spatial-Ti/16"),
+    ("pe-spatial-l/14", "PE-Spatial-L/14"),
 ])
 def test_names(spelling, name):
     assert get_variant(spelling) is FAMILIES[name]

@@ -126,13 +126,31 @@ def test_the_shapes_of_each_full_size_family_fit_that_row_alone():
     for architecture, *rows in (("vit_small_patch14_reg4_dinov2", "DINOv2-S/14-reg4"),
                                 ("vit_base_patch16_siglip_224", "SigLIP-B/16",
                                  "SigLIP2-B/16-naflex"),
-                                ("deit_small_distilled_patch16_224", "DeiT-S/16-distilled")):
+                                ("deit_small_distilled_patch16_224", "DeiT-S/16-distilled"),
+                                ("vit_pe_spatial_base_patch16_512", "PE-Spatial-B/16")):
         with torch.device("meta"):
             model = timm.create_model(architecture, pretrained=False)
         shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         official = timm_to_official(shape_stand_ins(shapes))
         assert [v.name for v in fitting_variants({k: a.shape for k, a in official.items()})] \
             == rows, architecture
+
+
+def test_a_file_without_a_final_norm_fits_its_row_not_clips():
+    """PE-spatial-B/16's arrays are CLIP-B/16's (a pre-norm, no patch bias, a class token, a
+    position table) but for the final norm, which PE's towers lack: a bare file of them fits
+    PE-Spatial-B/16 alone, where CLIP-B/16 would load it and miss its final norm. Two blocks
+    on the meta device (shapes, no memory); the rows at that depth."""
+    timm = import_timm()
+    import torch
+
+    with torch.device("meta"):
+        model = timm.create_model("vit_pe_spatial_base_patch16_512", pretrained=False, depth=2,
+                                  img_size=224)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    official = timm_to_official(shape_stand_ins(shapes))
+    fitting = fitting_variants({k: a.shape for k, a in official.items()}, depth=2)
+    assert [v.name for v in fitting] == ["PE-Spatial-B/16"]
 
 
 def test_hf_addresses_read_the_snapshot_and_fail_fast_offline(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The families timm builds with its Eva class (timm/models/eva.py: DINOv3, EVA-02, PE-core)
+"""The families timm builds with its Eva class (timm/models/eva.py: DINOv3, EVA-02, PE)
 from timm's own files: timm builds each with random weights at depth 2, writes its state dict
 (safetensors), and keras_vit's model of the same name, loading that file through the timm
 format's rows, computes what timm's forward computes, at one size and, through
@@ -38,6 +38,11 @@ CASES = [
     # PE-core G at width 64: no class token, RoPE's indices from 0, the MAP head's MLP (4 D)
     # narrower than the blocks' (8960 / 1536 D)
     ("vit_pe_core_gigantic_patch14_448", 56, {"embed_dim": 64, "num_heads": 4}),
+    # PE-spatial: PE-core's stem and RoPE (a 4 x 4 grid stretched onto its trained 32 x 32),
+    # mean pooling, and no final norm at all
+    ("vit_pe_spatial_tiny_patch16_512", 64, {}),
+    # PE-lang G at width 64: no final norm, LayerScale, no class token, indices from 0
+    ("vit_pe_lang_gigantic_patch14_448", 56, {"embed_dim": 64, "num_heads": 4}),
 ]
 
 
