@@ -11,6 +11,7 @@ with the same structure, its sizes given as model_args. keras_vit's timm reader
 import dataclasses
 
 from keras_vit.checkpoints.formats.npz_metadata import VARIANT_ATTRIBUTE, model_metadata
+from keras_vit.checkpoints.formats.timm import SWIGLU_ACT_LAYER, built_by_eva, mlp_ratio_halves
 from keras_vit.checkpoints.layout import QUERY_KERNEL
 from keras_vit.checkpoints.shape_check import fitting_variants, shape_features, variant_fits_shapes
 from keras_vit.errors import ArgumentError
@@ -28,7 +29,9 @@ TIMM_ACTIVATIONS = {("gelu", False): "gelu", ("gelu", True): "gelu_tanh",
                     ("quick_gelu", False): "quick_gelu", ("quick_gelu", True): "quick_gelu"}
 # The fields that model_args cannot change: a base architecture must have the model's own.
 _STRUCTURE = ("family", "classifier", "class_token", "distilled", "register_tokens",
-              "embed_prefix_tokens", "feed_forward", "pre_norm", "patch_bias", "resnet_stages")
+              "embed_prefix_tokens", "feed_forward", "pre_norm", "patch_bias", "resnet_stages",
+              "qkv_bias", "mlp_norm", "rope", "norm", "proj_bias", "embedding_norm",
+              "position_embedding", "norm_after_pooling", "final_norm")
 # timm's LayerNorm epsilon where the table's row leaves it to the weights' source.
 _TIMM_EPSILON = 1e-6
 
@@ -84,18 +87,40 @@ def timm_architecture(variant):
     rows = {base: timm_variant(registered_name(base)) for base in TIMM_ARCHITECTURES}
     for base, row in rows.items():
         if row is not None and dataclasses.replace(row, name=variant.name) == variant:
-            return registered_name(base), {}
+            return registered_name(base), _eva_args(variant)
     for base, row in rows.items():
         if row is None or any(getattr(row, f) != getattr(variant, f) for f in _STRUCTURE) \
                 or (row.layer_scale is None) != (variant.layer_scale is None):
             continue
         args = {"embed_dim": variant.width, "depth": variant.depth, "num_heads": variant.heads,
-                "patch_size": variant.patch_size}
+                "patch_size": variant.patch_size, **_eva_args(variant)}
         if variant.mlp_dim != row.mlp_dim or variant.width != row.width:
-            args["mlp_ratio"] = variant.mlp_dim / variant.width
+            halves = 2 if mlp_ratio_halves(variant) else 1
+            args["mlp_ratio"] = variant.mlp_dim / halves / variant.width
         return registered_name(base), args
     raise ArgumentError(f"timm registers no architecture built as {variant.name} is "
                         "(its pooling, tokens and norms); save it with save_npz.")
+
+
+def _activation_args(variant, approximate_gelu, architecture):
+    """The MLP activation as model_args: VisionTransformer's act_layer (SiLU inside a SwiGLU);
+    timm's Eva takes none (SiLU in its SwiGLU, erf GELU in its MLP), so a tanh-GELU model of
+    an Eva row is refused."""
+    if variant.feed_forward != "mlp":
+        return {} if built_by_eva(variant) else {"act_layer": SWIGLU_ACT_LAYER}
+    if not built_by_eva(variant):
+        return {"act_layer": TIMM_ACTIVATIONS[(variant.activation, approximate_gelu)]}
+    if approximate_gelu or variant.activation != "gelu":
+        raise ArgumentError(f"timm's {architecture} computes the erf GELU, which its config "
+                            f"cannot change; this model computes the "
+                            f"{'tanh ' if approximate_gelu else ''}{variant.activation}.")
+    return {}
+
+
+def _eva_args(variant):
+    """The model_args timm's Eva class (the RoPE rows) needs to load what save_safetensors
+    writes: query, key and value fused (EVA-02 B and L have them separate in timm's own)."""
+    return {"qkv_fused": True} if built_by_eva(variant) else {}
 
 
 def timm_config(model, labels=None, extra=None):
@@ -111,7 +136,7 @@ def timm_config(model, labels=None, extra=None):
         raise ArgumentError(f"timm's {architecture} normalises with LayerNorm epsilon "
                             f"{row_epsilon:g}; this model uses {metadata['layer_norm_epsilon']:g}, "
                             "which timm's config cannot set.")
-    args["act_layer"] = TIMM_ACTIVATIONS[(variant.activation, metadata["approximate_gelu"])]
+    args.update(_activation_args(variant, metadata["approximate_gelu"], architecture))
     height, width = image_size(model)
     if height is None or height != width:
         raise ArgumentError(f"{model.name} takes {height}x{width} images; timm's config records "

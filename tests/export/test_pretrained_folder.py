@@ -54,7 +54,12 @@ def _assert_close(ours, reference):
 # LayerScale and erf GELU, SigLIP's MAP head and tanh GELU, CLIP's pre-norm, QuickGELU and
 # bias-free patches) at a size timm has no name for, so its config.json carries model_args.
 _SMALL = dict(depth=2, width=96, heads=3, mlp_dim=384)
-FAMILY_CASES = {"DINOv2-S/14": 28, "SigLIP-B/16": 32, "CLIP-B/16": 32}
+FAMILY_CASES = {"DINOv2-S/14": 28, "SigLIP-B/16": 32, "CLIP-B/16": 32,
+                # timm's Eva class (RoPE; LayerScale as gamma_1; q_bias and v_bias; SwiGLU
+                # packed, or split as fc1_g and fc1_x with a norm inside; no final norm) and
+                # its VisionTransformer's split SwiGLU with RMSNorm (AIMv2)
+                "DINOv3-S+/16-qkvb": 32, "EVA02-Ti/14": 28, "EVA02-B/14": 28,
+                "PE-Core-Ti/16": 32, "PE-Lang-L/14": 28, "AIMv2-L/14": 28}
 
 
 @pytest.mark.parametrize("row,size", FAMILY_CASES.items(), ids=list(FAMILY_CASES))

@@ -94,18 +94,36 @@ _MODEL_ARGS = {"depth": "depth", "embed_dim": "width", "num_heads": "heads",
                "patch_size": "patch_size", "img_size": "image_size", "reg_tokens": "register_tokens"}
 # Arguments that leave the architecture as it is (the head's size comes from the weights;
 # mlp_ratio is read with the width, act_layer by timm_activation).
+# qkv_fused: whether Eva stores query, key and value as one array, which the rows read either way.
 _NEUTRAL_ARGS = ("num_classes", "drop_rate", "drop_path_rate", "attn_drop_rate", "pretrained_cfg",
-                 "mlp_ratio", "act_layer")
+                 "mlp_ratio", "act_layer", "qkv_fused")
 # timm's act_layer names keras_vit builds: name -> (activation, approximate_gelu).
 _ACT_LAYERS = {"gelu": ("gelu", False), "gelu_tanh": ("gelu", True),
                "quick_gelu": ("quick_gelu", False)}
+# A SwiGLU's own gate activation, which timm's AIMv2 functions pass (and save_pretrained writes):
+# no GELU setting; timm_config_variant refuses it on a row with a plain MLP.
+SWIGLU_ACT_LAYER = "silu"
+
+
+def built_by_eva(variant):
+    """Whether timm builds `variant` with its Eva class (eva.py: the RoPE rows, DINOv3, EVA-02
+    and PE) rather than VisionTransformer: they spell some weights and model_args otherwise."""
+    return variant.rope is not None
+
+
+def mlp_ratio_halves(variant):
+    """Whether timm's mlp_ratio sizes one half of `variant`'s SwiGLU (VisionTransformer's
+    SwiGLU, Eva's SwiGLU and GluMlp) rather than its whole first layer (an MLP, or
+    VisionTransformer's SwiGLUPacked, DINOv2-g's); keras_vit's mlp_dim counts both halves."""
+    return variant.feed_forward == "swiglu_split" or (
+        built_by_eva(variant) and variant.feed_forward == "swiglu")
 
 
 def timm_activation(config):
     """(activation, approximate_gelu) a timm config's model_args set (act_layer), or None
     where they set none; an act_layer keras_vit does not build is refused in one line."""
     name = (config.get("model_args") or {}).get("act_layer")
-    if name is None:
+    if name is None or name == SWIGLU_ACT_LAYER:
         return None
     if name not in _ACT_LAYERS:
         raise CheckpointError(f"config.json: model_args act_layer {name!r} is no activation "
@@ -144,6 +162,8 @@ def timm_config_variant(config):
         args.pop("global_pool")
     if variant is None or any(k not in _MODEL_ARGS and k not in _NEUTRAL_ARGS for k in args):
         return None
+    if args.get("act_layer") == SWIGLU_ACT_LAYER and variant.feed_forward == "mlp":
+        return None
     fields = {_MODEL_ARGS[k]: v for k, v in args.items() if k in _MODEL_ARGS}
     if any(isinstance(v, bool) or not isinstance(v, int)
            or not (0 if k == "register_tokens" else 1) <= v <= checks.MAX_WIDTH
@@ -153,7 +173,8 @@ def timm_config_variant(config):
         ratio = args.get("mlp_ratio", variant.mlp_dim / variant.width)
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 64:
             return None
-        fields["mlp_dim"] = int(fields.get("width", variant.width) * ratio)
+        halves = 2 if mlp_ratio_halves(variant) else 1
+        fields["mlp_dim"] = halves * int(fields.get("width", variant.width) * ratio)
     activation = timm_activation(config)
     if activation is not None:
         fields["activation"] = activation[0]
@@ -313,23 +334,50 @@ def timm_to_official(sd, heads=None, source="the checkpoint"):
     return to_official(TIMM_ROWS, sd, heads, unknown_prefix="timm:")
 
 
-def official_to_timm(arrays):
-    """Official-key arrays (heads split as (D, H, hd)) -> timm's VisionTransformer keys."""
+def official_to_timm(arrays, eva=False, pooled_norm=False):
+    """Official-key arrays (heads split as (D, H, hd)) -> timm's keys: VisionTransformer's, or
+    with `eva` those of timm's Eva class (the RoPE families), whose final norm is after the
+    pooling (fc_norm) with `pooled_norm` (EVA-02)."""
     if any(is_trunk_key(k) for k in arrays):
         raise ArgumentError("save_safetensors writes timm's plain ViT layout; a hybrid's ResNet trunk "
                             "has no equivalent there. Use save_npz, which timm's npz loader reads.")
     if PRE_LOGITS_KERNEL_KEY in arrays:
         raise ArgumentError("timm's ViT layout has no pre_logits layer; save this model with "
                             "save_npz, or build it with representation_size=None.")
-    sd = from_official(TIMM_ROWS, arrays, "timm")
+    sd = _class_spelling(from_official(TIMM_ROWS, arrays, "timm"), eva, pooled_norm)
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sd.items()}
 
 
+def _class_spelling(sd, eva, pooled_norm):
+    """The written keys as the model's timm class loads them, where the rows' one written
+    spelling is VisionTransformer's: both classes name a split SwiGLU's gate `fc1_g` (beside
+    `fc1_x`), and Eva names LayerScale `gamma_1`/`gamma_2` and the norm after the pooling
+    `fc_norm` (TIMM_EVA, which the reader takes too)."""
+    split = any(k.endswith(".mlp.fc1_x.weight") for k in sd)
+
+    def spelled(key):
+        if split:
+            key = key.replace(".mlp.fc1.", ".mlp.fc1_g.")
+        if eva:
+            key = key.replace(".ls1.gamma", ".gamma_1").replace(".ls2.gamma", ".gamma_2")
+        if pooled_norm and key.startswith("norm."):
+            key = "fc_" + key
+        return key
+    return {spelled(k): v for k, v in sd.items()}
+
+
 def save_safetensors(model, path):
-    """Writes a plain keras_vit ViT as timm's VisionTransformer state dict (safetensors),
-    atomically. Hybrids and models with pre_logits have no timm equivalent: use save_npz."""
+    """Writes a plain keras_vit ViT as timm's state dict (safetensors), atomically: its
+    VisionTransformer's, or its Eva's for the RoPE families (query, key and value fused:
+    timm's qkv_fused=True). Hybrids and models with pre_logits have no timm equivalent: use
+    save_npz."""
     path = os.fspath(path)
     if not path.endswith(".safetensors"):
         raise ArgumentError(f"save_safetensors writes a .safetensors file; got the path {path!r}.")
-    write_safetensors(official_to_timm(official_arrays(model)), path, metadata={"format": "pt"})
+    from keras_vit.layer_names import POOLED_NORM, is_block
+
+    names = {layer.name for layer in model.layers}
+    eva = any(layer.rope for layer in model.layers if is_block(layer.name))  # built_by_eva
+    arrays = official_to_timm(official_arrays(model), eva=eva, pooled_norm=POOLED_NORM in names)
+    write_safetensors(arrays, path, metadata={"format": "pt"})
     return path
