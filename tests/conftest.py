@@ -94,23 +94,54 @@ TIME_BOUNDS = {
 
 
 # A slow test that builds a model of over a gigabyte of weights peaks at 10-16 GB (a full
-# ViT-H written, built and loaded strictly; BiT-R152x4 saved and reloaded): two or three at
-# once on the workers of a 23-GB machine were killed by the kernel's OOM killer, and
-# pytest-xdist then stalled. Such tests are marked big_memory and hold one lock that all
-# workers of the run share, so at most one of them runs at a time.
+# ViT-H written, built and loaded strictly; BiT-R152x4 saved and reloaded): two at once on the
+# workers of a 23-GB machine were killed by the kernel's OOM killer, and pytest-xdist then
+# stalled. One such beside a 10-GB test it did not lock out was killed too (the exports of a
+# ViT-S/16 to every runtime). So a big_memory test runs alone: every test of a run holds a
+# lock all workers share, shared, and a big_memory test holds it exclusively; a gate taken
+# before either keeps the others' shared holds from starving a waiting big_memory test.
 BIG_MEMORY_BYTES = 10**9
+# What a test not marked big_memory may add to its worker's peak resident set (VmHWM, reset
+# as it starts): three workers' baselines of 1-3.5 GB and one big_memory test alone fit in
+# 23 GB, three tests of this much at once do too. Above it, the test fails naming the mark.
+TEST_MEMORY_BYTES = 4 * 2**30
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # the same in every worker of one run
-    if item.get_closest_marker("big_memory") is None or run is None:
+    if run is None:
         yield
         return
-    path = os.path.join(tempfile.gettempdir(), f"keras_vit_big_memory_{run}.lock")
-    with open(path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    big = item.get_closest_marker("big_memory") is not None
+    base = os.path.join(tempfile.gettempdir(), f"keras_vit_memory_{run}")
+    with open(base + ".gate", "w") as gate, open(base + ".lock", "w") as lock:  # closing releases
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if big else fcntl.LOCK_SH)
+        if not big:  # a big_memory test keeps the gate: no other test starts while it runs
+            fcntl.flock(gate, fcntl.LOCK_UN)
         yield
+
+
+@pytest.fixture(autouse=True)
+def _memory_within_bound(request):
+    """Fails a test not marked big_memory that grew its worker's peak resident set by more
+    than TEST_MEMORY_BYTES (Linux, where the peak can be reset): the mark is checked, not
+    guessed."""
+    from tests.memory import peak_rss_mb, reset_peak, status_mb
+
+    measured = os.path.exists("/proc/self/clear_refs")
+    if measured:
+        reset_peak()
+        start = status_mb("VmRSS")
+    yield
+    if not measured or request.node.get_closest_marker("big_memory"):
+        return
+    grown = (peak_rss_mb() - start) * 2**20
+    if grown > TEST_MEMORY_BYTES:
+        pytest.fail(f"{request.node.nodeid} grew its worker's resident set by "
+                    f"{grown / 2**30:.1f} GiB, over the {TEST_MEMORY_BYTES / 2**30:.0f} GiB a test "
+                    "may without @pytest.mark.big_memory (tests/conftest.py).")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -183,6 +183,8 @@ def test_onnx_int8_of_the_digits_model_agrees_with_float(tmp_path):
 
 @pytest.mark.slow  # a 22M-parameter model in three converters; the default tests above check
 # the same exports on the digits model
+@pytest.mark.big_memory  # a converter's graph of it: about 10 GB resident (an OOM kill beside a
+# big_memory test)
 @pytest.mark.parametrize("format_name", ["onnx", "openvino", "litert"])
 def test_vit_s16_exports_agree_with_keras(format_name, tmp_path):
     """ViT-S/16 at 224 with random weights (no download): >= 99.9% top-1 agreement on 64

@@ -115,7 +115,8 @@ NOT_LAYER_NAMES = {
     ("checkpoints/catalogue.py", "preprocessing"),
     ("models/vit.py", "preprocessing"),
     ("runtime/evaluation.py", "preprocessing"),
-    ("export/timm_config.py", "pre_norm"),  # a Variant field
+    ("export/timm_config.py", "pre_norm"),  # Variant fields
+    ("export/timm_config.py", "embedding_norm"),
     ("export/timm_config.py", "head"),  # timm's pretrained_cfg classifier, its parameter name
 }
 

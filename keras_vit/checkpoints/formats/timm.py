@@ -170,10 +170,10 @@ def timm_config_variant(config):
            for k, v in fields.items()):
         return None
     if "width" in fields or "mlp_ratio" in args:  # the architecture's own ratio unless said
-        ratio = args.get("mlp_ratio", variant.mlp_dim / variant.width)
+        halves = 2 if mlp_ratio_halves(variant) else 1
+        ratio = args.get("mlp_ratio", variant.mlp_dim / halves / variant.width)
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 64:
             return None
-        halves = 2 if mlp_ratio_halves(variant) else 1
         fields["mlp_dim"] = halves * int(fields.get("width", variant.width) * ratio)
     activation = timm_activation(config)
     if activation is not None:
