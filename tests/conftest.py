@@ -102,8 +102,10 @@ TIME_BOUNDS = {
 # before either keeps the others' shared holds from starving a waiting big_memory test.
 BIG_MEMORY_BYTES = 10**9
 # What a test not marked big_memory may add to its worker's peak resident set (VmHWM, reset
-# as it starts): three workers' baselines of 1-3.5 GB and one big_memory test alone fit in
-# 23 GB, three tests of this much at once do too. Above it, the test fails naming the mark.
+# as it starts); above it, the test fails naming the mark. A worker keeps the most it has held:
+# ViT-L/16 built, run and deleted leaves its process 1.3 GB larger with no Keras model alive,
+# and neither gc, keras.backend.clear_session nor malloc_trim returns more than 0.1 GB. So
+# a worker that ran a big_memory test stays near its peak, and this bound keeps the others'.
 TEST_MEMORY_BYTES = 4 * 2**30
 
 
