@@ -157,6 +157,17 @@ def test_what_the_folder_cannot_hold_is_refused_in_one_line(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["taken"]  # nothing half-written
 
 
+def test_a_tanh_gelu_model_of_an_eva_row_is_refused_in_one_line(tmp_path):
+    """timm's Eva computes the erf GELU whatever its config says: a DINOv3 model built with the
+    tanh form would load in timm and compute another function."""
+    variant = dataclasses.replace(FAMILIES["DINOv3-S/16"], **_SMALL)
+    model = keras_vit.ViT(variant, image_size=32, include_top=False, approximate_gelu=True)
+    with pytest.raises(ArgumentError, match="computes the erf GELU, which its config cannot "
+                                            "change; this model computes the tanh gelu"):
+        keras_vit.save_pretrained(model, tmp_path / "hub")
+    assert not os.path.exists(tmp_path / "hub")
+
+
 class _StandInHub:
     """huggingface_hub's HfApi as push_to_hub calls it, recording each call."""
 
