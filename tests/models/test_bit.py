@@ -14,6 +14,7 @@ from keras_vit.checkpoints import find_checkpoint
 from keras_vit.checkpoints.cache import WEIGHTS_URL_ENV
 from keras_vit.variants import BIT_VARIANTS, get_bit_variant
 from tests.checkpoints.test_cache import server  # noqa: F401  the HTTP mirror on 127.0.0.1
+from tests.conftest import BIG_MEMORY_BYTES
 from tests.oracle import import_timm, official_bit_arrays, random_vit_npz, run_timm
 
 # timm 1.0.31's parameter counts with 1000 classes (timm.create_model(name, num_classes=1000)
@@ -51,7 +52,10 @@ def test_parameter_count_equals_timms_r50x1(r50):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in TIMM_PARAMS if n != "BiT-R50x1"])
+# a model of over a gigabyte of weights: R152x4 grew its worker by 4.2 GiB (the conftest bound)
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=(pytest.mark.big_memory,) if TIMM_PARAMS[n][1] * 4 > BIG_MEMORY_BYTES
+                 else ()) for n in TIMM_PARAMS if n != "BiT-R50x1"])
 def test_parameter_count_equals_timms(name):
     """The five larger sizes (depths 101 and 152, widths 1 to 4, up to 3.7 GB of weights),
     built at 32 px; the default run counts R50x1 (test_parameter_count_equals_timms_r50x1)."""
