@@ -104,8 +104,9 @@ BIG_MEMORY_BYTES = 10**9
 # What a test not marked big_memory may add to its worker's peak resident set (VmHWM, reset
 # as it starts); above it, the test fails naming the mark. A worker keeps the most it has held:
 # ViT-L/16 built, run and deleted leaves its process 1.3 GB larger with no Keras model alive,
-# and neither gc, keras.backend.clear_session nor malloc_trim returns more than 0.1 GB. So
-# a worker that ran a big_memory test stays near its peak, and this bound keeps the others'.
+# and neither gc, keras.backend.clear_session nor malloc_trim returns more than 0.1 GB. So a
+# big_memory test also runs in a fresh process of its own (BigMemoryInOwnProcess), which
+# gives all it held back as it exits, and this bound keeps the workers' own peaks.
 TEST_MEMORY_BYTES = 4 * 2**30
 
 
@@ -123,6 +124,57 @@ def pytest_runtest_protocol(item, nextitem):
         if not big:  # a big_memory test keeps the gate: no other test starts while it runs
             fcntl.flock(gate, fcntl.LOCK_UN)
         yield
+
+
+class BigMemoryInOwnProcess:
+    """Under pytest-xdist, runs a big_memory test as `python -m pytest NODEID -n 0` in a
+    fresh process (inside the locks above) and reports its outcome as the worker's own:
+    passed, skipped with its reason, or failed with the end of its output."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        if item.get_closest_marker("big_memory") is None:
+            return None
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        outcome = _run_in_own_process(item)
+        for when, call in (("setup", lambda: None), ("call", outcome), ("teardown", lambda: None)):
+            report = item.ihook.pytest_runtest_makereport(
+                item=item, call=pytest.CallInfo.from_call(call, when=when))
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+
+def _run_in_own_process(item):
+    """A function that does what the test did in its own process: returns, skips or fails."""
+    import xml.etree.ElementTree as ElementTree
+
+    # Not a worker of this run: the child must not wait on the locks this worker holds.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST")}
+    with tempfile.TemporaryDirectory() as folder:
+        junit = os.path.join(folder, "junit.xml")
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", item.nodeid, "-n", "0", "-m", "big_memory",
+             "-p", "no:cacheprovider", f"--junitxml={junit}", "-q"],
+            cwd=str(item.config.rootpath), env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cases = (list(ElementTree.parse(junit).getroot().iter("testcase"))
+                 if os.path.exists(junit) else [])
+    verdicts = {child.tag: child for case in cases for child in case
+                if child.tag in ("failure", "error", "skipped")}
+    if result.returncode == 0 and len(cases) == 1 and set(verdicts) <= {"skipped"}:
+        if "skipped" in verdicts:
+            reason = verdicts["skipped"].get("message", "skipped in its own process")
+            return lambda: pytest.skip(reason)
+        return lambda: None
+    return lambda: pytest.fail(f"in its own process (exit status {result.returncode}, "
+                               f"{len(cases)} test(s) run):\n{result.stdout[-6000:]}",
+                               pytrace=False)
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker
+        config.pluginmanager.register(BigMemoryInOwnProcess(), "big_memory_in_own_process")
 
 
 @pytest.fixture(autouse=True)
