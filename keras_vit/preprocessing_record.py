@@ -3,16 +3,20 @@ as the weights' source resizes it, carried by the model beside its normalisation
 
 `Preprocessing` is one frozen record: the resize (`"stretch"`: both sides to the size /
 crop_pct, timm's "squash"; `"crop"`: the short side to size / crop_pct, the long side in
-proportion, timm's "center", the image processors' `shortest_edge`, open_clip's "shortest"),
+proportion, timm's "center", the image processors' `shortest_edge`, open_clip's "shortest";
+`"aspect_crop"`: the largest centred crop of the model's aspect ratio, then resized to the
+size, Keras' `Resizing(crop_to_aspect_ratio=True)` as keras-hub's `ImageConverter` runs it),
 then the centre `size` crop, its interpolation and antialiasing, and how the crop's offset is
 rounded (torchvision's `CenterCrop` rounds half to even, transformers' `center_crop` floors).
 The official models keep `OFFICIAL_PREPROCESSING`: the whole image stretched, bilinear,
 without antialiasing (`keras_vit.preprocessing.resize_image`, the official fine-tuning resize).
 
-The libraries resize with Pillow or torch (antialiased) and hand the model uint8 pixels: a
-record that antialiases resizes with TensorFlow's antialiased kernels (Pillow's and torch's:
-Keys cubic a = -0.5 or the triangle, widened by the scale when shrinking) and rounds to
-integers as they do. The model records the record in its patch embedding's config
+timm, transformers and open_clip resize with Pillow or torch (antialiased) and hand the model
+uint8 pixels: a "stretch" or "crop" record that antialiases resizes with TensorFlow's
+antialiased kernels (Pillow's and torch's: Keys cubic a = -0.5 or the triangle, widened by
+the scale when shrinking) and rounds to integers as they do. keras-hub resizes in float with
+the same TensorFlow kernels and neither rounds nor clips: an "aspect_crop" record does the
+same. The model records the record in its patch embedding's config
 (`input_preprocessing`), so a saved `.keras` keeps it.
 """
 
@@ -26,7 +30,7 @@ __all__ = ["Preprocessing", "OFFICIAL_PREPROCESSING", "RESIZE_MODES", "INTERPOLA
            "model_preprocessing", "resized_preprocessing", "scaled_size", "crop_offset",
            "resize_to_model", "preprocess_for_model", "describe_preprocessing"]
 
-RESIZE_MODES = ("stretch", "crop")
+RESIZE_MODES = ("stretch", "crop", "aspect_crop")
 INTERPOLATIONS = ("bilinear", "bicubic")
 CROP_ROUNDINGS = ("round", "floor")
 
@@ -56,6 +60,9 @@ class Preprocessing:
         if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0.1 <= pct <= 1.0:
             raise ArgumentError(f"preprocessing crop_pct must be a number from 0.1 to 1, got "
                                 f"{str(pct)[:40]!r}.")
+        if self.resize == "aspect_crop" and pct != 1.0:
+            raise ArgumentError(f"preprocessing crop_pct must be 1 for the aspect_crop resize "
+                                f"(it keeps the largest crop of the model's shape), got {pct!r}.")
         object.__setattr__(self, "crop_pct", float(pct))
 
     def to_config(self):
@@ -95,7 +102,7 @@ def resized_preprocessing(record, resize=None):
         raise ArgumentError(f"resize must be one of {', '.join(RESIZE_MODES)} or None, got "
                             f"{str(resize)[:40]!r}.")
     return dataclasses.replace(record, resize=resize,
-                               crop_pct=1.0 if resize == "stretch" else record.crop_pct)
+                               crop_pct=record.crop_pct if resize == "crop" else 1.0)
 
 
 def scaled_size(height, width, size, record):
@@ -129,6 +136,9 @@ def resize_to_model(image, size, record):
     if record == OFFICIAL_PREPROCESSING:
         return tf.image.resize(image, size, method="bilinear", antialias=False)
     image = tf.convert_to_tensor(image)
+    if record.resize == "aspect_crop":
+        return tf.ensure_shape(_aspect_crop(tf.cast(image, tf.float32), size, record),
+                               (*size, None))
     scaled = _scaled_size(tf.shape(image), size, record)
     resized = tf.image.resize(tf.cast(image, tf.float32), scaled, method=record.interpolation,
                               antialias=record.antialias)
@@ -138,6 +148,26 @@ def resize_to_model(image, size, record):
     offsets = [_crop_offset(scaled[axis], size[axis], record.crop_rounding) for axis in (0, 1)]
     cropped = resized[offsets[0]:offsets[0] + size[0], offsets[1]:offsets[1] + size[1]]
     return tf.ensure_shape(cropped, (*size, None))
+
+
+def _aspect_crop(image, size, record):
+    """Keras' `Resizing(crop_to_aspect_ratio=True)` on TensorFlow (keras-hub's ImageConverter):
+    the crop's sides and offsets truncated from float32 as Keras computes them, then one
+    resize in float, neither rounded nor clipped."""
+    import tensorflow as tf
+
+    shape = tf.shape(image)
+    height, width = shape[0], shape[1]
+
+    def side(extent, other, target, other_target):  # int(other * target / other_target)
+        wanted = tf.cast(tf.cast(other * target, tf.float32) / other_target, tf.int32)
+        return tf.maximum(tf.minimum(extent, wanted), 1)
+
+    crop_height, crop_width = side(height, width, *size), side(width, height, *size[::-1])
+    top = tf.cast(tf.cast(height - crop_height, tf.float32) / 2, tf.int32)
+    left = tf.cast(tf.cast(width - crop_width, tf.float32) / 2, tf.int32)
+    cropped = image[top:top + crop_height, left:left + crop_width]
+    return tf.image.resize(cropped, size, method=record.interpolation, antialias=record.antialias)
 
 
 def _scaled_size(shape, size, record):
@@ -192,6 +222,8 @@ def describe_preprocessing(record):
     smooth = f"{record.interpolation}{', antialiased' if record.antialias else ''}"
     if record.resize == "stretch" and record.crop_pct == 1.0:
         return f"the whole image stretched to the model's size ({smooth})"
+    if record.resize == "aspect_crop":
+        return f"the largest centred crop of the model's shape, resized to its size ({smooth})"
     what = "both sides" if record.resize == "stretch" else "the short side"
     return (f"{what} resized to the model's size / {record.crop_pct:g}, then its centre "
             f"cropped ({smooth})")

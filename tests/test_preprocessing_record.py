@@ -30,6 +30,7 @@ import pytest
 
 from keras_vit.checkpoints.formats.base import normalization_from
 from keras_vit.checkpoints.formats.preprocess_configs import (
+    keras_hub_preprocessing,
     open_clip_preprocessing,
     processor_preprocessing,
     timm_preprocessing,
@@ -171,6 +172,49 @@ def test_open_clip_image_transform(resize_mode, photos):
         _check(photo, (224, 224), record, normalization, theirs)
 
 
+# keras-hub's ImageConverter settings: its default (the crop to the model's shape, bilinear,
+# no antialiasing), bicubic with antialiasing, and the stretch.
+KERAS_HUB_CONVERTERS = {"default": {}, "bicubic-antialiased": {"interpolation": "bicubic",
+                                                               "antialias": True},
+                        "stretch": {"crop_to_aspect_ratio": False}}
+
+
+@pytest.mark.parametrize("settings", list(KERAS_HUB_CONVERTERS))
+def test_a_keras_hub_preset_is_preprocessed_as_its_image_converter(settings, photos, tmp_path):
+    """End to end: a ViT classifier preset keras-hub saves with its preprocessor ->
+    from_pretrained -> preprocess_input(model=) equals the preset's own ImageConverter on a
+    wide (400 x 300) and a tall (150 x 220) photo, at a 2:1 model size. keras-hub and
+    keras_vit run the same TensorFlow crop and resize in float: they differ only by float32
+    rounding in the normalisation (x * scale + offset against (x - mean) / std)."""
+    keras_hub = pytest.importorskip("keras_hub")
+
+    import keras_vit
+    from keras_vit.preprocessing_record import model_preprocessing
+
+    size = (32, 64)  # 2:1, neither photo's shape
+    converter = keras_hub.layers.ViTImageConverter(
+        image_size=size, scale=[1 / (255 * 0.229), 1 / (255 * 0.224), 1 / (255 * 0.225)],
+        offset=[-0.485 / 0.229, -0.456 / 0.224, -0.406 / 0.225], **KERAS_HUB_CONVERTERS[settings])
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(*size, 3), patch_size=16, num_layers=1, num_heads=2, hidden_dim=32,
+        mlp_dim=64, layer_norm_epsilon=1e-6)
+    preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
+    keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=3,
+                                        preprocessor=preprocessor).save_to_preset(str(tmp_path))
+    model = keras_vit.from_pretrained(str(tmp_path))
+    expected_resize = "stretch" if settings == "stretch" else "aspect_crop"
+    assert model_preprocessing(model).resize == expected_resize
+    for path in photos:
+        image = np.asarray(_pil(path))
+        ours = keras_vit.preprocess_input(image, model=model)
+        theirs = np.asarray(converter(image.astype(np.float32)))
+        assert ours.shape == theirs.shape == (*size, 3)
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=FLOAT32_NORMALISATION)
+        if settings != "stretch":  # the check can fail: the official stretch is far off
+            stretched = keras_vit.preprocess_input(image, model=model, resize="stretch")
+            assert np.abs(stretched - theirs).max() > 100 * FLOAT32_NORMALISATION
+
+
 def test_a_file_value_keras_vit_cannot_compute_is_refused_in_one_line():
     from keras_vit.errors import CheckpointError
 
@@ -188,6 +232,13 @@ def test_a_file_value_keras_vit_cannot_compute_is_refused_in_one_line():
         timm_preprocessing("c.json", {"crop_pct": 5})
     with pytest.raises(CheckpointError, match=r"^o.json: resize_mode 'longest' is not one "):
         open_clip_preprocessing("o.json", {"resize_mode": "longest"})
+    with pytest.raises(CheckpointError, match=r"^p.json: pad_to_aspect_ratio is not a resize "):
+        keras_hub_preprocessing("p.json", {"pad_to_aspect_ratio": True,
+                                           "crop_to_aspect_ratio": False})
+    with pytest.raises(CheckpointError, match=r"^p.json: interpolation 'lanczos5' is not one "):
+        keras_hub_preprocessing("p.json", {"interpolation": "lanczos5"})
+    with pytest.raises(CheckpointError, match=r"^p.json: an antialiased stretch without rounding"):
+        keras_hub_preprocessing("p.json", {"crop_to_aspect_ratio": False, "antialias": True})
 
 
 def test_the_record_travels_with_a_saved_model_and_the_resize_override(photos, tmp_path):

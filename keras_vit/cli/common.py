@@ -216,12 +216,14 @@ def add_precision_option(parser, what="the model", auto_help=None):
 
 
 def add_resize_option(parser):
-    """--resize: stretch or crop, overriding the model's preprocessing of record."""
+    """--resize: stretch, crop or aspect_crop, overriding the model's preprocessing of record."""
     from keras_vit.preprocessing_record import RESIZE_MODES
 
     parser.add_argument("--resize", choices=RESIZE_MODES, default=None,
-                        help="how an image becomes the model's size: stretch (the whole image) "
-                             "or crop (the short side resized, then the centre cropped), in the "
+                        help="how an image becomes the model's size: stretch (the whole image), "
+                             "crop (the short side resized, then the centre cropped) or "
+                             "aspect_crop (the largest centred region of the model's shape, "
+                             "resized: keras-hub's), in the "
                              "interpolation the weights' source uses (default: the source's own, "
                              "recorded in the model: stretch for the official weights; a "
                              "SavedModel keeps the resize it was exported with)")

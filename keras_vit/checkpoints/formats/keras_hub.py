@@ -28,6 +28,7 @@ from keras_vit.checkpoints.formats.keras_hub_families import PRESET_FAMILIES
 from keras_vit.checkpoints.formats.keras_hub_presets import (
     import_keras_hub,
     preset_normalization,
+    preset_preprocessing,
     read_preset_json,
 )
 from keras_vit.checkpoints.formats.rows import ADD_BATCH_AXIS, COPY, KeyRow, to_official
@@ -60,9 +61,11 @@ def _open(source):
     checks.check_architecture(os.path.join(directory, "config.json"), keras_hub_variant(config),
                        tuple(config["image_shape"][:2]), (task or {}).get("num_classes"))
     info = CheckpointInfo(keras_hub_shapes(config, task), format="keras_hub",
+                          image_size=tuple(config["image_shape"][:2]),
                           heads=config.get("num_heads"),
                           layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6),
                           normalization=preset_normalization(directory),
+                          preprocessing=preset_preprocessing(directory),
                           variant=keras_hub_variant(config))
     arrays = read_keras_hub(directory, has_task=task is not None)
     return ArraysReader(arrays, path=directory, source=source, format=FORMAT, info=info)

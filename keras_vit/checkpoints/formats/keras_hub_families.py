@@ -38,6 +38,7 @@ from keras_vit.checkpoints.formats.keras_hub_presets import (
     check_stored_shapes,
     import_keras_hub,
     preset_normalization,
+    preset_preprocessing,
     read_preset_json,
 )
 from keras_vit.checkpoints.formats.rows import (
@@ -349,6 +350,7 @@ def _open(source):
                                                         family.default_epsilon),
                           approximate_gelu=_activation(config, family)[1],
                           normalization=preset_normalization(directory),
+                          preprocessing=preset_preprocessing(directory),
                           variant=variant)
     # The format as this preset's class resizes its position embedding (keras-hub's DINOv2:
     # its own bicubic; the others never resize).

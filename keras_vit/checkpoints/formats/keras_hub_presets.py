@@ -1,5 +1,5 @@
 """What every keras-hub preset folder holds, whatever its model: its JSON files, the
-preprocessor's normalisation, and keras-hub itself, which reads the preset's weights.
+preprocessor's normalisation and resize, and keras-hub itself, which reads the preset's weights.
 `keras_hub.py` (ViT) and `keras_hub_families.py` (SigLIP, CLIP, DINOv2) read their presets with these.
 """
 
@@ -9,24 +9,41 @@ from keras_vit._support.json_files import read_json
 from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats.base import channel_values, normalization_from
 from keras_vit.checkpoints.formats.config_values import check_object
+from keras_vit.checkpoints.formats.preprocess_configs import keras_hub_preprocessing
 
-__all__ = ["preset_normalization", "read_preset_json", "import_keras_hub", "check_stored_shapes"]
+__all__ = ["preset_normalization", "preset_preprocessing", "read_preset_json", "import_keras_hub",
+           "check_stored_shapes"]
 
 WEIGHTS_FILE = "model.weights.h5"  # save_to_preset's weights, unsharded
+
+
+def _image_converter(directory):
+    """(path, the preprocessor's image converter config), or (path, None) where no
+    preprocessor was saved."""
+    path = os.path.join(directory, "preprocessor.json")
+    if not os.path.exists(path):
+        return path, None
+    preprocessor = check_object(path, read_preset_json(path))
+    config = check_object(f'{path} (its "config")', preprocessor.get("config") or {})
+    converter = config.get("image_converter") or {}
+    converter = check_object(f'{path} (its "image_converter")', converter)
+    return path, check_object(f'{path} (its "image_converter" config)',
+                              converter.get("config") or {})
+
+
+def preset_preprocessing(directory):
+    """How the preprocessor's image converter resizes (a `Preprocessing` record), or None
+    where no preprocessor was saved."""
+    path, converter = _image_converter(directory)
+    return None if converter is None else keras_hub_preprocessing(path, converter)
 
 
 def preset_normalization(directory):
     """The preprocessor's image converter as mean/std on pixels in [0, 1] (it computes
     x * scale + offset on x in [0, 255]), or None where no preprocessor was saved."""
-    path = os.path.join(directory, "preprocessor.json")
-    if not os.path.exists(path):
+    path, converter = _image_converter(directory)
+    if converter is None:
         return None
-    preprocessor = check_object(path, read_preset_json(path))
-    config = check_object(f'{path} (its "config")', preprocessor.get("config") or {})
-    converter = config.get("image_converter") or {}
-    converter = check_object(f'{path} (its "image_converter")', converter)
-    converter = check_object(f'{path} (its "image_converter" config)',
-                             converter.get("config") or {})
     scale, offset = converter.get("scale"), converter.get("offset")
     if scale is None:
         return None

@@ -1,10 +1,12 @@
 """Each library's record of how it preprocesses an image, read into a `Preprocessing` record
 (keras_vit.preprocessing_record): timm's pretrained_cfg, a transformers image processor's
-preprocessor_config.json, open_clip's preprocess_cfg. Every value is checked; a value keras_vit
-cannot compute is refused in one line naming the file and the field.
+preprocessor_config.json, open_clip's preprocess_cfg, a keras-hub preset's image converter.
+Every value is checked; a value keras_vit cannot compute is refused in one line naming the
+file and the field.
 
-All three resize with Pillow or torch, antialiased; torchvision's `CenterCrop` (timm,
-open_clip) rounds the crop's offset half to even, transformers' `center_crop` floors it.
+timm, transformers and open_clip resize with Pillow or torch, antialiased; torchvision's
+`CenterCrop` (timm, open_clip) rounds the crop's offset half to even, transformers'
+`center_crop` floors it. keras-hub resizes with Keras' `Resizing` layer, in float.
 """
 
 import numbers
@@ -13,7 +15,7 @@ from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.errors import ArgumentError
 
 __all__ = ["timm_preprocessing", "processor_preprocessing", "open_clip_preprocessing",
-           "PIL_RESAMPLE"]
+           "keras_hub_preprocessing", "PIL_RESAMPLE"]
 
 # timm's resolve_data_config defaults for what a pretrained_cfg leaves out.
 TIMM_CROP_PCT, TIMM_INTERPOLATION = 0.875, "bicubic"
@@ -23,11 +25,11 @@ PIL_RESAMPLE = {2: "bilinear", 3: "bicubic"}
 _OPEN_CLIP_RESIZE_MODES = {"shortest": "crop", "squash": "stretch"}
 
 
-def _record(path, **fields):
+def _record(path, antialias=True, **fields):
     from keras_vit.preprocessing_record import Preprocessing
 
     try:
-        return Preprocessing(antialias=True, **fields)
+        return Preprocessing(antialias=antialias, **fields)
     except ArgumentError as error:
         raise CheckpointError(f"{path}: {error}") from None
 
@@ -100,3 +102,25 @@ def open_clip_preprocessing(path, preprocess_cfg):
                    interpolation=_choice(path, "interpolation",
                                          cfg.get("interpolation") or "bicubic",
                                          {i: i for i in ("bilinear", "bicubic")}))
+
+
+def keras_hub_preprocessing(path, converter):
+    """The record of a keras-hub `ImageConverter`'s saved config (preprocessor.json's
+    "image_converter"): `crop_to_aspect_ratio` (keras-hub's default, True) crops the largest
+    centred region of the model's shape, else the image is stretched; `interpolation` and
+    `antialias` as Keras' `Resizing` takes them. Padding to the aspect ratio is refused."""
+    if converter.get("pad_to_aspect_ratio"):
+        raise CheckpointError(f"{path}: pad_to_aspect_ratio is not a resize keras_vit computes "
+                              "(it crops to the aspect ratio or stretches).")
+    crop = converter.get("crop_to_aspect_ratio", True)
+    antialias = converter.get("antialias", False)
+    for field, value in (("crop_to_aspect_ratio", crop), ("antialias", antialias)):
+        if not isinstance(value, bool):
+            raise CheckpointError(f"{path}: {field} {str(value)[:40]!r} is not true or false.")
+    if antialias and not crop:  # keras_vit rounds a stretch that antialiases, as Pillow does
+        raise CheckpointError(f"{path}: an antialiased stretch without rounding is not a resize "
+                              "keras_vit computes (crop_to_aspect_ratio false, antialias true).")
+    interpolation = _choice(path, "interpolation", converter.get("interpolation", "bilinear"),
+                            {i: i for i in ("bilinear", "bicubic")})
+    return _record(path, antialias=antialias, interpolation=interpolation,
+                   resize="aspect_crop" if crop else "stretch")
