@@ -28,7 +28,7 @@ from keras_vit.layer_names import EMBEDDING
 
 __all__ = ["Preprocessing", "OFFICIAL_PREPROCESSING", "RESIZE_MODES", "INTERPOLATIONS",
            "model_preprocessing", "resized_preprocessing", "scaled_size", "crop_offset",
-           "resize_to_model", "preprocess_for_model", "describe_preprocessing"]
+           "resize_to_model", "stretch_to", "preprocess_for_model", "describe_preprocessing"]
 
 RESIZE_MODES = ("stretch", "crop", "aspect_crop")
 INTERPOLATIONS = ("bilinear", "bicubic")
@@ -140,14 +140,26 @@ def resize_to_model(image, size, record):
         return tf.ensure_shape(_aspect_crop(tf.cast(image, tf.float32), size, record),
                                (*size, None))
     scaled = _scaled_size(tf.shape(image), size, record)
-    resized = tf.image.resize(tf.cast(image, tf.float32), scaled, method=record.interpolation,
-                              antialias=record.antialias)
-    if record.antialias:  # Pillow and torchvision hand the model uint8 pixels
-        resized = tf.round(resized)
-    resized = tf.clip_by_value(resized, 0.0, 255.0)
+    resized = stretch_to(image, scaled, record)
     offsets = [_crop_offset(scaled[axis], size[axis], record.crop_rounding) for axis in (0, 1)]
     cropped = resized[offsets[0]:offsets[0] + size[0], offsets[1]:offsets[1] + size[1]]
     return tf.ensure_shape(cropped, (*size, None))
+
+
+def stretch_to(image, size, record):
+    """The whole `(H, W, C)` image to `size` (a dynamic size too: NaFlex's grid of each image)
+    in the record's interpolation and antialiasing: rounded and clipped to [0, 255] where the
+    record's source hands the model uint8 pixels (an antialiasing "stretch" or "crop" record,
+    as Pillow and torchvision do), else in float as TensorFlow resizes."""
+    import tensorflow as tf
+
+    resized = tf.image.resize(tf.cast(image, tf.float32), size, method=record.interpolation,
+                              antialias=record.antialias)
+    if record.resize == "aspect_crop":  # Keras' Resizing: float, neither rounded nor clipped
+        return resized
+    if record.antialias:  # Pillow and torchvision hand the model uint8 pixels
+        resized = tf.round(resized)
+    return tf.clip_by_value(resized, 0.0, 255.0)
 
 
 def _aspect_crop(image, size, record):
@@ -166,8 +178,7 @@ def _aspect_crop(image, size, record):
     crop_height, crop_width = side(height, width, *size), side(width, height, *size[::-1])
     top = tf.cast(tf.cast(height - crop_height, tf.float32) / 2, tf.int32)
     left = tf.cast(tf.cast(width - crop_width, tf.float32) / 2, tf.int32)
-    cropped = image[top:top + crop_height, left:left + crop_width]
-    return tf.image.resize(cropped, size, method=record.interpolation, antialias=record.antialias)
+    return stretch_to(image[top:top + crop_height, left:left + crop_width], size, record)
 
 
 def _scaled_size(shape, size, record):

@@ -215,6 +215,100 @@ def test_a_keras_hub_preset_is_preprocessed_as_its_image_converter(settings, pho
             assert np.abs(stretched - theirs).max() > 100 * FLOAT32_NORMALISATION
 
 
+def _packed(path, budget, record, normalization):
+    """keras_vit's NaFlex input for the photo at `path` under `budget` tokens: the runners'
+    decode, then naflex_inputs.packed_image with the model's record."""
+    import tensorflow as tf
+
+    from keras_vit.preprocessing import decode_image
+    from keras_vit.runtime.naflex_inputs import packed_image
+
+    with open(path, "rb") as f:
+        image = decode_image(tf.constant(f.read()), 3)
+    packed = packed_image(image, 16, budget, lambda x: normalize_pixels(x, normalization),
+                          record)
+    return {key: np.asarray(value) for key, value in packed.items()}
+
+
+NAFLEX_BUDGETS = (64, 256)
+
+
+def test_a_timm_naflex_model_is_packed_as_timms_naflex_eval_transform(photos, tmp_path):
+    """timm's NaFlex eval transform (`create_transform(..., naflex=True)`: ResizeToSequence,
+    bicubic on the Pillow image, antialiased) against keras_vit's packing with the record read
+    from the config.json timm saves for naflexvit_base_patch16_siglip; one uint8 level, as
+    above."""
+    from tests.oracle import import_timm
+
+    timm = import_timm()
+    from timm.data import create_transform, resolve_data_config
+    from timm.models._hub import save_config_for_hf
+
+    from keras_vit.runtime.naflex_inputs import pack
+
+    model = timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, depth=1)
+    config_path = str(tmp_path / "config.json")
+    save_config_for_hf(model, config_path)
+    with open(config_path) as f:
+        pretrained = json.load(f)["pretrained_cfg"]
+    record = timm_preprocessing(config_path, pretrained)
+    assert (record.interpolation, record.antialias) == ("bicubic", True)
+    normalization = normalization_from(config_path, pretrained["mean"], pretrained["std"])
+    tolerance = LEVEL / min(normalization[1]) + FLOAT32_NORMALISATION
+    for budget in NAFLEX_BUDGETS:
+        transform = create_transform(**resolve_data_config(model=model), naflex=True,
+                                     patch_size=16, max_seq_len=budget)
+        for path in photos:
+            theirs = pack([transform(_pil(path)).permute(1, 2, 0).numpy()], 16, budget)
+            ours = _packed(path, budget, record, normalization)
+            np.testing.assert_array_equal(ours["grid"], theirs["grid"][0])
+            np.testing.assert_allclose(ours["patches"], theirs["patches"][0], rtol=0,
+                                       atol=tolerance)
+            # the check can fail: the bilinear packing keras_vit had before is far off
+            bilinear = _packed(path, budget, OFFICIAL_PREPROCESSING, normalization)
+            assert np.abs(bilinear["patches"] - theirs["patches"][0]).max() > 5 * tolerance
+
+
+def test_a_transformers_naflex_model_is_packed_as_its_image_processor(photos, tmp_path):
+    """transformers' Siglip2ImageProcessor (its grid for `max_num_patches`, Pillow's bilinear,
+    antialiased) as saved with google/siglip2-*-naflex, against keras_vit's packing with the
+    record read from that preprocessor_config.json: the same grid, patches within one level."""
+    from tests.oracle import import_timm
+
+    import_timm()
+    import transformers as t
+
+    import keras_vit
+
+    processor = t.Siglip2ImageProcessor()
+    processor.save_pretrained(tmp_path)
+    config_path = str(tmp_path / "preprocessor_config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    record = processor_preprocessing(config_path, config)
+    normalization = normalization_from(config_path, config["image_mean"], config["image_std"],
+                                       per_unit=255.0 * config["rescale_factor"])
+    tolerance = LEVEL / min(normalization[1]) + FLOAT32_NORMALISATION
+    for budget in NAFLEX_BUDGETS:
+        for path in photos:
+            theirs = processor(_pil(path), max_num_patches=budget, return_tensors="np")
+            ours = _packed(path, budget, record, normalization)
+            np.testing.assert_array_equal(ours["grid"], theirs["spatial_shapes"][0])
+            np.testing.assert_allclose(ours["patches"], theirs["pixel_values"][0], rtol=0,
+                                       atol=tolerance)
+            if budget == NAFLEX_BUDGETS[0]:  # both photos shrink: antialiasing shows
+                bilinear = _packed(path, budget, OFFICIAL_PREPROCESSING, normalization)
+                assert np.abs(bilinear["patches"] - theirs["pixel_values"][0]).max() > \
+                    5 * tolerance
+    # A folder of the model beside its processor: from_pretrained's model carries the record
+    # the runners pack with (keras_vit/runtime/runners.py).
+    from keras_vit.preprocessing_record import model_preprocessing
+    from tests.checkpoints.formats.test_naflex_transformers import _saved
+
+    _saved(tmp_path)
+    assert model_preprocessing(keras_vit.from_pretrained(str(tmp_path))) == record
+
+
 def test_a_file_value_keras_vit_cannot_compute_is_refused_in_one_line():
     from keras_vit.errors import CheckpointError
 

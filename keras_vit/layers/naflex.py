@@ -26,13 +26,17 @@ class NaFlexPatchEmbedding(keras.layers.Layer):
     The kernel is kept as a patch convolution's, `(P, P, C, D)` (the official
     `embedding/kernel`): a stride-P convolution and this Dense compute the same function,
     so one set of weights serves both, and the checkpoint layout is the plain ViT's.
+    `input_preprocessing`, as `PatchEncoder`'s, records how the weights' source resizes an
+    image (here: to its grid before packing); it changes nothing the layer computes.
     """
 
-    def __init__(self, width, patch_size, channels=3, **kwargs):
+    def __init__(self, width, patch_size, channels=3, input_preprocessing=None, **kwargs):
         super().__init__(**kwargs)
         self.width = positive_int(width, "width")
         self.patch_size = positive_int(patch_size, "patch_size")
         self.channels = positive_int(channels, "channels")
+        self.input_preprocessing = None if input_preprocessing is None else \
+            dict(input_preprocessing)
 
     def build(self, input_shape):
         p, c = self.patch_size, self.channels
@@ -52,7 +56,7 @@ class NaFlexPatchEmbedding(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "width": self.width, "patch_size": self.patch_size,
-                "channels": self.channels}
+                "channels": self.channels, "input_preprocessing": self.input_preprocessing}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

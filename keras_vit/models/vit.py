@@ -300,7 +300,7 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
                                 "(keras_vit.runtime.naflex_inputs), not images: build it without "
                                 "input_tensor and include_preprocessing.")
         return _build_naflex(variant, image_size, channels, head, dropout, attention_dropout,
-                             approximate_gelu, name, epsilon, drop_path_rate)
+                             approximate_gelu, name, epsilon, drop_path_rate, preprocessing)
     if input_tensor is None:
         shape = (None, None) if dynamic else image_size
         images = x = keras.Input((*shape, channels), name=names.IMAGES)
@@ -367,15 +367,18 @@ def _build(variant, image_size, channels, head, dropout, attention_dropout, appr
 
 
 def _build_naflex(variant, image_size, channels, head, dropout, attention_dropout,
-                  approximate_gelu, name, epsilon, drop_path_rate):
+                  approximate_gelu, name, epsilon, drop_path_rate, preprocessing):
     """SigLIP 2 NaFlex: {"patches" (batch, tokens, P * P * C), "grid" (batch, 2)} in
     (keras_vit/layers/naflex.py); padding tokens are masked in every block and the MAP head.
-    `image_size` sets the stored position grid, which each image's grid is resized from."""
+    `image_size` sets the stored position grid, which each image's grid is resized from;
+    `preprocessing` (recorded) the interpolation each image is packed with."""
     patches = keras.Input((None, variant.patch_size ** 2 * channels), name=names.PATCHES)
     grid = keras.Input((2,), dtype="int32", name=names.GRID)
     valid = PatchValidity(name=names.PATCH_VALID)(patches, grid)
+    recorded = None if preprocessing in (None, OFFICIAL_PREPROCESSING) else \
+        preprocessing.to_config()
     x = NaFlexPatchEmbedding(variant.width, variant.patch_size, channels,
-                             name=names.EMBEDDING)(patches)
+                             input_preprocessing=recorded, name=names.EMBEDDING)(patches)
     x = NaFlexPositionEmbedding(variant.token_grid(image_size),
                                 name=names.POSEMBED_INPUT)(x, grid)
     x = keras.layers.Dropout(dropout, name=names.EMBEDDING_DROPOUT)(x)

@@ -72,13 +72,15 @@ def pack(images, patch_size, max_tokens):
     return {PATCHES: patches, GRID: grid}
 
 
-def packed_image(image, patch_size, max_tokens, to_input):
+def packed_image(image, patch_size, max_tokens, to_input, preprocessing=None):
     """One decoded `(H, W, C)` image (a TensorFlow tensor, [0, 255]) -> {"patches" (max_tokens,
-    P * P * C), "grid" (2,)}: resized (keras_vit.preprocessing's bilinear) to its
-    `sequence_grid`, normalised by `to_input`, cut into patches, padded with zeros."""
+    P * P * C), "grid" (2,)}: resized whole to its `sequence_grid` in the interpolation of the
+    model's `preprocessing` record (its source's: timm's bicubic, transformers' bilinear, both
+    antialiased; keras_vit.preprocessing_record.stretch_to), or bilinear without antialiasing
+    where it has none; normalised by `to_input`, cut into patches, padded with zeros."""
     import tensorflow as tf
 
-    from keras_vit.preprocessing import resize_image
+    from keras_vit.preprocessing_record import OFFICIAL_PREPROCESSING, stretch_to
 
     shape = tf.shape(image)
     grid = tf.numpy_function(
@@ -86,7 +88,8 @@ def packed_image(image, patch_size, max_tokens, to_input):
         [shape[0], shape[1]], tf.int32, stateful=False)
     grid = tf.ensure_shape(grid, (2,))
     channels = image.shape[-1]
-    pixels = to_input(resize_image(image, (grid[0] * patch_size, grid[1] * patch_size)))
+    pixels = to_input(stretch_to(image, (grid[0] * patch_size, grid[1] * patch_size),
+                                 preprocessing or OFFICIAL_PREPROCESSING))
     patches = tf.reshape(pixels, (grid[0], patch_size, grid[1], patch_size, channels))
     patches = tf.reshape(tf.transpose(patches, (0, 2, 1, 3, 4)),
                          (-1, patch_size * patch_size * channels))

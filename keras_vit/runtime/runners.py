@@ -133,9 +133,11 @@ class KerasRunner:
             raise ArgumentError(f"resize={resize!r} applies to a model of one input size; a NaFlex "
                                 "model takes each image at its own aspect ratio (max_tokens).")
         self.resize = resize
-        # NaFlex packs each image at its own grid (naflex_inputs): no resize of record applies.
+        # NaFlex packs each image whole at its own grid (naflex_inputs), in the interpolation
+        # of the record; the record's size and crop do not apply.
         self.preprocessing = None if self.naflex is not None else \
             resized_preprocessing(model_preprocessing(model), resize)
+        self._packing = model_preprocessing(model) if self.naflex is not None else None
         if self.naflex is not None:
             patch, stored = self.naflex
             self.max_tokens = stored if max_tokens is None else positive_int(max_tokens, "max_tokens")
@@ -238,7 +240,7 @@ class KerasRunner:
         """A decoded image as a NaFlex model's inputs, normalised (naflex_inputs.packed_image)."""
         from keras_vit.runtime.naflex_inputs import packed_image
 
-        return packed_image(image, self.naflex[0], self.max_tokens, self.to_input)
+        return packed_image(image, self.naflex[0], self.max_tokens, self.to_input, self._packing)
 
     def _stacked(self, rows):
         from keras_vit.runtime.naflex_inputs import stack_packed

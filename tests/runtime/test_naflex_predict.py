@@ -63,6 +63,31 @@ def test_batched_predictions_equal_each_image_alone(naflex_model, tmp_path, budg
         np.testing.assert_allclose(probabilities, expected, rtol=0, atol=TOLERANCE)
 
 
+def test_images_are_packed_in_the_interpolation_of_the_models_record(naflex_model, tmp_path):
+    """A NaFlex model carrying timm's record (bicubic, antialiased: its Hub folders') packs
+    each image so: predict_images equals the model on naflex_inputs.packed_image with that
+    record, and differs from the bilinear packing of a model without one."""
+    from keras_vit.layer_names import EMBEDDING
+    from keras_vit.preprocessing_record import Preprocessing
+    from keras_vit.runtime.naflex_inputs import packed_image, stack_packed
+
+    record = Preprocessing("crop", "bicubic", True, 0.9)
+    path = _files(tmp_path)[1]  # 120 x 30: shrunk to its grid, where antialiasing shows
+    plain = next(keras_vit.predict_images(naflex_model, [path], max_tokens=16)).probabilities
+    naflex_model.get_layer(EMBEDDING).input_preprocessing = record.to_config()
+    try:
+        found = next(keras_vit.predict_images(naflex_model, [path], max_tokens=16)).probabilities
+    finally:
+        naflex_model.get_layer(EMBEDDING).input_preprocessing = None
+    image = tf.constant(np.asarray(Image.open(path)), tf.float32)
+    packed = stack_packed([{k: np.asarray(v) for k, v in packed_image(
+        image, 16, 16, preprocess_input, record).items()}])
+    logits = np.asarray(naflex_model(packed))[0]
+    expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    np.testing.assert_allclose(found, expected, rtol=0, atol=TOLERANCE)
+    assert np.abs(found - plain).max() > 1e-4
+
+
 def test_the_budget_changes_what_the_model_sees(naflex_model, tmp_path):
     path = _files(tmp_path)[0]
     small, large = (next(keras_vit.predict_images(naflex_model, [path], max_tokens=budget))
