@@ -180,13 +180,10 @@ def test_a_hub_repository_of_pytorch_model_bin_alone_is_fetched_and_read(
         tmp_path, monkeypatch, with_safetensors):
     """hf:// of a repository timm's save_for_hf wrote (pytorch_model.bin, no safetensors):
     the pickled file is fetched in a second snapshot, only because the first found no
-    safetensors, and read through the weights-only loader with its config.json. The Hub here
-    is a folder whose files huggingface_hub's own pattern filter hands out, each call into a
-    snapshot of its own."""
-    import shutil
-
-    huggingface_hub = pytest.importorskip("huggingface_hub")
-    from huggingface_hub.utils import filter_repo_objects
+    safetensors, and read through the weights-only loader with its config.json. The Hub is
+    tests/hub_server.py on 127.0.0.1: huggingface_hub's own snapshot_download and cache run."""
+    pytest.importorskip("huggingface_hub")
+    from tests.hub_server import COMMIT, hub_server, use_hub
 
     theirs, _ = _timm_tiny()
     from safetensors.torch import save_file
@@ -196,22 +193,14 @@ def test_a_hub_repository_of_pytorch_model_bin_alone_is_fetched_and_read(
     save_for_hf(theirs, str(remote), model_args=dict(depth=2, img_size=SIZE))
     if with_safetensors:
         save_file(theirs.state_dict(), str(remote / "model.safetensors"))
-    asked = []
-
-    def snapshot_download(repo, revision=None, allow_patterns=None):
-        asked.append(list(allow_patterns))
-        folder = tmp_path / f"snapshot{len(asked)}"
-        folder.mkdir()
-        for name in filter_repo_objects(sorted(p.name for p in remote.iterdir()),
-                                        allow_patterns=allow_patterns):
-            shutil.copyfile(remote / name, folder / name)
-        return str(folder)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
-    ours = keras_vit.ViT(TINY, weights="hf://someone/vit-tiny-bin", classes=5)
+    with hub_server({"someone/vit-tiny-bin": remote}) as hub:
+        use_hub(monkeypatch, hub.endpoint, tmp_path / "hf-cache")
+        ours = keras_vit.ViT(TINY, weights="hf://someone/vit-tiny-bin", classes=5)
     images = _images(2, (SIZE, SIZE))
     _assert_close(np.asarray(ours(images)), run_timm(theirs, images))
-    from keras_vit.checkpoints.cache import HUB_FILES, PICKLED_HUB_FILES
-
-    assert asked == ([HUB_FILES] if with_safetensors
-                     else [HUB_FILES, [*HUB_FILES, *PICKLED_HUB_FILES]])
+    fetched = sorted(request.rsplit("/", 1)[1] for request in hub.requests
+                     if request.startswith(f"GET /someone/vit-tiny-bin/resolve/{COMMIT}/"))
+    # Each file at most once (the second snapshot finds config.json in the cache), and the
+    # pickled file only where there is no safetensors.
+    assert fetched == (["config.json", "model.safetensors"] if with_safetensors
+                       else ["config.json", "pytorch_model.bin"]), hub.requests
