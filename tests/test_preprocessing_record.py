@@ -85,11 +85,14 @@ def _pil(path):
 
 
 # timm's pretrained configurations, one per family: crop_pct 0.9 and 0.95, DINOv2's 1.0 at
-# 518, SigLIP's "squash" (timm's stretch).
+# 518, SigLIP's "squash" (timm's stretch); DINOv3 at 256, EVA-02's 0.9, AIMv2 and PE at 1.0
+# (SigLIP 2 NaFlex: test_a_timm_naflex_model_is_packed_as_timms_naflex_eval_transform).
 TIMM_MODELS = ["vit_base_patch16_224.augreg2_in21k_ft_in1k", "deit_base_patch16_224.fb_in1k",
                "deit3_small_patch16_224.fb_in1k", "vit_small_patch14_dinov2.lvd142m",
                "vit_base_patch16_siglip_224.webli", "vit_so400m_patch14_siglip_378.webli_ft_in1k",
-               "vit_base_patch16_clip_224.openai", "flexivit_small.1200ep_in1k"]
+               "vit_base_patch16_clip_224.openai", "flexivit_small.1200ep_in1k",
+               "vit_small_patch16_dinov3.lvd1689m", "eva02_tiny_patch14_224.mim_in22k",
+               "aimv2_large_patch14_224.apple_pt", "vit_pe_core_tiny_patch16_384.fb"]
 
 
 @pytest.mark.parametrize("name", TIMM_MODELS)
