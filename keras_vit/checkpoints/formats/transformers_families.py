@@ -19,6 +19,8 @@ One row table per transformers model type, chosen by config.json's `model_type`:
     clip, siglip           CLIPModel, SiglipModel (two towers): the image tower, by its
                            vision_config, and CLIP's visual_projection as the head; the text
                            tower left
+    dinov3_vit             DINOv3ViTModel (RoPE, no position table; its gated MLP, S+ and H+,
+                           as the split SwiGLU: gate_proj the gate, up_proj the value)
 
 The config sets the numerics (hidden_act: "gelu" is erf, "gelu_pytorch_tanh" tanh,
 "quick_gelu" CLIP's; layer_norm_eps) and the architecture (`family_variant`: a row of
@@ -161,6 +163,25 @@ CLIP_ROWS = (
 )
 
 
+# DINOv3ViTModel: its blocks under layer (saved so), q/k/v/o projections (the key without a bias
+# where the family has none), LayerScale as lambda1, and a plain or gated MLP.
+_DINOV3 = "layer.{i}."
+_DINOV3_COMMON = (
+    *g.dense("embeddings.patch_embeddings", g.PATCH, CONV),
+    KeyRow("embeddings.cls_token", g.CLS),
+    KeyRow("embeddings.register_tokens", g.REGISTERS),
+    *g.attention(_DINOV3 + "attention.", ("q_proj", "k_proj", "v_proj", "o_proj")),
+    *g.norm(_DINOV3 + "norm1", g.NORM1), *g.norm(_DINOV3 + "norm2", g.NORM2),
+    KeyRow(_DINOV3 + "layer_scale1.lambda1", g.LAYER_SCALE1),
+    KeyRow(_DINOV3 + "layer_scale2.lambda1", g.LAYER_SCALE2),
+    *g.dense(_DINOV3 + "mlp.down_proj", g.MLP_OUT),
+    *g.norm("norm", g.ENCODER_NORM),
+)
+DINOV3_ROWS = (*_DINOV3_COMMON, *g.dense(_DINOV3 + "mlp.up_proj", g.MLP_IN))
+DINOV3_GATED_ROWS = (*_DINOV3_COMMON, *g.dense(_DINOV3 + "mlp.gate_proj", g.MLP_IN),
+                     *g.dense(_DINOV3 + "mlp.up_proj", g.MLP_VALUE))
+
+
 @dataclasses.dataclass(frozen=True)
 class FamilySource:
     """One transformers model type: its rows, the prefixes its wrappers add, the arrays
@@ -173,6 +194,7 @@ class FamilySource:
     # The model's interpolate_pos_encoding (layers/tokens.py POSITION_RESIZES): torch's
     # bicubic without antialiasing, but with it for DINOv2 with registers.
     position_resize: str = "torch_bicubic"
+    gated_rows: tuple = None  # the rows where the MLP is gated (its gate_proj saved)
 
 
 FAMILY_SOURCES = {
@@ -183,9 +205,11 @@ FAMILY_SOURCES = {
     "siglip_vision_model": FamilySource(SIGLIP_ROWS, "SigLIP", ("vision_model.",)),
     "clip_vision_model": FamilySource(CLIP_ROWS, "CLIP", ("vision_model.",)),
     "siglip2_vision_model": FamilySource(SIGLIP2_ROWS, "SigLIP2", ("vision_model.",)),
+    "dinov3_vit": FamilySource(DINOV3_ROWS, "DINOv3", ignored=("embeddings.mask_token",),
+                               gated_rows=DINOV3_GATED_ROWS),
 }
 
-_ACTIVATIONS = ("gelu", *TANH_GELU, "quick_gelu")
+_ACTIVATIONS = ("gelu", *TANH_GELU, "quick_gelu", "silu")
 
 
 # Dinov2ForImageClassification's classifier: a Linear on the class token beside the mean of
@@ -213,9 +237,10 @@ def family_to_official(model_type, sd, heads=None):
             continue
         if name not in source.ignored:
             stripped[name] = array
+    gated = source.gated_rows is not None and any(".mlp.gate_proj." in k for k in stripped)
     # DINOv2 with registers: the class token's position, added to it alone, folded in.
-    return fold_class_position(to_official(source.rows, stripped, heads,
-                                           unknown_prefix="transformers:"))
+    return fold_class_position(to_official(source.gated_rows if gated else source.rows,
+                                           stripped, heads, unknown_prefix="transformers:"))
 
 
 # Two-tower models (CLIPModel, SiglipModel): config.json's vision_config is the image tower's
@@ -245,7 +270,15 @@ _FIELDS = {
     "mlp_ratio": checks.number(0, checks.MAX_WIDTH), "use_swiglu_ffn": checks.flag,
     "num_register_tokens": checks.count(checks.MAX_WIDTH, low=0), "layerscale_value": checks.number(0, 1e3),
     "vision_use_head": checks.flag, "num_patches": checks.WIDTH,
+    "query_bias": checks.flag, "key_bias": checks.flag, "value_bias": checks.flag,
+    "proj_bias": checks.flag, "mlp_bias": checks.flag, "use_gated_mlp": checks.flag,
+    "rope_theta": checks.number(0, 1e9),
 }
+# DINOv3ViTConfig's settings keras_vit's DINOv3 computes one way only: (field, its value).
+_DINOV3_FIXED = (("rope_theta", 100.0), ("proj_bias", True), ("mlp_bias", True))
+# (query_bias, key_bias, value_bias) -> Variant.qkv_bias
+_DINOV3_QKV_BIASES = {(True, True, True): "qkv", (True, False, True): "qv",
+                      (False, False, False): "none"}
 _DEFAULTS = {"hidden_act": "gelu", "layer_norm_eps": 1e-12, "num_channels": 3}
 
 
@@ -269,11 +302,33 @@ def _read_config(source):
     if config["hidden_act"] not in _ACTIVATIONS:
         raise CheckpointError(f"{path}: hidden_act {config['hidden_act']!r} is none of the "
                               f"activations keras_vit computes ({', '.join(_ACTIVATIONS)}).")
+    if config["model_type"] == "dinov3_vit":
+        _check_dinov3(path, config)
     if config["model_type"].startswith("siglip") and config.get("vision_use_head") is False:
         raise CheckpointError(f"{path}: vision_use_head is false; keras_vit's SigLIP pools with "
                               "the MAP head, which this model does not have.")
     checks.check_architecture(path, family_variant(config), config["image_size"])
     return config
+
+
+def _check_dinov3(path, config):
+    """DINOv3ViTConfig's settings that keras_vit's DINOv3 computes one way, or refused."""
+    for field, value in _DINOV3_FIXED:
+        if config.get(field, value) != value:
+            raise CheckpointError(f"{path}: {field} {config[field]!r} is not DINOv3's {value!r}, "
+                                  "the only one keras_vit computes.")
+    if _dinov3_biases(config) not in _DINOV3_QKV_BIASES:
+        raise CheckpointError(f"{path}: query, key and value biases {_dinov3_biases(config)} are "
+                              "none of keras_vit's (all, query and value, or none).")
+    wanted = "silu" if config.get("use_gated_mlp") else "gelu"
+    if config["hidden_act"] != wanted:
+        raise CheckpointError(f"{path}: hidden_act {config['hidden_act']!r} with use_gated_mlp "
+                              f"{bool(config.get('use_gated_mlp'))} is not DINOv3's ({wanted}).")
+
+
+def _dinov3_biases(config):
+    return tuple(bool(config.get(f"{kind}_bias", default))
+                 for kind, default in (("query", True), ("key", False), ("value", True)))
 
 
 def family_variant(config):
@@ -290,13 +345,20 @@ def family_variant(config):
     base = {"deit": "DeiT-S/16-distilled", "dinov2": "DINOv2-S/14",
             "dinov2_with_registers": "DINOv2-S/14-reg4", "siglip_vision_model": "SigLIP-B/16",
             "clip_vision_model": "CLIP-B/16",
-            "siglip2_vision_model": "SigLIP2-B/16-naflex"}[model_type]
+            "siglip2_vision_model": "SigLIP2-B/16-naflex", "dinov3_vit": "DINOv3-S/16"}[model_type]
     fields = dict(width=width, depth=depth, mlp_dim=mlp_dim, heads=config["num_attention_heads"],
                   patch_size=config["patch_size"], image_size=config["image_size"])
     if model_type == "dinov2_with_registers":
         fields["register_tokens"] = config.get("num_register_tokens", 4)
     if swiglu:
         fields["feed_forward"] = "swiglu"
+    if model_type == "dinov3_vit":
+        fields.update(register_tokens=config.get("num_register_tokens", 0),
+                      qkv_bias=_DINOV3_QKV_BIASES[_dinov3_biases(config)],
+                      layer_norm_epsilon=config.get("layer_norm_eps", 1e-5),
+                      feed_forward="swiglu_split" if config.get("use_gated_mlp") else "mlp")
+        if config.get("use_gated_mlp"):  # keras_vit counts both halves: 2 x intermediate_size
+            fields["mlp_dim"] = 2 * config.get("intermediate_size", 4 * width)
     if model_type == "clip_vision_model":  # OpenCLIP's towers on the Hub say "gelu"
         fields["activation"] = "quick_gelu" if config["hidden_act"] == "quick_gelu" else "gelu"
     return match_or_name(dataclasses.replace(FAMILIES[base], **fields),
@@ -335,6 +397,6 @@ class FamilyReader(RowTableReader):
 FORMAT = CheckpointFormat(
     name="transformers_families",
     description="transformers save_pretrained folder of DeiT, DINOv2 (with registers), SigLIP, "
-                "SigLIP 2 NaFlex or CLIP vision models, or the image tower of CLIPModel and "
-                "SiglipModel (config.json model_type)",
+                "SigLIP 2 NaFlex, CLIP or DINOv3 vision models, or the image tower of CLIPModel "
+                "and SiglipModel (config.json model_type)",
     recognises=_recognises, open=FamilyReader, numerics=(False, 1e-6), pickled=True)
