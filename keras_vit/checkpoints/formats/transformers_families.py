@@ -21,6 +21,9 @@ One row table per transformers model type, chosen by config.json's `model_type`:
                            tower left
     dinov3_vit             DINOv3ViTModel (RoPE, no position table; its gated MLP, S+ and H+,
                            as the split SwiGLU: gate_proj the gate, up_proj the value)
+    aimv2_vision_model     Aimv2VisionModel (RMSNorm, the patch embedding's too; the SwiGLU;
+                           its attention-pooling `head`, which timm's AIMv2 does not have, is
+                           no keras_vit head: a load with a head is refused saying so)
 
 The config sets the numerics (hidden_act: "gelu" is erf, "gelu_pytorch_tanh" tanh,
 "quick_gelu" CLIP's; layer_norm_eps) and the architecture (`family_variant`: a row of
@@ -182,6 +185,21 @@ DINOV3_GATED_ROWS = (*_DINOV3_COMMON, *g.dense(_DINOV3 + "mlp.gate_proj", g.MLP_
                      *g.dense(_DINOV3 + "mlp.up_proj", g.MLP_VALUE))
 
 
+# Aimv2VisionModel: RMSNorms (weight only), bias-free attention and SwiGLU, a position table
+# of the patches (nn.Embedding: no batch axis).
+_AIMV2 = "encoder.layers.{i}."
+AIMV2_ROWS = (
+    *g.dense("embeddings.patch_embed", g.PATCH, CONV),
+    *g.norm("embeddings.rms_norm", g.EMBEDDING_NORM),
+    KeyRow("embeddings.position_embedding.weight", g.POSITIONS, ADD_BATCH_AXIS),
+    *g.attention(_AIMV2 + "attention.", ("q_proj", "k_proj", "v_proj", "out_proj")),
+    *g.norm(_AIMV2 + "rms_norm1", g.NORM1), *g.norm(_AIMV2 + "rms_norm2", g.NORM2),
+    *g.dense(_AIMV2 + "ffn.gate_proj", g.MLP_IN), *g.dense(_AIMV2 + "ffn.up_proj", g.MLP_VALUE),
+    *g.dense(_AIMV2 + "ffn.down_proj", g.MLP_OUT),
+    *g.norm("rms_norm", g.ENCODER_NORM),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class FamilySource:
     """One transformers model type: its rows, the prefixes its wrappers add, the arrays
@@ -207,6 +225,7 @@ FAMILY_SOURCES = {
     "siglip2_vision_model": FamilySource(SIGLIP2_ROWS, "SigLIP2", ("vision_model.",)),
     "dinov3_vit": FamilySource(DINOV3_ROWS, "DINOv3", ignored=("embeddings.mask_token",),
                                gated_rows=DINOV3_GATED_ROWS),
+    "aimv2_vision_model": FamilySource(AIMV2_ROWS, "AIMv2", ("vision_model.",)),
 }
 
 _ACTIVATIONS = ("gelu", *TANH_GELU, "quick_gelu", "silu")
@@ -221,6 +240,14 @@ DINOV2_HEAD_REFUSAL = (
     "the patch tokens (2 x hidden_size features), which keras_vit's heads do not compute; load "
     "its backbone with include_top=False (pooling=None gives every token, the classifier's "
     "input is their concatenation).")
+# Aimv2VisionModel's attention-pooling head (use_head): a learned query over the tokens' keys
+# and values, averaged over heads and projected, which timm's AIMv2 and keras_vit's row do not
+# have. Its trunk is read; a load with a head is refused.
+_AIMV2_HEAD = "head."
+AIMV2_HEAD_REFUSAL = (
+    "its attention-pooling head (Aimv2VisionModel's use_head) is not one keras_vit computes "
+    "(AIMv2's row, as timm's, averages the normed tokens); load its trunk with "
+    "include_top=False (pooling=None gives last_hidden_state).")
 # Dinov2WithRegisters with num_register_tokens 0 saves an empty register array: it is then
 # Dinov2's own layout (the position embedding covers the class token).
 _REGISTERS = "embeddings.register_tokens"
@@ -272,7 +299,8 @@ _FIELDS = {
     "vision_use_head": checks.flag, "num_patches": checks.WIDTH,
     "query_bias": checks.flag, "key_bias": checks.flag, "value_bias": checks.flag,
     "proj_bias": checks.flag, "mlp_bias": checks.flag, "use_gated_mlp": checks.flag,
-    "rope_theta": checks.number(0, 1e9),
+    "rope_theta": checks.number(0, 1e9), "rms_norm_eps": checks.epsilon,
+    "qkv_bias": checks.flag, "use_head": checks.flag, "is_native": checks.flag,
 }
 # DINOv3ViTConfig's settings keras_vit's DINOv3 computes one way only: (field, its value).
 _DINOV3_FIXED = (("rope_theta", 100.0), ("proj_bias", True), ("mlp_bias", True))
@@ -291,6 +319,8 @@ def _read_config(source):
         config = {**checks.check_object(path, config.get("vision_config") or {}),
                   "model_type": tower}
     config = {**_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+    if config.get("model_type") == "aimv2_vision_model":  # its norms are RMSNorms
+        config["layer_norm_eps"] = config.get("rms_norm_eps", 1e-5)
     patches, patch = config.get("num_patches"), config.get("patch_size")
     if "image_size" not in config and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
                                           for v in (patches, patch)):
@@ -304,6 +334,8 @@ def _read_config(source):
                               f"activations keras_vit computes ({', '.join(_ACTIVATIONS)}).")
     if config["model_type"] == "dinov3_vit":
         _check_dinov3(path, config)
+    if config["model_type"] == "aimv2_vision_model":
+        _check_aimv2(path, config)
     if config["model_type"].startswith("siglip") and config.get("vision_use_head") is False:
         raise CheckpointError(f"{path}: vision_use_head is false; keras_vit's SigLIP pools with "
                               "the MAP head, which this model does not have.")
@@ -326,6 +358,15 @@ def _check_dinov3(path, config):
                               f"{bool(config.get('use_gated_mlp'))} is not DINOv3's ({wanted}).")
 
 
+def _check_aimv2(path, config):
+    """Aimv2VisionConfig's settings that keras_vit's AIMv2 computes one way, or refused."""
+    for field, value in (("is_native", False), ("qkv_bias", False), ("mlp_bias", False),
+                         ("hidden_act", "silu")):
+        if config.get(field, value) != value:
+            raise CheckpointError(f"{path}: {field} {config[field]!r} is not AIMv2's {value!r}, "
+                                  "the only one keras_vit computes.")
+
+
 def _dinov3_biases(config):
     return tuple(bool(config.get(f"{kind}_bias", default))
                  for kind, default in (("query", True), ("key", False), ("value", True)))
@@ -345,7 +386,8 @@ def family_variant(config):
     base = {"deit": "DeiT-S/16-distilled", "dinov2": "DINOv2-S/14",
             "dinov2_with_registers": "DINOv2-S/14-reg4", "siglip_vision_model": "SigLIP-B/16",
             "clip_vision_model": "CLIP-B/16",
-            "siglip2_vision_model": "SigLIP2-B/16-naflex", "dinov3_vit": "DINOv3-S/16"}[model_type]
+            "siglip2_vision_model": "SigLIP2-B/16-naflex", "dinov3_vit": "DINOv3-S/16",
+            "aimv2_vision_model": "AIMv2-L/14"}[model_type]
     fields = dict(width=width, depth=depth, mlp_dim=mlp_dim, heads=config["num_attention_heads"],
                   patch_size=config["patch_size"], image_size=config["image_size"])
     if model_type == "dinov2_with_registers":
@@ -359,6 +401,9 @@ def family_variant(config):
                       feed_forward="swiglu_split" if config.get("use_gated_mlp") else "mlp")
         if config.get("use_gated_mlp"):  # keras_vit counts both halves: 2 x intermediate_size
             fields["mlp_dim"] = 2 * config.get("intermediate_size", 4 * width)
+    if model_type == "aimv2_vision_model":  # the SwiGLU's two halves, the RMSNorms' epsilon
+        fields.update(mlp_dim=2 * config.get("intermediate_size", 2816),
+                      layer_norm_epsilon=config.get("rms_norm_eps", 1e-5))
     if model_type == "clip_vision_model":  # OpenCLIP's towers on the Hub say "gelu"
         fields["activation"] = "quick_gelu" if config["hidden_act"] == "quick_gelu" else "gelu"
     return match_or_name(dataclasses.replace(FAMILIES[base], **fields),
@@ -384,6 +429,10 @@ class FamilyReader(RowTableReader):
         if config["model_type"].startswith("dinov2") and set(_DINOV2_CLASSIFIER) & set(names):
             self._head_refusal = DINOV2_HEAD_REFUSAL
             names = [n for n in names if n not in _DINOV2_CLASSIFIER]
+        if config["model_type"] == "aimv2_vision_model" and any(
+                n.startswith(_AIMV2_HEAD) for n in names):
+            self._head_refusal = AIMV2_HEAD_REFUSAL
+            names = [n for n in names if not n.startswith(_AIMV2_HEAD)]
         super().__init__(source, found, weights,
                          lambda sd, heads: family_to_official(config["model_type"], sd, heads),
                          names=names)
@@ -397,6 +446,6 @@ class FamilyReader(RowTableReader):
 FORMAT = CheckpointFormat(
     name="transformers_families",
     description="transformers save_pretrained folder of DeiT, DINOv2 (with registers), SigLIP, "
-                "SigLIP 2 NaFlex, CLIP or DINOv3 vision models, or the image tower of CLIPModel "
+                "SigLIP 2 NaFlex, CLIP, DINOv3 or AIMv2 vision models, or the image tower of CLIPModel "
                 "and SiglipModel (config.json model_type)",
     recognises=_recognises, open=FamilyReader, numerics=(False, 1e-6), pickled=True)
