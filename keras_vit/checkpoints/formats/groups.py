@@ -16,6 +16,7 @@ from keras_vit.checkpoints.formats.rows import (
     HEADS_BIAS,
     HEADS_IN,
     HEADS_OUT,
+    KERAS_HEADS_IN,
     LINEAR,
     KeyRow,
     bias_free,
@@ -135,7 +136,7 @@ KERAS_NORM = ("/gamma", "/beta")
 def dense(source, keys, transform=LINEAR, suffixes=TORCH, read_only=False):
     """The two rows of one dense layer stored under `source`: the kernel through `transform`,
     the bias as stored (split into heads where the kernel is)."""
-    bias = HEADS_BIAS if transform is HEADS_IN else COPY
+    bias = HEADS_BIAS if transform in (HEADS_IN, KERAS_HEADS_IN) else COPY
     return (KeyRow(source + suffixes[0], keys[0], transform, read_only),
             KeyRow(source + suffixes[1], keys[1], bias, read_only))
 

@@ -8,6 +8,8 @@ keras-hub class, chosen by config.json's `class_name` (and `registered_name`):
                           free) as the head, so the features are CLIP's image embedding
     DINOV2Backbone        DINOv2, with or without registers, MLP or SwiGLU (erf GELU and
                           LayerNorm epsilon 1e-6 fixed)
+    DINOV3Backbone        DINOv3 (RoPE, no position table), its MLP plain (erf GELU) or gated
+                          (SiLU: the split SwiGLU), query/key/value biases as its config says
 
 A preset's Keras weights are read by keras-hub itself (only it knows how its layers nest),
 then renamed by path through the class's rows; a two-tower backbone's text tower is left.
@@ -44,6 +46,8 @@ from keras_vit.checkpoints.formats.keras_hub_presets import (
 from keras_vit.checkpoints.formats.rows import (
     ADD_BATCH_AXIS,
     COPY,
+    KERAS_HEADS_IN,
+    KERAS_HEADS_OUT,
     TOKEN_VECTOR,
     KeyRow,
     bias_free,
@@ -135,6 +139,26 @@ DINOV2_ROWS = (
 # from `position_embeddings` at build time (keras_vit resizes that one as keras-hub does).
 _DINOV2_LEFT = ("embeddings/mask_token", "embeddings/interpolated_position_embeddings")
 
+# keras-hub's DINOv3 (DINOV3Backbone), by variable path: Dense q/k/v/o projections (the key's
+# bias absent where the config has none), a plain (up, down) or gated (gate, up, down) MLP.
+_DINOV3_BLOCK = "encoder/layers_{i}"
+_DINOV3_COMMON = (
+    *_keras_dense("embeddings/patch_embeddings/projection", g.PATCH),
+    KeyRow("embeddings/cls_token", g.CLS),
+    KeyRow("embeddings/register_tokens", g.REGISTERS),
+    *_keras_norm(f"{_DINOV3_BLOCK}/norm1", g.NORM1),
+    *g.attention(f"{_DINOV3_BLOCK}/attention/", ("q_proj", "k_proj", "v_proj", "o_proj"),
+                 transforms=(KERAS_HEADS_IN, KERAS_HEADS_OUT), suffixes=g.KERAS),
+    KeyRow(f"{_DINOV3_BLOCK}/layer_scale1/lambda1", g.LAYER_SCALE1),
+    *_keras_norm(f"{_DINOV3_BLOCK}/norm2", g.NORM2),
+    *_keras_dense(f"{_DINOV3_BLOCK}/mlp/down_proj", g.MLP_OUT),
+    KeyRow(f"{_DINOV3_BLOCK}/layer_scale2/lambda1", g.LAYER_SCALE2),
+    *_keras_norm("layernorm", g.ENCODER_NORM),
+)
+DINOV3_ROWS = (*_DINOV3_COMMON, *_keras_dense(f"{_DINOV3_BLOCK}/mlp/up_proj", g.MLP_IN))
+DINOV3_GATED_ROWS = (*_DINOV3_COMMON, *_keras_dense(f"{_DINOV3_BLOCK}/mlp/gate_proj", g.MLP_IN),
+                     *_keras_dense(f"{_DINOV3_BLOCK}/mlp/up_proj", g.MLP_VALUE))
+
 # The numbers read from an image tower's config, checked before keras-hub builds anything.
 _FIELDS = {
     "patch_size": checks.PIXELS, "hidden_dim": checks.WIDTH,
@@ -146,7 +170,14 @@ _FIELDS = {
     "num_register_tokens": checks.count(checks.MAX_WIDTH, low=0), "use_swiglu_ffn": checks.flag,
     "position_embedding_shape": checks.counts(checks.MAX_PIXELS, 3, least=2),
     "antialias_in_interpolation": checks.flag,
+    # DINOv3's
+    "use_gated_mlp": checks.flag, "use_query_bias": checks.flag, "use_key_bias": checks.flag,
+    "use_value_bias": checks.flag, "use_proj_bias": checks.flag, "use_mlp_bias": checks.flag,
+    "rope_theta": checks.number(0, 1e9),
 }
+# keras-hub's DINOv3 spells two shared fields its own way: (its name, the shared one).
+_DINOV3_RENAMES = (("hidden_activation", "intermediate_activation"),
+                   ("layer_norm_eps", "layer_norm_epsilon"))
 _REQUIRED = ("patch_size", "hidden_dim", "num_layers", "num_heads", "intermediate_dim",
              "image_shape")
 
@@ -181,6 +212,11 @@ class PresetFamily:
     # (config -> the image size keras-hub builds the model at, where it is not the position
     # embedding's); None: the position embedding's.
     image_size: Callable = lambda config: None
+    renames: tuple = ()  # (the class's config field, the shared name it is read as)
+    # (path, checked config) -> None, or a one-line CheckpointError for a setting the class
+    # can take and keras_vit's row does not compute
+    check: Callable = lambda path, config: None
+    gated_rows: tuple = None  # the rows where the MLP is gated (a gate_proj is stored)
 
 
 _SIGLIP = PresetFamily(SIGLIP_ROWS, "SigLIP-B/16",
@@ -216,6 +252,44 @@ _DINOV2 = PresetFamily(
     position_resize=lambda config: ("keras_bicubic_antialias"
                                     if config.get("antialias_in_interpolation") else
                                     "keras_bicubic"))
+# (use_query_bias, use_key_bias, use_value_bias) -> Variant.qkv_bias
+_DINOV3_QKV_BIASES = {(True, True, True): "qkv", (True, False, True): "qv",
+                      (False, False, False): "none"}
+
+
+def _dinov3_biases(config):
+    return tuple(bool(config.get(f"use_{kind}_bias", True)) for kind in ("query", "key", "value"))
+
+
+def _dinov3_check(path, config):
+    for field, value in (("rope_theta", 100.0), ("use_proj_bias", True), ("use_mlp_bias", True)):
+        if config.get(field, value) != value:
+            raise CheckpointError(f"{path}: {field} {config[field]!r} is not DINOv3's {value!r}, "
+                                  "the only one keras_vit computes.")
+    if _dinov3_biases(config) not in _DINOV3_QKV_BIASES:
+        raise CheckpointError(f"{path}: query, key and value biases {_dinov3_biases(config)} are "
+                              "none of keras_vit's (all, query and value, or none).")
+    wanted = "silu" if config.get("use_gated_mlp") else "gelu"
+    if config.get("intermediate_activation", "gelu") != wanted:
+        raise CheckpointError(f"{path}: hidden_activation {config['intermediate_activation']!r} "
+                              f"with use_gated_mlp {bool(config.get('use_gated_mlp'))} is not "
+                              f"DINOv3's ({wanted}).")
+
+
+def _dinov3_fields(config):
+    gated = bool(config.get("use_gated_mlp"))
+    return dict(mlp_dim=(2 if gated else 1) * config["intermediate_dim"],
+                register_tokens=config.get("num_register_tokens", 4),
+                qkv_bias=_DINOV3_QKV_BIASES[_dinov3_biases(config)],
+                layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-5),
+                feed_forward="swiglu_split" if gated else "mlp")
+
+
+_DINOV3 = PresetFamily(
+    DINOV3_ROWS, "DINOv3-S/16", activations=(("gelu", ("gelu", False)), ("silu", ("gelu", False))),
+    default_activation="gelu", default_epsilon=1e-5, fields=_dinov3_fields,
+    left=("embeddings/mask_token",), renames=_DINOV3_RENAMES, check=_dinov3_check,
+    gated_rows=DINOV3_GATED_ROWS)
 PRESET_FAMILIES = {
     "SigLIPVisionEncoder": _SIGLIP,
     "SigLIPBackbone": dataclasses.replace(_SIGLIP, tower="vision_encoder"),
@@ -224,6 +298,7 @@ PRESET_FAMILIES = {
         _CLIP, tower="vision_encoder",
         backbone_attributes=(("vision_projection.kernel", "vision_projection/kernel"),)),
     "DINOV2Backbone": _DINOV2,
+    "DINOV3Backbone": _DINOV3,
 }
 
 
@@ -249,12 +324,14 @@ def _tower_config(path, config, family):
     if family.tower is not None:
         tower = checks.check_object(f'{path} (its "{family.tower}")', config.get(family.tower))
         config = checks.check_object(f'{path} (its "{family.tower}" config)', tower.get("config"))
+    config = {**config, **{shared: config[own] for own, shared in family.renames if own in config}}
     config = checks.check_fields(path, config, _FIELDS, required=_REQUIRED)
     activation = config.get("intermediate_activation", family.default_activation)
     if activation not in dict(family.activations):
         known = ", ".join(a for a, _ in family.activations)
         raise CheckpointError(f"{path}: intermediate_activation {activation!r} is none of the "
                               f"activations keras_vit computes here ({known}).")
+    family.check(path, config)
     return config
 
 
@@ -287,12 +364,15 @@ def _root(path, roots, prefix):
     return path
 
 
-def preset_family_to_official(family, arrays, prefix=""):
+def preset_family_to_official(family, arrays, prefix="", heads=None):
     """{keras-hub variable path: array} of an image tower (whose layer names start with
-    `prefix`) -> official-key arrays; a path no row takes passes through ("keras_hub:" + path)
-    for the strict loader to name."""
+    `prefix`) -> official-key arrays, Dense attention kernels split into `heads`; a path no
+    row takes passes through ("keras_hub:" + path) for the strict loader to name."""
+    rows = family.rows
+    if family.gated_rows is not None and any("/mlp/gate_proj/" in p for p in arrays):
+        rows = family.gated_rows
     roots = {re.escape(row.source.split("/", 1)[0]).replace(re.escape("{i}"), r"\d+")
-             for row in family.rows}
+             for row in rows}
     named = {_root(p, roots, prefix): a for p, a in arrays.items()}
     for path in family.left:
         named.pop(path, None)
@@ -301,7 +381,7 @@ def preset_family_to_official(family, arrays, prefix=""):
         # keras-hub looks each token's position up by these stored indices (its converted
         # presets hold 0, 1, 2, ...; a freshly built CLIP holds zeros): the model's table.
         named[_POSITIONS] = named[_POSITIONS][np.asarray(ids).reshape(-1)]
-    return family.finish(to_official(family.rows, named, unknown_prefix="keras_hub:"))
+    return family.finish(to_official(rows, named, heads, unknown_prefix="keras_hub:"))
 
 
 def _by_attribute(model, attributes):
@@ -315,7 +395,7 @@ def _by_attribute(model, attributes):
     return found
 
 
-def _read(directory, family):
+def _read(directory, family, heads):
     keras_hub = import_keras_hub(directory)
     model = keras_hub.models.Backbone.from_preset(directory)
     tower = getattr(model, family.tower) if family.tower else model
@@ -323,7 +403,7 @@ def _read(directory, family):
     arrays = {named.get(id(v), v.path): np.asarray(v.numpy()) for v in tower.weights}
     for variable_id, path in _by_attribute(model, family.backbone_attributes).items():
         arrays[path] = next(np.asarray(v.numpy()) for v in model.weights if id(v) == variable_id)
-    return preset_family_to_official(family, arrays, f"{tower.name}_")
+    return preset_family_to_official(family, arrays, f"{tower.name}_", heads)
 
 
 def _depth_config(preset, family):
@@ -341,7 +421,7 @@ def _open(source):
     variant = preset_family_variant(config, family)
     checks.check_architecture(path, variant, tuple(config["image_shape"][:2]))  # before keras-hub builds
     check_stored_shapes(directory, preset, lambda preset: _depth_config(preset, family))
-    arrays = _read(directory, family)
+    arrays = _read(directory, family, config["num_heads"])
     resize = family.position_resize(config)
     info = CheckpointInfo({k: a.shape for k, a in arrays.items()}, format=FORMAT.name,
                           image_size=family.image_size(config),
@@ -361,6 +441,6 @@ def _open(source):
 FORMAT = CheckpointFormat(
     name="keras_hub_families",
     description="keras-hub preset folder of a family's image tower (save_to_preset: "
-                "SigLIPVisionEncoder, SigLIPBackbone, CLIPVisionEncoder, CLIPBackbone or "
-                "DINOV2Backbone)",
+                "SigLIPVisionEncoder, SigLIPBackbone, CLIPVisionEncoder, CLIPBackbone, "
+                "DINOV2Backbone or DINOV3Backbone)",
     recognises=_recognises, open=_open, numerics=(True, 1e-6))

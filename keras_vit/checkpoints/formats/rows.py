@@ -22,7 +22,8 @@ from keras_vit.errors import ArgumentError
 
 __all__ = ["Transform", "KeyRow", "AttentionHeads", "heads_of", "to_official", "from_official",
            "COPY", "LINEAR", "CONV",
-           "HEADS_IN", "HEADS_BIAS", "HEADS_OUT", "FUSED_QKV", "FUSED_QKV_BIAS",
+           "HEADS_IN", "HEADS_BIAS", "HEADS_OUT", "KERAS_HEADS_IN", "KERAS_HEADS_OUT",
+           "FUSED_QKV", "FUSED_QKV_BIAS",
            "ADD_BATCH_AXIS", "FUSED_KV", "FUSED_KV_BIAS", "TOKEN_VECTOR", "bias_free",
            "renamed", "fold_class_position"]
 
@@ -106,6 +107,11 @@ HEADS_BIAS = Transform("heads_bias", lambda a, heads: split_heads(a, heads, axis
 # The output projection (D, D) <-> the official (heads, head_dim, D).
 HEADS_OUT = Transform("heads_out", lambda a, heads: split_heads(a.T, heads, axis=0),
                       lambda a: a.reshape(-1, a.shape[-1]).T)
+# The same two for a Keras Dense kernel (D, D), stored (in, out) (keras-hub's DINOv3).
+KERAS_HEADS_IN = Transform("keras_heads_in", lambda a, heads: split_heads(a, heads, axis=1),
+                           lambda a: a.reshape(a.shape[0], -1))
+KERAS_HEADS_OUT = Transform("keras_heads_out", lambda a, heads: split_heads(a, heads, axis=0),
+                            lambda a: a.reshape(-1, a.shape[-1]))
 # timm's fused qkv Linear (3D, D) <-> the official query, key and value kernels.
 FUSED_QKV = Transform(
     "fused_qkv", lambda a, heads: [HEADS_IN.forward(p, heads) for p in _fused_parts(a)],

@@ -206,18 +206,20 @@ def test_a_full_size_config_names_its_row(tmp_path):
 
 
 def test_a_preset_of_another_class_is_refused_in_one_line(tmp_path):
-    """A keras-hub class keras_vit has no rows for (DINOv3 here: its config as save_to_preset
+    """A keras-hub class keras_vit has no rows for (Swin here: its config as save_to_preset
     writes it, without weights, which are never read)."""
-    directory = tmp_path / "dinov3"
+    directory = tmp_path / "swin"
     directory.mkdir()
     (directory / "config.json").write_text(json.dumps({
-        "module": "keras_hub.src.models.dinov3.dinov3_backbone", "class_name": "DINOV3Backbone",
-        "config": {"patch_size": 16}, "registered_name": "keras_hub>DINOV3Backbone"}))
-    with pytest.raises(CheckpointError, match="DINOV3Backbone.*SigLIPVisionEncoder.*CLIPBackbone") \
+        "module": "keras_hub.src.models.swin_transformer.swin_transformer_backbone",
+        "class_name": "SwinTransformerBackbone", "config": {"patch_size": 4},
+        "registered_name": "keras_hub>SwinTransformerBackbone"}))
+    with pytest.raises(CheckpointError,
+                       match="SwinTransformerBackbone.*SigLIPVisionEncoder.*DINOV3Backbone") \
             as error:
         inspect_checkpoint(str(directory))
     assert "\n" not in str(error.value)
-    with pytest.raises(CheckpointError, match="DINOV3Backbone"):
+    with pytest.raises(CheckpointError, match="SwinTransformerBackbone"):
         keras_vit.from_pretrained(str(directory))
 
 
