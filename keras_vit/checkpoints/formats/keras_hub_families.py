@@ -35,7 +35,13 @@ from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import config_values as checks
 from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import ArraysReader, CheckpointFormat, CheckpointInfo
-from keras_vit.checkpoints.formats.config_variant import match_or_name, swiglu_mlp_dim
+from keras_vit.checkpoints.formats.config_variant import (
+    DinoV3Spelling,
+    check_dinov3,
+    dinov3_fields,
+    match_or_name,
+    swiglu_mlp_dim,
+)
 from keras_vit.checkpoints.formats.keras_hub_presets import (
     check_stored_shapes,
     import_keras_hub,
@@ -252,43 +258,23 @@ _DINOV2 = PresetFamily(
     position_resize=lambda config: ("keras_bicubic_antialias"
                                     if config.get("antialias_in_interpolation") else
                                     "keras_bicubic"))
-# (use_query_bias, use_key_bias, use_value_bias) -> Variant.qkv_bias
-_DINOV3_QKV_BIASES = {(True, True, True): "qkv", (True, False, True): "qv",
-                      (False, False, False): "none"}
-
-
-def _dinov3_biases(config):
-    return tuple(bool(config.get(f"use_{kind}_bias", True)) for kind in ("query", "key", "value"))
-
-
-def _dinov3_check(path, config):
-    for field, value in (("rope_theta", 100.0), ("use_proj_bias", True), ("use_mlp_bias", True)):
-        if config.get(field, value) != value:
-            raise CheckpointError(f"{path}: {field} {config[field]!r} is not DINOv3's {value!r}, "
-                                  "the only one keras_vit computes.")
-    if _dinov3_biases(config) not in _DINOV3_QKV_BIASES:
-        raise CheckpointError(f"{path}: query, key and value biases {_dinov3_biases(config)} are "
-                              "none of keras_vit's (all, query and value, or none).")
-    wanted = "silu" if config.get("use_gated_mlp") else "gelu"
-    if config.get("intermediate_activation", "gelu") != wanted:
-        raise CheckpointError(f"{path}: hidden_activation {config['intermediate_activation']!r} "
-                              f"with use_gated_mlp {bool(config.get('use_gated_mlp'))} is not "
-                              f"DINOv3's ({wanted}).")
+# How DINOV3Backbone names DINOv3's settings.
+_DINOV3_SPELLING = DinoV3Spelling(
+    biases=(("use_query_bias", True), ("use_key_bias", True), ("use_value_bias", True)),
+    proj_bias="use_proj_bias", mlp_bias="use_mlp_bias", activation="hidden_activation")
 
 
 def _dinov3_fields(config):
-    gated = bool(config.get("use_gated_mlp"))
-    return dict(mlp_dim=(2 if gated else 1) * config["intermediate_dim"],
-                register_tokens=config.get("num_register_tokens", 4),
-                qkv_bias=_DINOV3_QKV_BIASES[_dinov3_biases(config)],
+    return dict(register_tokens=config.get("num_register_tokens", 4),
                 layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-5),
-                feed_forward="swiglu_split" if gated else "mlp")
+                **dinov3_fields(config, _DINOV3_SPELLING, config["intermediate_dim"]))
 
 
 _DINOV3 = PresetFamily(
     DINOV3_ROWS, "DINOv3-S/16", activations=(("gelu", ("gelu", False)), ("silu", ("gelu", False))),
     default_activation="gelu", default_epsilon=1e-5, fields=_dinov3_fields,
-    left=("embeddings/mask_token",), renames=_DINOV3_RENAMES, check=_dinov3_check,
+    left=("embeddings/mask_token",), renames=_DINOV3_RENAMES,
+    check=lambda path, config: check_dinov3(path, config, _DINOV3_SPELLING),
     gated_rows=DINOV3_GATED_ROWS)
 PRESET_FAMILIES = {
     "SigLIPVisionEncoder": _SIGLIP,

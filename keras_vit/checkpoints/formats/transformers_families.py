@@ -45,7 +45,13 @@ from keras_vit.checkpoints.errors import CheckpointError
 from keras_vit.checkpoints.formats import config_values as checks
 from keras_vit.checkpoints.formats import groups as g
 from keras_vit.checkpoints.formats.base import CheckpointFormat, RowTableReader
-from keras_vit.checkpoints.formats.config_variant import match_or_name, swiglu_mlp_dim
+from keras_vit.checkpoints.formats.config_variant import (
+    DinoV3Spelling,
+    check_dinov3,
+    dinov3_fields,
+    match_or_name,
+    swiglu_mlp_dim,
+)
 from keras_vit.checkpoints.formats.rows import (
     ADD_BATCH_AXIS,
     CONV,
@@ -302,11 +308,10 @@ _FIELDS = {
     "rope_theta": checks.number(0, 1e9), "rms_norm_eps": checks.epsilon,
     "qkv_bias": checks.flag, "use_head": checks.flag, "is_native": checks.flag,
 }
-# DINOv3ViTConfig's settings keras_vit's DINOv3 computes one way only: (field, its value).
-_DINOV3_FIXED = (("rope_theta", 100.0), ("proj_bias", True), ("mlp_bias", True))
-# (query_bias, key_bias, value_bias) -> Variant.qkv_bias
-_DINOV3_QKV_BIASES = {(True, True, True): "qkv", (True, False, True): "qv",
-                      (False, False, False): "none"}
+# How DINOv3ViTConfig names DINOv3's settings.
+_DINOV3_SPELLING = DinoV3Spelling(
+    biases=(("query_bias", True), ("key_bias", False), ("value_bias", True)),
+    proj_bias="proj_bias", mlp_bias="mlp_bias", activation="hidden_act")
 _DEFAULTS = {"hidden_act": "gelu", "layer_norm_eps": 1e-12, "num_channels": 3}
 
 
@@ -333,7 +338,7 @@ def _read_config(source):
         raise CheckpointError(f"{path}: hidden_act {config['hidden_act']!r} is none of the "
                               f"activations keras_vit computes ({', '.join(_ACTIVATIONS)}).")
     if config["model_type"] == "dinov3_vit":
-        _check_dinov3(path, config)
+        check_dinov3(path, config, _DINOV3_SPELLING)
     if config["model_type"] == "aimv2_vision_model":
         _check_aimv2(path, config)
     if config["model_type"].startswith("siglip") and config.get("vision_use_head") is False:
@@ -343,21 +348,6 @@ def _read_config(source):
     return config
 
 
-def _check_dinov3(path, config):
-    """DINOv3ViTConfig's settings that keras_vit's DINOv3 computes one way, or refused."""
-    for field, value in _DINOV3_FIXED:
-        if config.get(field, value) != value:
-            raise CheckpointError(f"{path}: {field} {config[field]!r} is not DINOv3's {value!r}, "
-                                  "the only one keras_vit computes.")
-    if _dinov3_biases(config) not in _DINOV3_QKV_BIASES:
-        raise CheckpointError(f"{path}: query, key and value biases {_dinov3_biases(config)} are "
-                              "none of keras_vit's (all, query and value, or none).")
-    wanted = "silu" if config.get("use_gated_mlp") else "gelu"
-    if config["hidden_act"] != wanted:
-        raise CheckpointError(f"{path}: hidden_act {config['hidden_act']!r} with use_gated_mlp "
-                              f"{bool(config.get('use_gated_mlp'))} is not DINOv3's ({wanted}).")
-
-
 def _check_aimv2(path, config):
     """Aimv2VisionConfig's settings that keras_vit's AIMv2 computes one way, or refused."""
     for field, value in (("is_native", False), ("qkv_bias", False), ("mlp_bias", False),
@@ -365,11 +355,6 @@ def _check_aimv2(path, config):
         if config.get(field, value) != value:
             raise CheckpointError(f"{path}: {field} {config[field]!r} is not AIMv2's {value!r}, "
                                   "the only one keras_vit computes.")
-
-
-def _dinov3_biases(config):
-    return tuple(bool(config.get(f"{kind}_bias", default))
-                 for kind, default in (("query", True), ("key", False), ("value", True)))
 
 
 def family_variant(config):
@@ -396,11 +381,8 @@ def family_variant(config):
         fields["feed_forward"] = "swiglu"
     if model_type == "dinov3_vit":
         fields.update(register_tokens=config.get("num_register_tokens", 0),
-                      qkv_bias=_DINOV3_QKV_BIASES[_dinov3_biases(config)],
                       layer_norm_epsilon=config.get("layer_norm_eps", 1e-5),
-                      feed_forward="swiglu_split" if config.get("use_gated_mlp") else "mlp")
-        if config.get("use_gated_mlp"):  # keras_vit counts both halves: 2 x intermediate_size
-            fields["mlp_dim"] = 2 * config.get("intermediate_size", 4 * width)
+                      **dinov3_fields(config, _DINOV3_SPELLING, mlp_dim))
     if model_type == "aimv2_vision_model":  # the SwiGLU's two halves, the RMSNorms' epsilon
         fields.update(mlp_dim=2 * config.get("intermediate_size", 2816),
                       layer_norm_epsilon=config.get("rms_norm_eps", 1e-5))
