@@ -105,7 +105,7 @@ BIG_MEMORY_BYTES = 10**9
 # as it starts); above it, the test fails naming the mark. A worker keeps the most it has held:
 # ViT-L/16 built, run and deleted leaves its process 1.3 GB larger with no Keras model alive,
 # and neither gc, keras.backend.clear_session nor malloc_trim returns more than 0.1 GB. So a
-# big_memory test also runs in a fresh process of its own (BigMemoryInOwnProcess), which
+# big_memory test also runs in a fresh process of its own (`_in_own_process`), which
 # gives all it held back as it exits, and this bound keeps the workers' own peaks.
 TEST_MEMORY_BYTES = 4 * 2**30
 
@@ -126,27 +126,11 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
-class BigMemoryInOwnProcess:
-    """Under pytest-xdist, runs a big_memory test as `python -m pytest NODEID -n 0` in a
-    fresh process (inside the locks above) and reports its outcome as the worker's own:
-    passed, skipped with its reason, or failed with the end of its output."""
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_protocol(self, item, nextitem):
-        if item.get_closest_marker("big_memory") is None:
-            return None
-        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        outcome = _run_in_own_process(item)
-        for when, call in (("setup", lambda: None), ("call", outcome), ("teardown", lambda: None)):
-            report = item.ihook.pytest_runtest_makereport(
-                item=item, call=pytest.CallInfo.from_call(call, when=when))
-            item.ihook.pytest_runtest_logreport(report=report)
-        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-        return True
-
-
-def _run_in_own_process(item):
-    """A function that does what the test did in its own process: returns, skips or fails."""
+def _in_own_process(item):
+    """A big_memory test's call under pytest-xdist (its `runtest`): `python -m pytest NODEID -n
+    0` in a fresh process, inside the locks above, then what the test did there: returns,
+    skips with its reason, or fails with the end of its output. Its setup and teardown run
+    here as any test's (a big_memory test takes parameters and tmp_path, nothing heavy)."""
     import xml.etree.ElementTree as ElementTree
 
     # Not a worker of this run: the child must not wait on the locks this worker holds.
@@ -164,12 +148,10 @@ def _run_in_own_process(item):
                 if child.tag in ("failure", "error", "skipped")}
     if result.returncode == 0 and len(cases) == 1 and set(verdicts) <= {"skipped"}:
         if "skipped" in verdicts:
-            reason = verdicts["skipped"].get("message", "skipped in its own process")
-            return lambda: pytest.skip(reason)
-        return lambda: None
-    return lambda: pytest.fail(f"in its own process (exit status {result.returncode}, "
-                               f"{len(cases)} test(s) run):\n{result.stdout[-6000:]}",
-                               pytrace=False)
+            pytest.skip(verdicts["skipped"].get("message", "skipped in its own process"))
+        return
+    pytest.fail(f"in its own process (exit status {result.returncode}, {len(cases)} test(s) "
+                f"run):\n{result.stdout[-6000:]}", pytrace=False)
 
 
 # Where a worker's memory stays: TensorFlow's oneDNN build pools every tensor over 4 kB in its
@@ -184,9 +166,8 @@ LOW_RETENTION_ENV = {"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "1", "MALLOC_MMAP_THRESHO
 
 
 def pytest_configure(config):
-    if hasattr(config, "workerinput"):  # a pytest-xdist worker
-        config.pluginmanager.register(BigMemoryInOwnProcess(), "big_memory_in_own_process")
-    elif "slow" in (config.getoption("markexpr") or "").replace("not slow", ""):
+    if not hasattr(config, "workerinput") and \
+            "slow" in (config.getoption("markexpr") or "").replace("not slow", ""):
         for key, value in LOW_RETENTION_ENV.items():  # read as the workers start
             os.environ.setdefault(key, value)
 
@@ -212,6 +193,7 @@ def _memory_within_bound(request):
                     "may without @pytest.mark.big_memory (tests/conftest.py).")
 
 
+@pytest.hookimpl(trylast=True)  # after -m has deselected: the selected items alone
 def pytest_collection_modifyitems(config, items):
     renamed = [name for name in LONGEST_MODULES
                if not os.path.exists(os.path.join(ROOT, "tests", name))]
@@ -219,8 +201,17 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"tests/conftest.py LONGEST_MODULES names no such file: {renamed}")
     rank = {name: position for position, name in enumerate(LONGEST_MODULES)}
     tests = os.path.join(ROOT, "tests")
-    # stable: the modules not listed keep file order, after those listed
-    items.sort(key=lambda item: rank.get(os.path.relpath(item.path, tests), len(rank)))
+    # The modules of the big_memory tests first, while the workers are small (each keeps some
+    # of what its tests held; the slow pass's last big_memory process was killed beside
+    # workers of 7.5 and 5.7 GB); then stable: the modules not listed keep file order, after
+    # those listed.
+    big = {item.path for item in items if item.get_closest_marker("big_memory")}
+    items.sort(key=lambda item: (item.path not in big,
+                                 rank.get(os.path.relpath(item.path, tests), len(rank))))
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker
+        for item in items:
+            if item.path in big and item.get_closest_marker("big_memory"):
+                item.runtest = lambda item=item: _in_own_process(item)
 
 
 def run_python(args, timeout, env=None, **kwargs):

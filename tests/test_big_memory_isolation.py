@@ -12,6 +12,13 @@ CASES = '''
 import os
 import pytest
 
+@pytest.fixture(scope="module")
+def shared():
+    return "module"
+
+def test_ordinary_before(shared):
+    assert shared == "module"
+
 @pytest.mark.big_memory
 def test_big_runs_outside_the_worker():
     assert "PYTEST_XDIST_WORKER" not in os.environ
@@ -24,7 +31,7 @@ def test_big_skips():
 def test_big_fails():
     assert 1 == 2, "failed inside"
 
-def test_ordinary_runs_in_the_worker():
+def test_ordinary_runs_in_the_worker(shared):
     assert "PYTEST_XDIST_WORKER" in os.environ
 '''
 
@@ -33,13 +40,18 @@ def test_a_big_memory_test_runs_and_reports_from_a_process_of_its_own(tmp_path):
     (tmp_path / "test_cases.py").write_text(CASES)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    big_memory: test\n")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "-p", "tests.conftest", "-rA",
+        # loadscope: one worker runs the module in order, its module fixture set up before
+        # the big_memory tests and used after them
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadscope", "-p",
+         "tests.conftest", "-rA",
          "-p", "no:cacheprovider", "test_cases.py"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True,
         timeout=300)
     lines = result.stdout.splitlines()
     assert "PASSED test_cases.py::test_big_runs_outside_the_worker" in lines, result.stdout
     assert "PASSED test_cases.py::test_ordinary_runs_in_the_worker" in lines, result.stdout
+    assert "PASSED test_cases.py::test_ordinary_before" in lines, result.stdout
+    assert not [line for line in lines if line.startswith("ERROR")], result.stdout
     assert any(line.startswith("SKIPPED") and "skipped inside" in line for line in lines)
     failed = [line for line in lines if line.startswith("FAILED")]
     assert failed == [line for line in failed if "test_big_fails" in line] and failed, lines
