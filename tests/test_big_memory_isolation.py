@@ -1,6 +1,6 @@
 """tests/conftest.py runs a big_memory test under pytest-xdist in a fresh process of its own
 and reports what it did there as the worker's own outcome: run here on a throw-away test file
-under two workers, with the conftest's hooks loaded as a plugin."""
+under one worker, with the conftest's hooks loaded as a plugin."""
 
 import os
 import subprocess
@@ -33,24 +33,35 @@ def test_big_fails():
 
 def test_ordinary_runs_in_the_worker(shared):
     assert "PYTEST_XDIST_WORKER" in os.environ
+
+@pytest.mark.big_memory
+def test_big_last_in_its_module():
+    pass
+'''
+# The module after it on the same worker: its setup finds the module before torn down.
+NEXT_MODULE = '''
+def test_the_next_module_sets_up():
+    pass
 '''
 
 
 def test_a_big_memory_test_runs_and_reports_from_a_process_of_its_own(tmp_path):
     (tmp_path / "test_cases.py").write_text(CASES)
+    (tmp_path / "test_next.py").write_text(NEXT_MODULE)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    big_memory: test\n")
     result = subprocess.run(
-        # loadscope: one worker runs the module in order, its module fixture set up before
-        # the big_memory tests and used after them
-        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadscope", "-p",
-         "tests.conftest", "-rA",
-         "-p", "no:cacheprovider", "test_cases.py"],
+        # one worker runs both modules in order: the module fixture set up before the
+        # big_memory tests and used after them, then the next module
+        [sys.executable, "-m", "pytest", "-n", "1", "-p", "tests.conftest", "-rA",
+         "-p", "no:cacheprovider", "test_cases.py", "test_next.py"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True,
         timeout=300)
     lines = result.stdout.splitlines()
     assert "PASSED test_cases.py::test_big_runs_outside_the_worker" in lines, result.stdout
     assert "PASSED test_cases.py::test_ordinary_runs_in_the_worker" in lines, result.stdout
     assert "PASSED test_cases.py::test_ordinary_before" in lines, result.stdout
+    assert "PASSED test_cases.py::test_big_last_in_its_module" in lines, result.stdout
+    assert "PASSED test_next.py::test_the_next_module_sets_up" in lines, result.stdout
     assert not [line for line in lines if line.startswith("ERROR")], result.stdout
     assert any(line.startswith("SKIPPED") and "skipped inside" in line for line in lines)
     failed = [line for line in lines if line.startswith("FAILED")]
