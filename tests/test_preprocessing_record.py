@@ -133,10 +133,13 @@ def _processors():
                                       do_convert_rgb=True, resample=3, **imagenet),
         "CLIP": t.CLIPImageProcessor(),  # shortest edge 224, centre 224, bicubic
         "SigLIP": t.SiglipImageProcessor(),  # 224 x 224, bicubic
+        "DINOv3": t.DINOv3ViTImageProcessor(),  # 224 x 224, bilinear, ImageNet mean/std
+        # (AIMv2's folders: whatever processor they save is read by the same function; not
+        # checked here against a processor of AIMv2's own)
     }
 
 
-@pytest.mark.parametrize("family", ["ViT", "DeiT", "DINOv2", "CLIP", "SigLIP"])
+@pytest.mark.parametrize("family", ["ViT", "DeiT", "DINOv2", "CLIP", "SigLIP", "DINOv3"])
 def test_transformers_image_processor(family, photos, tmp_path):
     from tests.oracle import import_timm
 
