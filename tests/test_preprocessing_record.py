@@ -139,19 +139,25 @@ def _processors():
     }
 
 
+def _saved_processor(processor, folder):
+    """(the preprocessor_config.json `processor` saves in `folder`, the record keras_vit reads
+    from it, its normalisation)."""
+    processor.save_pretrained(folder)
+    config_path = str(folder / "preprocessor_config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    normalization = normalization_from(config_path, config["image_mean"], config["image_std"],
+                                       per_unit=255.0 * config["rescale_factor"])
+    return config, processor_preprocessing(config_path, config), normalization
+
+
 @pytest.mark.parametrize("family", ["ViT", "DeiT", "DINOv2", "CLIP", "SigLIP", "DINOv3"])
 def test_transformers_image_processor(family, photos, tmp_path):
     from tests.oracle import import_timm
 
     import_timm()  # torchvision, which the processors resize with, imports on CPU torch
     processor = _processors()[family]
-    processor.save_pretrained(tmp_path)
-    config_path = str(tmp_path / "preprocessor_config.json")
-    with open(config_path) as f:
-        config = json.load(f)
-    record = processor_preprocessing(config_path, config)
-    normalization = normalization_from(config_path, config["image_mean"], config["image_std"],
-                                       per_unit=255.0 * config["rescale_factor"])
+    config, record, normalization = _saved_processor(processor, tmp_path)
     crop = config.get("crop_size") if config.get("do_center_crop") else config["size"]
     size = (crop["height"], crop["width"])
     for path in photos:
@@ -287,13 +293,7 @@ def test_a_transformers_naflex_model_is_packed_as_its_image_processor(photos, tm
     import keras_vit
 
     processor = t.Siglip2ImageProcessor()
-    processor.save_pretrained(tmp_path)
-    config_path = str(tmp_path / "preprocessor_config.json")
-    with open(config_path) as f:
-        config = json.load(f)
-    record = processor_preprocessing(config_path, config)
-    normalization = normalization_from(config_path, config["image_mean"], config["image_std"],
-                                       per_unit=255.0 * config["rescale_factor"])
+    config, record, normalization = _saved_processor(processor, tmp_path)
     tolerance = LEVEL / min(normalization[1]) + FLOAT32_NORMALISATION
     for budget in NAFLEX_BUDGETS:
         for path in photos:

@@ -14,21 +14,18 @@ import pytest
 
 import keras_vit
 from keras_vit.errors import CheckpointError
-from tests.checkpoints.formats.test_formats import _images, _randomise, _torch
-from tests.checkpoints.formats.test_transformers_families import _assert_close
+from tests.checkpoints.formats.test_formats import _images, _torch
+from tests.checkpoints.formats.test_transformers_families import (
+    _assert_close,
+    saved_by_transformers,
+)
 
 SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96,
              patch_size=14, image_size=56)
 
 
 def _saved(folder, **extra):
-    torch = _torch()
-    import transformers
-
-    model = transformers.Aimv2VisionModel(transformers.Aimv2VisionConfig(**{**SMALL, **extra}))
-    _randomise(model.eval(), torch)
-    model.save_pretrained(str(folder))
-    return model, torch
+    return saved_by_transformers(folder, "Aimv2VisionModel", "Aimv2VisionConfig", **{**SMALL, **extra})
 
 
 @pytest.mark.parametrize("use_head", [False, True])

@@ -14,8 +14,11 @@ import pytest
 
 import keras_vit
 from keras_vit.errors import CheckpointError
-from tests.checkpoints.formats.test_formats import _images, _randomise, _torch
-from tests.checkpoints.formats.test_transformers_families import _assert_close
+from tests.checkpoints.formats.test_formats import _images, _torch
+from tests.checkpoints.formats.test_transformers_families import (
+    _assert_close,
+    saved_by_transformers,
+)
 
 SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
              patch_size=16, image_size=64, num_register_tokens=4, layerscale_value=1e-5)
@@ -23,13 +26,7 @@ GATED = dict(use_gated_mlp=True, hidden_act="silu")
 
 
 def _saved(folder, **extra):
-    torch = _torch()
-    import transformers
-
-    model = transformers.DINOv3ViTModel(transformers.DINOv3ViTConfig(**{**SMALL, **extra}))
-    _randomise(model.eval(), torch)
-    model.save_pretrained(str(folder))
-    return model, torch
+    return saved_by_transformers(folder, "DINOv3ViTModel", "DINOv3ViTConfig", **{**SMALL, **extra})
 
 
 @pytest.mark.parametrize("extra", [{}, GATED, dict(query_bias=False, value_bias=False)],

@@ -36,16 +36,23 @@ def _assert_close(ours, theirs):
     assert relative <= RELATIVE_TOLERANCE, f"relative max difference {relative:.2e}"
 
 
-def _saved(tmp_path, model_class, config_class, **extra):
-    """transformers' model with random weights, saved by transformers itself."""
+def saved_by_transformers(folder, model_class, config_class, **config):
+    """(transformers' `model_class` of `config` with random weights, saved in `folder` by
+    transformers itself, torch)."""
     torch = _torch()
     import transformers
 
-    config = getattr(transformers, config_class)(**{**SMALL, **extra})
-    model = getattr(transformers, model_class)(config).eval()
-    _randomise(model, torch)
+    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**config))
+    _randomise(model.eval(), torch)
+    model.save_pretrained(str(folder))
+    return model, torch
+
+
+def _saved(tmp_path, model_class, config_class, **extra):
+    """transformers' model with random weights at SMALL, saved by transformers itself."""
     directory = tmp_path / model_class
-    model.save_pretrained(str(directory))
+    model, torch = saved_by_transformers(directory, model_class, config_class,
+                                         **{**SMALL, **extra})
     return model, torch, str(directory)
 
 
