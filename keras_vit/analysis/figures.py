@@ -22,6 +22,7 @@ from keras_vit.analysis.probe import AttentionProbe
 from keras_vit.atomic import atomic_open
 from keras_vit.errors import ArgumentError
 from keras_vit.layer_names import EMBEDDING
+from keras_vit.layers import AddPositionEmbedding
 from keras_vit.normalization import model_input
 from keras_vit.preprocessing import MAX_PIXELS, image_paths, load_image
 
@@ -44,9 +45,10 @@ def analyze(model, images, output_dir, max_images=128, rollout_images=6, batch_s
 
     Returns:
         The paths written, in this order: attention_rollout.png,
-        attention_distance.png, position_embedding_similarity.png,
-        patch_embedding_components.png (models with 1 or 3 input channels
-        only) and analysis.json (the numbers).
+        attention_distance.png, position_embedding_similarity.png (models
+        with a learned position embedding: DINOv3's rotary one has no table to
+        compare), patch_embedding_components.png (models with 1 or 3 input
+        channels only) and analysis.json (the numbers).
     """
     probe = AttentionProbe(model)
     pixels, titles = _pixels(images, probe.image_size, model.input_shape[-1], max_images,
@@ -64,9 +66,11 @@ def analyze(model, images, output_dir, max_images=128, rollout_images=6, batch_s
     written.append(plot_mean_attention_distance(
         os.path.join(output_dir, "attention_distance.png"), distances, probe.image_size,
         title=f"{model.name}, {len(inputs)} images"))
-    written.append(plot_position_embedding_similarity(
-        os.path.join(output_dir, "position_embedding_similarity.png"),
-        position_embedding_similarity(model), title=f"{model.name} position embedding similarity"))
+    if any(isinstance(layer, AddPositionEmbedding) for layer in model.layers):
+        written.append(plot_position_embedding_similarity(
+            os.path.join(output_dir, "position_embedding_similarity.png"),
+            position_embedding_similarity(model),
+            title=f"{model.name} position embedding similarity"))
     kernel_shape = model.get_layer(EMBEDDING).kernel.shape
     components = None
     if kernel_shape[2] in (1, 3):  # the components are shown as images
