@@ -15,7 +15,7 @@ from keras_vit._support.checks import positive_int
 from keras_vit.analysis.distance import mean_attention_distance
 from keras_vit.analysis.rollout import attention_rollout
 from keras_vit.errors import ArgumentError, ArgumentTypeError
-from keras_vit.layer_names import GAP_POOL, MAP_POOL, PRE_LOGITS, TOKEN_POOL
+from keras_vit.layer_names import GAP_POOL, MAP_POOL, POOLED_NORM, PRE_LOGITS, TOKEN_POOL
 from keras_vit.layers import (
     AddPositionEmbedding,
     ClassToken,
@@ -241,7 +241,8 @@ def pooled_features(model, images, batch_size=32):
     """The pooled representation `(batch, D)` a keras_vit model feeds its head.
 
     Uses the output of the pooling layer ("token_pool", "gap_pool" or "map_pool"), or of
-    "pre_logits" when the model has one, as the paper's few-shot probe does. A
+    the layer after it when the model has one ("pre_logits"; EVA-02's norm of the pooled
+    features, timm's fc_norm), as the paper's few-shot probe does. A
     model built with `include_top=False` and pooling already returns these.
     """
     extractor = feature_model(model)
@@ -251,9 +252,10 @@ def pooled_features(model, images, batch_size=32):
 
 def feature_model(model):
     """`model` up to the pooled representation its head reads (the output of "pre_logits",
-    "token_pool", "gap_pool" or SigLIP's attention pooling "map_pool"), sharing its weights."""
+    EVA-02's "pooled_norm", "token_pool", "gap_pool" or SigLIP's attention pooling "map_pool",
+    the first the model has), sharing its weights."""
     names = [layer.name for layer in model.layers]
-    for name in (PRE_LOGITS, TOKEN_POOL, GAP_POOL, MAP_POOL):
+    for name in (PRE_LOGITS, POOLED_NORM, TOKEN_POOL, GAP_POOL, MAP_POOL):
         if name in names:
             return keras.Model(model.inputs, model.get_layer(name).output,
                                name=f"{model.name}_features")
