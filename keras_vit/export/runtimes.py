@@ -186,6 +186,10 @@ def _keras_export(format_name, serving, path):
     signature = [tf.TensorSpec((None, height, width, 3), tf.float32, name="images")]
     serving(np.zeros((1, height, width, 3), np.float32))  # built: Keras exports built models
     options = {}
+    if format_name == "onnx":
+        from keras_vit.export.onnx_ops import map_missing_tensorflow_ops
+
+        map_missing_tensorflow_ops()
     if format_name == "litert":  # builtins only: phones' runtimes have no TensorFlow (Flex) ops
         options["target_spec"] = {"supported_ops": [tf.lite.OpsSet.TFLITE_BUILTINS]}
     try:
@@ -195,6 +199,10 @@ def _keras_export(format_name, serving, path):
         cause = " ".join(str(error).split())[:300]
         raise ArgumentError(f"{serving.classifier.name} does not convert to {format_name}: "
                             f"{cause}") from error
+    if format_name == "onnx":
+        from keras_vit.export.onnx_ops import check_onnx_ops
+
+        check_onnx_ops(path, serving.classifier.name)
 
 
 def _quantize_int8(format_name, path, calibration):

@@ -139,6 +139,56 @@ def test_a_one_file_format_refuses_weights_over_2_gib(monkeypatch, digits, tmp_p
             export(model, str(tmp_path / name))
 
 
+def _exact_gelu_model():
+    """The demo ViT with the exact (erf) GELU that DINOv2, DINOv3, DeiT and the other
+    families timm builds with nn.GELU compute, random weights and a random head."""
+    import dataclasses
+
+    import keras_vit
+
+    keras.utils.set_random_seed(3)
+    variant = dataclasses.replace(keras_vit.get_variant("demo"), approximate_gelu=False)
+    model = keras_vit.ViT(variant, image_size=16, classes=10)
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(4).normal(0, 0.5, head.kernel.shape))
+    return model
+
+
+def test_an_exact_gelu_model_exports_to_onnx_and_runs_in_onnx_runtime(digits, tmp_path):
+    """TensorFlow computes the exact GELU as erfc, which tf2onnx 1.17 cannot map: keras_vit
+    maps it to 1 - Erf, so the file holds ONNX ops only and ONNX Runtime computes the Keras
+    model's logits within the derived float32 tolerance. Before the mapping the export wrote a
+    file that ONNX Runtime refused to load."""
+    import onnx
+
+    model = _exact_gelu_model()
+    _, test = digits
+    path = runtimes.export_onnx(model, str(tmp_path / "exact_gelu.onnx"))
+    ops = {node.op_type for node in onnx.load(path).graph.node}
+    assert "Erf" in ops and "Erfc" not in ops, sorted(ops)
+    reference = quantized.keras_logits(model, test[:32])
+    np.testing.assert_allclose(runtimes.runtime_logits("onnx", path, test[:32]), reference,
+                               atol=float32_tolerance(model, reference), rtol=0)
+
+
+def test_an_onnx_file_with_ops_onnx_has_not_is_refused_and_not_written(monkeypatch, tmp_path):
+    """Where the converter leaves a TensorFlow op in the graph (here: keras_vit's Erfc mapping
+    taken away), the export is refused in one line naming the op, and no file is left."""
+    from tf2onnx import constants
+    from tf2onnx.handler import tf_op
+
+    from keras_vit.export import onnx_ops
+
+    monkeypatch.setattr(onnx_ops, "map_missing_tensorflow_ops", lambda: None)
+    for handlers in tf_op.get_opsets()[constants.ONNX_DOMAIN]:  # one dict per opset
+        if "Erfc" in handlers:  # registered by an earlier export in this process
+            monkeypatch.delitem(handlers, "Erfc")
+    with pytest.raises(ArgumentError, match="does not convert to onnx: the converter left ops "
+                                            "ONNX has not: Erfc"):
+        runtimes.export_onnx(_exact_gelu_model(), str(tmp_path / "exact_gelu.onnx"))
+    assert os.listdir(tmp_path) == []
+
+
 def test_the_command_exports_onnx_and_prints_its_agreement(digits_run, tmp_path, capsys):
     """keras-vit export --format onnx: the line that reports the agreement, and its record."""
     output = str(tmp_path / "digits.onnx")
