@@ -23,7 +23,7 @@ from keras_vit.layers import (
     PrefixTokens,
     TransformerBlock,
 )
-from keras_vit.models.image_size import image_size
+from keras_vit.models.image_size import image_size, refuse_naflex
 
 __all__ = ["AttentionProbe", "ProbeOutputs", "pooled_features"]
 
@@ -71,6 +71,7 @@ class AttentionProbe:
     def __init__(self, model):
         if not isinstance(model, keras.Model):
             raise ArgumentTypeError(f"AttentionProbe needs a keras.Model, got {type(model).__name__}.")
+        refuse_naflex(model)
         blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
         positions = [layer for layer in model.layers if isinstance(layer, AddPositionEmbedding)]
         # A model with RoPE alone (DINOv3) keeps its patches as a grid: its shape is the grid.

@@ -45,7 +45,7 @@ from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folde
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.labels import imagenet_label_names, read_labels
 from keras_vit.lora import merge_lora
-from keras_vit.models.image_size import stored_size, takes_any_size
+from keras_vit.models.image_size import refuse_naflex, stored_size, takes_any_size
 from keras_vit.models.vit import has_softmax_head
 from keras_vit.normalization import model_input
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images
@@ -377,6 +377,7 @@ def _checked_image_bytes(image_bytes):
 def _image_size(model):
     """The model's image size: its input's, or for a model that takes any size
     (`dynamic_image_size=True`) the size its position embeddings are stored for."""
+    refuse_naflex(model)
     shape = model.input_shape
     size = stored_size(model) if takes_any_size(model) else None
     if not isinstance(shape, tuple) or len(shape) != 4 or (None in shape[1:3] and size is None):

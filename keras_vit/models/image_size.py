@@ -33,14 +33,19 @@ def naflex_layout(model):
     return model.get_layer(EMBEDDING).patch_size, rows * cols
 
 
-def image_size(model):
-    """(height, width) a model's images are resized to; (None, None) where its input says
-    neither and it is no ViT that takes any size. A NaFlex model takes packed patches, not
-    images of one size: refused in one line."""
+def refuse_naflex(model):
+    """A NaFlex model takes packed patches, not images of one size: refused in one line by
+    every caller that feeds images of one size (export, analyze)."""
     if naflex_layout(model) is not None:
         raise ArgumentError(f"{model.name} is a NaFlex model: it takes each image's patches at "
                             "its own aspect ratio (keras_vit.runtime.naflex_inputs), not images "
                             "of one size; predict and evaluate run it (max_tokens).")
+
+
+def image_size(model):
+    """(height, width) a model's images are resized to; (None, None) where its input says
+    neither and it is no ViT that takes any size. A NaFlex model: `refuse_naflex`."""
+    refuse_naflex(model)
     height, width = tuple(model.input_shape[1:3])
     if (height is None or width is None) and takes_any_size(model):
         return stored_size(model)

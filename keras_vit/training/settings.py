@@ -115,6 +115,10 @@ def resolve(settings):
     preset = get_preset(s.dataset)
     # An earlier run's model (weights naming a .keras file or a run folder) is its own default.
     variant = get_architecture(s.model or source_architecture(s.weights) or preset.model)
+    if getattr(variant, "patch_input", "image") == "naflex":
+        raise ArgumentError(f"{variant.name} is a NaFlex model: it takes each image's patches at "
+                            "its own aspect ratio, and training feeds batches of images of one "
+                            "size; predict and evaluate run it (max_tokens), train does not yet.")
     weights, recipe = s.weights, s.recipe
     if recipe is None:
         recipe = "finetune" if weights else preset.recipe

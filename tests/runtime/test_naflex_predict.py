@@ -121,11 +121,23 @@ def test_the_packed_image_in_tf_data_is_the_numpy_packing(tmp_path):
     np.testing.assert_allclose(packed["patches"].numpy(), expected["patches"][0], atol=1e-6)
 
 
-def test_what_takes_images_of_one_size_refuses_a_naflex_model_in_one_line(naflex_model):
+def test_what_takes_images_of_one_size_refuses_a_naflex_model_in_one_line(naflex_model,
+                                                                         tmp_path):
+    """The image size (calibration), the attention probe (analyze), the SavedModel and ONNX
+    exports and a training run each refuse a NaFlex model in one line that says so, where
+    analyze said it was no keras_vit ViT and training crashed in TensorFlow's resize."""
+    from keras_vit.analysis import AttentionProbe
     from keras_vit.models.image_size import image_size
 
-    with pytest.raises(keras_vit.ArgumentError, match="NaFlex model"):
-        image_size(naflex_model)  # export, analyze and calibration feed images through it
+    for refused in (lambda: image_size(naflex_model), lambda: AttentionProbe(naflex_model),
+                    lambda: keras_vit.export_saved_model(naflex_model, str(tmp_path / "sm")),
+                    lambda: keras_vit.export_onnx(naflex_model, str(tmp_path / "m.onnx"))):
+        with pytest.raises(keras_vit.ArgumentError, match="is a NaFlex model: it takes each "
+                                                          "image's patches"):
+            refused()
+    with pytest.raises(keras_vit.ArgumentError, match="is a NaFlex model.*train does not yet"):
+        keras_vit.train("digits", model="SigLIP2-B/16-naflex", output=str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sm").exists()
 
 
 def test_the_command_runs_a_saved_naflex_model_under_a_budget(naflex_model, tmp_path, cli):
@@ -147,4 +159,4 @@ def test_the_command_runs_a_saved_naflex_model_under_a_budget(naflex_model, tmp_
         assert row[2] == f"class {int(probabilities.argmax())}"
         np.testing.assert_allclose(float(row[3]), probabilities.max(), rtol=1e-5)  # 6 digits
     refused = cli(["export", "--model", saved, "--output", str(tmp_path / "export")])
-    assert refused.returncode == 2 and "one image input" in refused.stderr
+    assert refused.returncode == 2 and "is a NaFlex model" in refused.stderr
