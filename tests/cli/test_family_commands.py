@@ -1,6 +1,7 @@
-"""Every command on the families used as feature extractors: a DINOv2 with registers and a
-SigLIP, each tiny (2 blocks, width 32) with random weights that timm writes, loaded into
-keras_vit and saved as a .keras file the commands read.
+"""Every command on the families used as feature extractors: a DINOv2 with registers, a SigLIP,
+and the 2025 families (DINOv3, EVA-02, AIMv2, PE-core), each tiny (2 blocks, width 32) with
+random weights that timm writes, loaded into keras_vit and saved as a .keras file the commands
+read.
 
 Each expected value comes from timm or from NumPy by hand: timm's features and attention
 weights on the same pixels, normalised here by the mean/std timm records for the
@@ -12,7 +13,6 @@ sums of a few hundred terms (tests/checkpoints/formats/test_timm_families.py mea
 """
 
 import csv
-import dataclasses
 import json
 import types
 
@@ -23,13 +23,27 @@ from PIL import Image
 import keras_vit
 from keras_vit.cli.main import main
 from tests.checkpoints.formats.test_formats import _randomise
+from tests.checkpoints.formats.test_timm_eva_families import _variant
 from tests.oracle import import_timm, run_timm
 
 RELATIVE_TOLERANCE = 1e-4
 WIDTH, DEPTH, HEADS = 32, 2, 2
 # timm architecture, keras_vit's row, image size (a 2 x 2 grid of its patches).
 FAMILIES = {"dinov2_reg4": ("vit_small_patch14_reg4_dinov2", "DINOv2-S/14-reg4", 28),
-            "siglip": ("vit_base_patch16_siglip_224", "SigLIP-B/16", 32)}
+            "siglip": ("vit_base_patch16_siglip_224", "SigLIP-B/16", 32),
+            # RoPE alone, 4 registers, LayerScale
+            "dinov3": ("vit_small_patch16_dinov3", "DINOv3-S/16", 32),
+            # RoPE beside a position embedding, packed SwiGLU, mean pooling
+            "eva02": ("eva02_tiny_patch14_224", "EVA02-Ti/14", 28),
+            # RMSNorm, bias-free SwiGLU, mean pooling
+            "aimv2": ("aimv2_large_patch14_224", "AIMv2-L/14", 28),
+            # RoPE, a class token, attention pooling and its projection as the head
+            "pe_core": ("vit_pe_core_tiny_patch16_384", "PE-Core-Ti/16", 32)}
+# The layer each family's features come from (keras_vit.analysis.probe.feature_model), as
+# timm pools it: DINOv3 by the mean of its patches (timm's default), EVA-02 by that mean and
+# its norm (timm's fc_norm).
+FEATURES = {"dinov2_reg4": "token_pool", "siglip": "map_pool", "dinov3": "gap_pool",
+            "eva02": "pooled_norm", "aimv2": "gap_pool", "pe_core": "map_pool"}
 CLASSES, PER_CLASS = 3, 5
 
 
@@ -45,11 +59,11 @@ def _write_family(root, name):
     theirs = _randomise(timm.create_model(architecture, pretrained=False, depth=DEPTH,
                                           img_size=size, embed_dim=WIDTH, num_heads=HEADS),
                         torch)
-    assert theirs.num_classes == 0  # both are released headless
     weights = root / f"{name}.safetensors"
     save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, str(weights))
-    variant = dataclasses.replace(keras_vit.get_variant(row), width=WIDTH, depth=DEPTH,
-                                  heads=HEADS, mlp_dim=4 * WIDTH)
+    # the row at timm's widths (SwiGLU's at timm's ratio)
+    variant = _variant(architecture, {"embed_dim": WIDTH, "num_heads": HEADS})
+    assert variant.name == row and variant.depth == DEPTH
     model = keras_vit.ViT(variant, weights=str(weights), image_size=size, include_top=False)
     model.save(root / f"{name}.keras")
     rng = np.random.default_rng(len(name))
@@ -102,11 +116,13 @@ def test_each_family_carries_its_own_normalisation_into_training(families):
         np.testing.assert_allclose(std, family.std, rtol=1e-6)
 
 
-@pytest.mark.parametrize("name,layer", [("dinov2_reg4", "token_pool"), ("siglip", "map_pool")])
-def test_the_probes_features_are_timms_pre_logits(families, name, layer):
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_the_probes_features_are_timms_pre_logits(families, name):
     """The pooled features the few-shot probe reads (`feature_model`): DINOv2's class token
-    after the final norm, SigLIP's MAP head output, equal timm's `pre_logits` on the same
-    pixels, each normalised by its family's mean/std."""
+    after the final norm, SigLIP's and PE-core's attention pooling, DINOv3's, EVA-02's (then
+    normed) and AIMv2's mean of the patches, equal timm's `pre_logits` on the same pixels,
+    each normalised by its family's mean/std. Reading EVA-02's pooling before its norm was
+    0.49 off."""
     import keras
 
     from keras_vit.analysis import pooled_features
@@ -117,7 +133,7 @@ def test_the_probes_features_are_timms_pre_logits(families, name, layer):
     pixels = np.random.default_rng(5).uniform(0, 255, (2, family.size, family.size, 3))
     pixels = pixels.astype(np.float32)
     model = keras.saving.load_model(family.keras)
-    assert feature_model(model).layers[-1].name == layer
+    assert feature_model(model).layers[-1].name == FEATURES[name]
     _assert_close(pooled_features(model, model_input(model)(pixels)),
                   run_timm(family.timm, _timm_input(family, pixels), features=True))
 
@@ -140,8 +156,7 @@ def test_evaluate_few_shot_probes_the_familys_own_features(families, name, tmp_p
                  "2", "--output", str(out), "--execution", "graph"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["few_shot_probe"]["train_images"] == 2 * CLASSES
-    assert report["few_shot_probe"]["features"] == {"dinov2_reg4": "token_pool",
-                                                    "siglip": "map_pool"}[name]
+    assert report["few_shot_probe"]["features"] == FEATURES[name]
     with open(out / "predictions.csv", newline="") as f:
         rows = list(csv.DictReader(f))
 
@@ -203,17 +218,21 @@ def _distance_by_hand(attention, prefix, rows, cols, stride):
     return (patches * distance).sum(-1).mean(axis=(1, 3))  # (layers, heads)
 
 
-# DINOv2 with registers by default; SigLIP's map without a class token is checked by hand in
-# tests/analysis/test_math.py (test_a_model_without_a_class_token_reads_the_mean_of_its_patch_rows).
+# DINOv2 and DINOv3 (rotary attention) with registers by default; SigLIP's map without a class
+# token is checked by hand in tests/analysis/test_math.py
+# (test_a_model_without_a_class_token_reads_the_mean_of_its_patch_rows).
 @pytest.mark.parametrize("name,class_token,prefix", [
-    ("dinov2_reg4", True, 5), pytest.param("siglip", False, 0, marks=pytest.mark.slow)])
+    ("dinov2_reg4", True, 5), ("dinov3", True, 5),
+    *(pytest.param(*case, marks=pytest.mark.slow) for case in [
+        ("siglip", False, 0), ("eva02", True, 1), ("aimv2", False, 0), ("pe_core", True, 1)])])
 def test_analyze_reads_timms_attention_without_the_registers(families, name, class_token,
                                                              prefix, tmp_path):
     """`keras-vit analyze` on the .keras file: the rollout maps and mean attention distances
     in analysis.json equal the ones computed here by hand from timm's own attention weights
     on the same pixels normalised as timm does (DINOv2: ImageNet's mean/std), with the four
-    registers left out as the registers paper leaves them out. SigLIP has no class token (its
-    MAP head's probe is no encoder token): its map is the mean of the patch rows."""
+    registers left out as the registers paper leaves them out; DINOv3's, EVA-02's and PE's
+    attention after their rotary embedding. SigLIP and AIMv2 have no class token (SigLIP's MAP
+    head's probe is no encoder token): their map is the mean of the patch rows."""
     family = families[name]
     out = tmp_path / "analysis"
     images = family.root / f"{name}_data" / "class0"
@@ -229,7 +248,7 @@ def test_analyze_reads_timms_attention_without_the_registers(families, name, cla
     stride = family.variant.patch_size
     np.testing.assert_allclose(report["mean_attention_distance_pixels"],
                                _distance_by_hand(attention, prefix, 2, 2, stride), atol=1e-3)
-    if class_token:  # the registers drew attention: keeping them would give another map
+    if prefix > class_token:  # the registers drew attention: keeping them would give another map
         kept_in = _rollout_by_hand(attention[:, :2], class_token, 1)
         assert np.abs(kept_in.reshape(2, -1)[:, -4:] - expected.reshape(2, -1)).max() > 1e-3
 
@@ -323,3 +342,50 @@ def test_train_export_predict_and_write_back_to_timm(families, name, tmp_path, c
     names = (run / "labels.txt").read_text().split()
     assert [line.split()[-1] for line in printed.splitlines() if not line.startswith("/")] == \
         [names[i] for i in logits.argmax(1)]
+
+
+# Slow: a run and an int8 calibration per family. The default tests above check the
+# family-specific parts (normalisation, features, attention); tests/training/test_lora_run.py,
+# test_layer_decay_timm.py and test_augreg_run.py check each option on its own.
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_lora_layer_decay_and_augreg_fine_tune_and_the_int8_export(families, name, tmp_path,
+                                                                   capsys):
+    """`train` from timm's file with LoRA (rank 2 on query and value), layer decay 0.75 and
+    AugReg's light1 records all three; with LoRA only the factors and the new head train, so
+    the merged model.keras holds the file's weights everywhere but the query and value columns
+    of each block's qkv kernel (moved by their factors) and the head. `export --quantize int8`
+    of it, calibrated on the family's images, writes a TFLite file and its agreement record."""
+    import keras
+
+    from keras_vit.training.recipes import get_recipe
+
+    family = families[name]
+    recipe = get_recipe("finetune", batch_size=4, global_batch_size=None, image_size=family.size,
+                        warmup_steps=1, learning_rate=0.1)
+    run = tmp_path / "run"
+    # 3 steps: the zero head gives the factors no gradient until it has moved (step 1).
+    keras_vit.train(dataset=family.data, model=family.variant, weights=family.weights,
+                    recipe=recipe, steps=3, output=str(run), execution="graph", verbose=0,
+                    lora_rank=2, layer_decay=0.75, augment="light1")
+    config = json.loads((run / "run.json").read_text())["config"]
+    assert config["lora"] == {"rank": 2, "targets": ["query", "value"]}
+    assert config["recipe"]["layer_decay"] == 0.75 and config["recipe"]["augment"] == "light1"
+
+    source = {w.path: w.numpy() for w in keras.saving.load_model(family.keras).weights}
+    trained = {w.path: w.numpy() for w in keras.saving.load_model(run / "model.keras").weights}
+    assert set(trained) - set(source) == {"head/kernel", "head/bias"}
+    moved = {path for path in source if not np.array_equal(source[path], trained[path])}
+    qkv = {path for path in source if path.endswith("/qkv_kernel")}
+    assert moved == qkv and len(qkv) == DEPTH, sorted(moved)
+    for path in qkv:  # (D, 3 D): query, key, value columns; the key's is not adapted
+        np.testing.assert_array_equal(trained[path][:, WIDTH:2 * WIDTH],
+                                      source[path][:, WIDTH:2 * WIDTH])
+
+    output = tmp_path / "int8.tflite"
+    assert main(["export", "--model", str(run / "model.keras"), "--format", "tflite",
+                 "--quantize", "int8", "--calibration-data", family.data,
+                 "--output", str(output)]) == 0
+    record = json.loads(output.with_name("int8.tflite.agreement.json").read_text())
+    assert record["quantize"] == "int8" and record["images"] > 0, record
+    assert 0.0 <= record["top1_agreement"] <= 1.0 and record["max_logit_difference"] >= 0.0
