@@ -34,9 +34,11 @@ TIMM_ARCHITECTURES = {
     # The families' rows carry their timm names (table.py).
     **{timm: (row, None) for timm, row in FAMILY_TIMM_NAMES.items()},
 }
-# The resolutions timm registers the same architecture at (SigLIP's 256, 378 and 512 among
-# them); the pretrained file's position grid gives the size it is built at.
-_SUFFIX = re.compile(r"_(?:224|256|336|378|384|448|512)$")
+# timm registers an architecture at each resolution it was trained at under one rule, its
+# base name and "_<pixels>" (SigLIP's 256, 378 and 512, EVA-02's 336 and 448 among them): the
+# rule, not a list, so a resolution timm adds needs no edit here; the pretrained file's
+# position grid gives the size it is built at. No base name ends in "_<digits>".
+_SUFFIX = re.compile(r"_\d+$")
 
 
 def timm_row(architecture):

@@ -56,6 +56,26 @@ def test_every_row_builds_what_timm_registers(base):
                                                          variant.rope_grid_indexing)
 
 
+def test_every_resolution_timm_registers_a_row_at_is_that_row():
+    """timm names a table row's architecture at every resolution it registers it at
+    (`<base>_<pixels>`: EVA-02 at 224, 336 and 448; AIMv2 and PE-core likewise); each such name
+    finds its row by timm's rule, not a list of resolutions, and builds the row's sizes."""
+    timm = import_timm()
+    import torch
+
+    at_resolutions = [name for base in TIMM_ARCHITECTURES for name in timm.list_models(base + "_*")
+                      if name[len(base) + 1:].isdigit()]
+    suffixes = {name.rsplit("_", 1)[1] for name in at_resolutions}
+    assert {"224", "336", "384", "448", "512"} <= suffixes  # the families' resolutions among them
+    for name in at_resolutions:
+        variant = timm_variant(name)
+        assert variant is not None, f"{name} finds no row"
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False)
+        assert (model.embed_dim, len(model.blocks), model.blocks[0].attn.num_heads) == \
+            (variant.width, variant.depth, variant.heads), name
+
+
 def test_siglip_at_timms_other_resolutions_is_the_same_architecture():
     """timm registers SigLIP's image towers at several resolutions (SigLIP 2's fixed-resolution
     ".v2_webli" weights among them, built by the same functions); each name the table accepts
