@@ -36,7 +36,7 @@ __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_ke
            "MAP_LN_BIAS", "MAP_MLP0_KERNEL", "MAP_MLP0_BIAS", "MAP_MLP1_KERNEL", "MAP_MLP1_BIAS", "MAP",
            "linen_key", "SCANNED_BLOCK", "LINEN_POS_EMBED_KEY", "MLP_VALUE_KERNEL",
            "MLP_VALUE_BIAS", "MLP_NORM_SCALE", "MLP_NORM_BIAS", "EMBEDDING_NORM_SCALE",
-           "EMBEDDING_NORM_BIAS"]
+           "EMBEDDING_NORM_BIAS", "part_keys"]
 
 # The official keys, as released (pre-Linen names); "{i}" is an encoder block's index, "{s}"
 # and "{u}" a hybrid trunk's stage and unit (both from 1). Every other module names a key
@@ -74,8 +74,19 @@ MLP_VALUE_BIAS = BLOCK + "/MlpBlock_3/Dense_value/bias"
 MLP_NORM_SCALE = BLOCK + "/MlpBlock_3/LayerNorm_0/scale"
 MLP_NORM_BIAS = BLOCK + "/MlpBlock_3/LayerNorm_0/bias"
 HEAD_DIST_KERNEL_KEY, HEAD_DIST_BIAS_KEY = "head_dist/kernel", "head_dist/bias"
-# AIMv2's norm on the patch embedding (an RMSNorm: a scale alone), beside the embedding's keys.
-EMBEDDING_NORM_SCALE, EMBEDDING_NORM_BIAS = "embedding_norm/scale", "embedding_norm/bias"
+
+
+def part_keys(name):
+    """The official keys of a part outside the blocks that no row of `layout` names: its
+    arrays under its layer's `name` ("embedding_norm/scale"), as a block's parts are under
+    theirs, so a new part brings its keys with its name (keras_vit/layer_names.py):
+    {"kernel", "bias"} of a dense layer, {"scale", "bias"} of a norm."""
+    return {array: f"{name}/{array}" for array in ("kernel", "scale", "bias")}
+
+
+# AIMv2's norm on the patch embedding (an RMSNorm: a scale alone): such a part.
+EMBEDDING_NORM_SCALE = part_keys(layer_names.EMBEDDING_NORM)["scale"]
+EMBEDDING_NORM_BIAS = part_keys(layer_names.EMBEDDING_NORM)["bias"]
 MAP = "MAPHead_0"
 MAP_PROBE = MAP + "/probe"  # (1, 1, D)
 MAP_ATTENTION = MAP + "/MultiHeadDotProductAttention_0"
@@ -213,8 +224,6 @@ def layout(model):
         rows += trunk_rows(model.get_layer(layer_names.RESNET))
     if layer_names.EMBEDDING in names:
         dense(_scope(EMBEDDING_KERNEL), model.get_layer(layer_names.EMBEDDING))
-    if layer_names.EMBEDDING_NORM in names:
-        norm(_scope(EMBEDDING_NORM_SCALE), model.get_layer(layer_names.EMBEDDING_NORM))
     if layer_names.CLS in names:
         rows.append(Row((CLS_KEY,), model.get_layer(layer_names.CLS).cls))
     for layer, key in ((layer_names.DIST_TOKEN, DIST_TOKEN_KEY),
@@ -240,10 +249,27 @@ def layout(model):
                       (layer_names.HEAD, HEAD_KERNEL_KEY), (layer_names.HEAD_DIST, HEAD_DIST_KERNEL_KEY)):
         if name in names:
             dense(_scope(key), model.get_layer(name))
+    for layer in model.layers:  # every other part with weights, under its own name
+        if layer.name in _LAID_OUT or layer_names.is_block(layer.name) or not layer.weights:
+            continue
+        if getattr(layer, "kernel", None) is not None:
+            dense(layer.name, layer)
+        elif getattr(layer, "gamma", None) is not None or getattr(layer, "scale", None) is not None:
+            norm(layer.name, layer)
+        else:
+            raise TypeError(f"{layer.name!r} ({type(layer).__name__}) has weights that are "
+                            "neither a dense layer's nor a norm's; layout() needs its rows.")
     for row in rows:
         if row.shapes is None:
             row.shapes = (tuple(row.variable.shape),)
     return rows
+
+
+# The parts `layout` names row by row (their keys are the official release's, not their names).
+_LAID_OUT = {layer_names.RESNET, layer_names.EMBEDDING, layer_names.CLS, layer_names.DIST_TOKEN,
+             layer_names.REG_TOKEN, layer_names.POSEMBED_INPUT, layer_names.PRE_NORM,
+             layer_names.ENCODER_NORM, layer_names.POOLED_NORM, layer_names.MAP_POOL,
+             layer_names.PRE_LOGITS, layer_names.HEAD, layer_names.HEAD_DIST}
 
 
 def _scope(key):

@@ -26,8 +26,6 @@ from keras_vit.checkpoints.layout import (
     DIST_TOKEN_KEY,
     EMBEDDING_BIAS,
     EMBEDDING_KERNEL,
-    EMBEDDING_NORM_BIAS,
-    EMBEDDING_NORM_SCALE,
     ENCODER_NORM_BIAS,
     ENCODER_NORM_SCALE,
     HEAD_BIAS_KEY,
@@ -77,10 +75,11 @@ from keras_vit.checkpoints.layout import (
     REG_TOKEN_KEY,
     VALUE_BIAS,
     VALUE_KERNEL,
+    part_keys,
 )
 
 __all__ = ["Dense", "Norm", "TORCH", "KERAS", "KERAS_NORM", "dense", "norm", "attention",
-           "fused_qkv", "PATCH", "EMBEDDING_NORM", "CLS", "POSITIONS", "DIST_TOKEN", "REGISTERS",
+           "fused_qkv", "part_dense", "part_norm", "PATCH", "CLS", "POSITIONS", "DIST_TOKEN", "REGISTERS",
            "NORM1", "NORM2", "QUERY", "KEY", "VALUE", "OUT", "ATTENTION", "MLP_IN", "MLP_OUT", "MLP_VALUE",
            "MLP_NORM", "LAYER_SCALE1",
            "LAYER_SCALE2", "ENCODER_NORM", "PRE_NORM", "PRE_LOGITS", "HEAD", "HEAD_DIST",
@@ -101,9 +100,23 @@ class Norm(NamedTuple):
     bias: str
 
 
+
+
+def part_dense(name):
+    """The keys of a dense part outside the blocks that layout lays out by its layer `name`
+    (layout.part_keys): a new part's table row names its layer, with no line here."""
+    keys = part_keys(name)
+    return Dense(keys["kernel"], keys["bias"])
+
+
+def part_norm(name):
+    """The keys of a norm outside the blocks laid out by its layer `name` (as part_dense)."""
+    keys = part_keys(name)
+    return Norm(keys["scale"], keys["bias"])
+
+
 # The tokens and the embedding.
 PATCH = Dense(EMBEDDING_KERNEL, EMBEDDING_BIAS)
-EMBEDDING_NORM = Norm(EMBEDDING_NORM_SCALE, EMBEDDING_NORM_BIAS)  # AIMv2's, on the patches
 CLS, POSITIONS, DIST_TOKEN, REGISTERS = CLS_KEY, POS_EMBED_KEY, DIST_TOKEN_KEY, REG_TOKEN_KEY
 # An encoder block ("{i}"): its norms, attention, MLP and LayerScale (after attention, MLP).
 NORM1, NORM2 = Norm(LN0_SCALE, LN0_BIAS), Norm(LN2_SCALE, LN2_BIAS)

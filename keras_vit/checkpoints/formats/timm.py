@@ -44,6 +44,7 @@ from keras_vit.checkpoints.formats.safetensors import INDEX_SUFFIX, open_safeten
 from keras_vit.checkpoints.formats.torch_state_dict import TorchStateDict, is_pickled
 from keras_vit.checkpoints.layout import PRE_LOGITS_KERNEL_KEY, is_trunk_key, official_arrays
 from keras_vit.errors import ArgumentError
+from keras_vit.layer_names import EMBEDDING_NORM
 from keras_vit.variants import timm_variant
 
 __all__ = ["FORMAT", "TIMM_ROWS", "timm_to_official", "official_to_timm", "save_safetensors",
@@ -252,7 +253,7 @@ FORMAT = CheckpointFormat(
 _BLOCK = "blocks.{i}."
 TIMM_EMBEDDING = (*g.dense("patch_embed.proj", g.PATCH, CONV), KeyRow("cls_token", g.CLS),
                   KeyRow("pos_embed", g.POSITIONS),
-                  *g.norm("patch_embed.norm", g.EMBEDDING_NORM))  # AIMv2's (an RmsNorm)
+                  *g.norm("patch_embed.norm", g.part_norm(EMBEDDING_NORM)))  # AIMv2's RmsNorm
 TIMM_BLOCKS = (
     *g.norm(_BLOCK + "norm1", g.NORM1),
     *g.fused_qkv(_BLOCK + "attn.qkv.weight", _BLOCK + "attn.qkv.bias"),

@@ -67,6 +67,7 @@ from keras_vit.checkpoints.formats.rows import (
 from keras_vit.checkpoints.formats.timm import PATCH_LINEAR, open_weights
 from keras_vit.checkpoints.formats.transformers import TANH_GELU, folder_info
 from keras_vit.errors import ArgumentError
+from keras_vit.layer_names import EMBEDDING_NORM
 from keras_vit.variants import FAMILIES
 
 __all__ = ["FORMAT", "FAMILY_SOURCES", "family_to_official", "family_variant", "model_type_of"]
@@ -196,7 +197,7 @@ DINOV3_GATED_ROWS = (*_DINOV3_COMMON, *g.dense(_DINOV3 + "mlp.gate_proj", g.MLP_
 _AIMV2 = "encoder.layers.{i}."
 AIMV2_ROWS = (
     *g.dense("embeddings.patch_embed", g.PATCH, CONV),
-    *g.norm("embeddings.rms_norm", g.EMBEDDING_NORM),
+    *g.norm("embeddings.rms_norm", g.part_norm(EMBEDDING_NORM)),
     KeyRow("embeddings.position_embedding.weight", g.POSITIONS, ADD_BATCH_AXIS),
     *g.attention(_AIMV2 + "attention.", ("q_proj", "k_proj", "v_proj", "out_proj")),
     *g.norm(_AIMV2 + "rms_norm1", g.NORM1), *g.norm(_AIMV2 + "rms_norm2", g.NORM2),
