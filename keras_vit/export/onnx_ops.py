@@ -7,11 +7,47 @@ DINOv2, DINOv3, DeiT and the other families timm builds with `nn.GELU`) is
 an error, leaves the TensorFlow op in the graph and writes a file ONNX Runtime refuses
 (onnx/tensorflow-onnx#2347; the fix proposed upstream, #2463, is not released). Here `Erfc`
 becomes ONNX's `1 - Erf(x)`, which for GELU is PyTorch's own `x / 2 (1 + erf(x / sqrt 2))`.
+
+tf2onnx's graph optimizer (`tf2onnx.optimizer.optimize_graph`) deep-copies the whole graph,
+weights included, before each of its optimizers, about twenty times. The copies it drops hold
+reference cycles, which only Python's full collection frees, and that runs by object counts,
+not bytes: converting ViT-B/16 held 24 GB and was killed on a 23 GB machine (S/16: about 10 GB;
+each B/16 block added 1.9 GB). `copies_collected` frees each dropped copy before the next is
+made: 3.3 GB instead of 8.5 GB for four B/16 blocks, and faster (20 s against 35 s).
 """
+
+import contextlib
+import gc
+import logging
 
 import numpy as np
 
-__all__ = ["map_missing_tensorflow_ops", "check_onnx_ops"]
+__all__ = ["map_missing_tensorflow_ops", "check_onnx_ops", "copies_collected"]
+
+# tf2onnx logs "Apply <optimizer>" at its VERBOSE level (15) before each copy.
+_OPTIMIZER_LOGGER = "tf2onnx.optimizer"
+_VERBOSE = 15
+
+
+@contextlib.contextmanager
+def copies_collected():
+    """While tf2onnx converts: a full garbage collection before each of its optimizers, on
+    the record it logs there (a logging filter, which also keeps those records unprinted)."""
+    logger = logging.getLogger(_OPTIMIZER_LOGGER)
+    level, shown = logger.level, logger.getEffectiveLevel()
+
+    def collect_on_apply(record):
+        if record.levelno == _VERBOSE:
+            gc.collect()
+        return record.levelno >= shown and record.levelno != _VERBOSE  # as before, else none
+
+    logger.addFilter(collect_on_apply)
+    logger.setLevel(_VERBOSE)
+    try:
+        yield
+    finally:
+        logger.removeFilter(collect_on_apply)
+        logger.setLevel(level)
 
 
 def map_missing_tensorflow_ops():

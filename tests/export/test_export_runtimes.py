@@ -80,9 +80,11 @@ def test_an_export_agrees_with_keras_and_runs_without_keras_vit(format_name, dig
 
 
 def test_onnx_int8_quantises_the_weight_products_and_records_its_agreement(digits, tmp_path):
-    """ONNX Runtime's static int8 of the two-epoch digits model: the matrix products with a
-    constant weight read int8 weights, the attention's products of two activations stay
-    float, and the agreement on the held-out images is recorded with the calibration's size.
+    """ONNX Runtime's static int8 of the two-epoch digits model: the blocks' matrix products
+    with a constant weight read 8-bit weights (uint8, as the activations: int8 weights
+    saturate on processors without VNNI), the attention's products of two activations and the
+    head stay float (and the patch embedding, a Conv), and the agreement on the held-out
+    images is recorded with the calibration's size.
     The 99% bound is the slow test below, on the digits model the Serving page measures."""
     import onnx
 
@@ -91,7 +93,7 @@ def test_onnx_int8_quantises_the_weight_products_and_records_its_agreement(digit
     path = runtimes.export_onnx(model, str(tmp_path / "int8.onnx"), quantize="int8",
                                 calibration=calibration, held_out=test)
     graph = onnx.load(path).graph
-    int8_weights = {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.INT8}
+    int8_weights = {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.UINT8}
     dequantized_weights = {out for node in graph.node if node.op_type == "DequantizeLinear"
                            and node.input[0] in int8_weights for out in node.output}
     products = [node for node in graph.node if node.op_type == "MatMul"]
@@ -99,15 +101,46 @@ def test_onnx_int8_quantises_the_weight_products_and_records_its_agreement(digit
     float_products = [n for n in products if n not in int8_products]
     float_weights = {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
     depth = 4
-    # per block at least the QKV projection, the output projection, the two MLP layers; the
-    # head; and no product reads a float weight
-    assert len(int8_products) >= 4 * depth + 1, [n.name for n in int8_products]
-    assert not [n.name for n in products if n.input[1] in float_weights]
-    # per block: the attention's scores and weighted sum, both operands activations, float
-    assert len(float_products) == 2 * depth, [n.name for n in float_products]
+    # per block at least the QKV projection, the output projection, the two MLP layers; of the
+    # products with a weight only the head reads a float one
+    assert len(int8_products) >= 4 * depth, [n.name for n in int8_products]
+    float_weighted = [n.name for n in products if n.input[1] in float_weights]
+    assert len(float_weighted) == 1 and "head" in float_weighted[0], float_weighted
+    convolutions = [n for n in graph.node if n.op_type == "Conv"]
+    assert len(convolutions) == 1 and convolutions[0].input[1] in float_weights
+    # per block: the attention's scores and weighted sum, both operands activations, float;
+    # and the head
+    assert len(float_products) == 2 * depth + 1, [n.name for n in float_products]
     with open(path + ".agreement.json") as f:
         record = json.load(f)
     print(f"onnx int8 of the two-epoch digits model: {record}")
+    assert record["quantize"] == "int8" and record["calibration_images"] == 16
+    assert record["images"] == 360 and 0.0 <= record["top1_agreement"] <= 1.0
+
+
+def test_openvino_int8_quantises_the_weight_products_and_records_its_agreement(digits,
+                                                                             tmp_path):
+    """NNCF's post-training int8 of the two-epoch digits model in OpenVINO's IR: every matrix
+    product with a constant weight reads an int8 weight through a quantisation node, and the
+    agreement on the held-out images is recorded with the calibration's size. The 99% bound is
+    the slow test below, on the digits model the Serving page measures."""
+    import openvino as ov
+
+    model, test = digits
+    calibration, _ = quantized.calibration_pixels("digits", (16, 16), 16)
+    path = runtimes.export_openvino(model, str(tmp_path / "int8.xml"), quantize="int8",
+                                    calibration=calibration, held_out=test)
+    ops = ov.Core().read_model(path).get_ops()
+    quantizing = [op for op in ops if op.get_type_name() == "FakeQuantize"]
+    int8_constants = [op for op in ops if op.get_type_name() == "Constant"
+                      and op.get_element_type() == ov.Type.i8]
+    depth = 4
+    # the QKV, output and two MLP projections of each block, the patch embedding and the head
+    assert len(int8_constants) >= 4 * depth + 2, len(int8_constants)
+    assert quantizing, "no activation is quantised"
+    with open(path + ".agreement.json") as f:
+        record = json.load(f)
+    print(f"openvino int8 of the two-epoch digits model: {record}")
     assert record["quantize"] == "int8" and record["calibration_images"] == 16
     assert record["images"] == 360 and 0.0 <= record["top1_agreement"] <= 1.0
 
@@ -171,6 +204,44 @@ def test_an_exact_gelu_model_exports_to_onnx_and_runs_in_onnx_runtime(digits, tm
                                atol=float32_tolerance(model, reference), rtol=0)
 
 
+def test_the_onnx_conversion_frees_each_graph_copy_before_the_next(digits, tmp_path):
+    """tf2onnx deep-copies the graph before each of its optimizers; keras_vit runs a full
+    collection there (onnx_ops.copies_collected), so a dropped copy is freed before the next
+    is made (ViT-B/16's conversion held 24 GB without it). Counted, not timed: the full
+    collections during the export at least match the optimizers tf2onnx applied, none of
+    their "Apply" records reaches a handler, and the logger's level is restored."""
+    import gc
+    import logging
+
+    model, _ = digits
+    full_collections, printed = [], []
+    logger = logging.getLogger("tf2onnx.optimizer")
+    level = logger.level
+
+    def count(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            full_collections.append(1)
+
+    class Printed(logging.Handler):
+        def emit(self, record):
+            printed.append(record.getMessage())
+
+    handler = Printed(level=logging.NOTSET)
+    logging.getLogger("tf2onnx").addHandler(handler)
+    gc.callbacks.append(count)
+    try:
+        runtimes.export_onnx(model, str(tmp_path / "digits.onnx"))
+    finally:
+        gc.callbacks.remove(count)
+        logging.getLogger("tf2onnx").removeHandler(handler)
+    import tf2onnx.optimizer
+
+    optimizers = len(tf2onnx.optimizer._get_optimizers())  # one pass at least: each applied once
+    assert len(full_collections) >= optimizers, (len(full_collections), optimizers)
+    assert not [message for message in printed if message.startswith("Apply ")], printed
+    assert logger.level == level
+
+
 def test_an_onnx_file_with_ops_onnx_has_not_is_refused_and_not_written(monkeypatch, tmp_path):
     """Where the converter leaves a TensorFlow op in the graph (here: keras_vit's Erfc mapping
     taken away), the export is refused in one line naming the op, and no file is left."""
@@ -218,7 +289,8 @@ def test_the_command_refuses_flags_a_format_has_not(flags, message, tmp_path, ca
 def test_onnx_int8_of_the_digits_model_agrees_with_float(tmp_path):
     """The acceptance's int8 agreement on the Serving page's digits model (`keras-vit train
     --dataset digits --epochs 10`), calibrated like --quantize int8 (200 training images):
-    >= 99% top-1 on the 360 test images calibration never sees."""
+    >= 99% top-1 on the 360 test images calibration never sees. (OpenVINO's NNCF int8 of the
+    same model: 98.1%, below it; docs/serving.md.)"""
     assert main(["train", "--dataset", "digits", "--epochs", "10",
                  "--output", str(tmp_path / "run")]) == 0
     model = keras.saving.load_model(str(tmp_path / "run" / "model.keras"), compile=False)
