@@ -16,6 +16,7 @@ import os
 from keras_vit.cli.common import (
     CommandError,
     add_max_pixels_option,
+    add_max_tokens_option,
     add_model_options,
     add_precision_option,
     labels_beside,
@@ -59,6 +60,7 @@ def add_parser(commands):
     parser.add_argument("--top-k", type=positive_int, default=5,
                         help="classes listed per image in class_ids and labels (default: 5)")
     add_max_pixels_option(parser, "saved_model: images sent to serve_bytes")
+    add_max_tokens_option(parser)
     parser.add_argument("--execution", choices=("auto", "graph", "xla"), default=None,
                         help="saved_model: xla compiles the model in the signatures with XLA "
                              "(TF Serving then needs --xla_cpu_compilation_enabled=true on a "
@@ -119,6 +121,9 @@ def _check_arguments(args):
     if args.quantize == "int8" and args.format == "tflite" and not args.calibration_data:
         raise CommandError("--quantize int8 calibrates on images: give --calibration-data "
                            "(a dataset name or a folder).")
+    if args.format != "saved_model" and args.max_tokens is not None:
+        raise CommandError(f"--max-tokens is a NaFlex model's sequence budget in a saved_model "
+                           f"export; --format {args.format} takes images of one size.")
     if args.format != "saved_model" and args.version is not None:
         raise CommandError(f"--version numbers a saved_model's folder; --format {args.format} "
                            "writes one file.")
@@ -211,7 +216,7 @@ def _export(args):
     labels = _labels(args.labels, model.output_shape[-1], labels_beside(args.model))
     path = export.export_saved_model(model, args.output, version=args.version, labels=labels,
                                      top_k=args.top_k, max_pixels=args.max_pixels,
-                                     execution=args.execution)
+                                     execution=args.execution, max_tokens=args.max_tokens)
     return f"Wrote {path} (signatures: {', '.join(_signatures(path))})"
 
 
@@ -291,7 +296,7 @@ def _export_bfloat16(args, model):
         written = export.export_saved_model(model, args.output, version=args.version,
                                             labels=labels, top_k=args.top_k,
                                             max_pixels=args.max_pixels, execution=args.execution,
-                                            precision="bfloat16")
+                                            precision="bfloat16", max_tokens=args.max_tokens)
         logits = None if held_out is None else _saved_model_logits(written, held_out)
     if logits is None:
         return f"Wrote {written} (bfloat16; give --calibration-data to measure its agreement)"

@@ -23,6 +23,13 @@ preprocessing inside the graph, so a client needs no keras_vit code:
   with InvalidArgument naming the items by index.
 - `serve_uint8(images)`: as `serving_default`, uint8 pixels.
 
+A NaFlex model (SigLIP 2 NaFlex) takes each image at its own aspect ratio: every
+signature packs each image inside the graph as `keras_vit.predict_images` does
+(`keras_vit.runtime.naflex_inputs.packed_image`: the largest grid of its aspect
+ratio within `max_tokens` patches, resized in its preprocessing's interpolation),
+so `serving_default` and `serve_uint8` take a batch of any one size and
+`serve_bytes` files of mixed sizes.
+
 All three return `logits` `(batch, classes)`, `probabilities` `(batch, classes)`,
 `class_ids` `(batch, k)` (int32, best first) and, when labels are given,
 `labels` `(batch, k)` (strings of those classes). The loaded SavedModel is also
@@ -45,7 +52,7 @@ from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folde
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.labels import imagenet_label_names, read_labels
 from keras_vit.lora import merge_lora
-from keras_vit.models.image_size import refuse_naflex, stored_size, takes_any_size
+from keras_vit.models.image_size import naflex_layout, refuse_naflex, stored_size, takes_any_size
 from keras_vit.models.vit import has_softmax_head
 from keras_vit.normalization import model_input
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images
@@ -64,7 +71,7 @@ _SIGNATURES = ((0, b"\xff\xd8\xff"), (0, b"\x89PNG\r\n\x1a\n"), (0, b"GIF87a"),
 
 
 def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, overwrite=False,
-                       max_pixels=MAX_PIXELS, execution=None, precision=None):
+                       max_pixels=MAX_PIXELS, execution=None, precision=None, max_tokens=None):
     """Writes `model` as a TF Serving SavedModel under `export_dir/<version>/`.
 
     Args:
@@ -94,6 +101,10 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
             multiply bfloat16 natively; "float32" (the default) and "auto"
             export float32: as for `execution`, the serving machine is not this
             one, so "auto" measures nothing here.
+        max_tokens: a NaFlex model's sequence budget, the most patches an image
+            is packed into (SigLIP 2's 256, 576, 784 or 1024); default: the
+            grid its position embeddings are stored for. Refused for a model
+            that takes images of one size.
 
     Returns:
         The path of the version folder written.
@@ -105,7 +116,13 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     model = merge_lora(model)  # an ordinary graph: TF Serving needs no LoRA
     if check_precision(precision) == "bfloat16":
         model = bfloat16_model(model)
-    height, width = _image_size(model)
+    naflex = naflex_layout(model)
+    if naflex is None and max_tokens is not None:
+        raise ArgumentError("max_tokens is a NaFlex model's sequence budget; this model takes "
+                            "images of one size.")
+    image_size = None if naflex is not None else _image_size(model)
+    if naflex is not None:
+        max_tokens = naflex[1] if max_tokens is None else positive_int(max_tokens, "max_tokens")
     labels = _resolve_labels(labels, _classes(model))
     # Every argument is checked before the folder is made: a refused call leaves nothing.
     if version is not None:
@@ -124,8 +141,8 @@ def export_saved_model(model, export_dir, version=None, labels=None, top_k=5, ov
     os.makedirs(export_dir, exist_ok=True)
     remove_temporaries(export_dir)  # what exports that died (killed, power cut) left
 
-    archive = _archive(model, labels, top_k, (height, width), with_bytes=True,
-                       max_pixels=max_pixels, jit_compile=jit_compile)
+    archive = _archive(model, labels, top_k, image_size, with_bytes=True,
+                       max_pixels=max_pixels, jit_compile=jit_compile, max_tokens=max_tokens)
     # A hidden name (TF Serving loads integer names only), renamed into place when whole.
     with temporary_folder(os.path.join(export_dir, "model")) as staging:
         archive.write_out(staging, verbose=False, options=_save_options())
@@ -218,12 +235,17 @@ def _check_top_k(top_k):
 
 
 def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS,
-             jit_compile=False):
-    """An ExportArchive whose endpoints run preprocessing, `model` and the outputs."""
+             jit_compile=False, max_tokens=None):
+    """An ExportArchive whose endpoints run preprocessing, `model` and the outputs
+    (`image_size` None and `max_tokens` the budget for a NaFlex model)."""
+    from keras_vit.runtime import naflex_inputs
+
     classes = _classes(model)
+    naflex = naflex_layout(model)
     # A model built with dynamic_image_size takes pixels of any size; image_size is then the
-    # size its position embeddings are stored for, to which serve_bytes resizes.
-    any_size = takes_any_size(model)
+    # size its position embeddings are stored for, to which serve_bytes resizes. A NaFlex
+    # model takes any size too: each image is packed at its own aspect ratio.
+    any_size = naflex is not None or takes_any_size(model)
     _check_top_k(top_k)
     top_k = min(int(top_k), classes)
     softmax_head = has_softmax_head(model)
@@ -231,10 +253,25 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
     preprocessing = model_preprocessing(model)  # the resize its weights' source uses
     label_table = None if labels is None else tf.constant(list(labels), tf.string)
     archive = keras.export.ExportArchive()
-    call = _tensorflow_call(model, (None, None) if any_size else image_size, archive, jit_compile)
+    call = _tensorflow_call(model, _input_spec(model, image_size, any_size), archive, jit_compile)
+    if naflex is None:
+        def pixel_inputs(pixels):
+            return to_model_input(pixels)
 
-    def classify(pixels):
-        scores = tf.cast(call(to_model_input(pixels)), tf.float32)
+        def file_inputs(image_bytes):
+            return to_model_input(decode_images(image_bytes, image_size, max_pixels=max_pixels,
+                                                preprocessing=preprocessing))
+    else:
+        def pixel_inputs(pixels):
+            return naflex_inputs.packed_pixels(pixels, naflex[0], max_tokens, to_model_input,
+                                               preprocessing)
+
+        def file_inputs(image_bytes):
+            return naflex_inputs.packed_image_files(image_bytes, naflex[0], max_tokens,
+                                                    to_model_input, max_pixels, preprocessing)
+
+    def classify(inputs):
+        scores = tf.cast(call(inputs), tf.float32)
         # A softmax head returns probabilities; their log is a valid set of logits.
         logits = tf.math.log(scores) if softmax_head else scores
         probabilities = scores if softmax_head else tf.nn.softmax(logits, axis=-1)
@@ -245,12 +282,11 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
         return outputs
 
     def serve_images(images):
-        return classify(tf.cast(_checked_pixels(images, None if any_size else image_size),
-                                tf.float32))
+        return classify(pixel_inputs(tf.cast(
+            _checked_pixels(images, None if any_size else image_size), tf.float32)))
 
     def serve_bytes(image_bytes):
-        return classify(decode_images(_checked_image_bytes(image_bytes), image_size,
-                                      max_pixels=max_pixels, preprocessing=preprocessing))
+        return classify(file_inputs(_checked_image_bytes(image_bytes)))
 
     # The SavedModel's pixel inputs take any height and width, so a wrong size reaches
     # the check that names the right one (a fixed size in the signature is not enforced
@@ -258,7 +294,8 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
     # checks to run, and keeps the fixed size.
     pixel_shape = (None, *image_size, 3) if not with_bytes else (None, None, None, 3)
     endpoints = [("serving_default",
-                  serve_images if with_bytes else lambda images: classify(tf.cast(images, tf.float32)),
+                  serve_images if with_bytes else
+                  lambda images: classify(pixel_inputs(tf.cast(images, tf.float32))),
                   tf.TensorSpec(pixel_shape, tf.float32, name="images"))]
     if with_bytes:
         endpoints += [
@@ -292,7 +329,21 @@ def _save_options():
     return tf.saved_model.SaveOptions(experimental_custom_gradients=False)
 
 
-def _tensorflow_call(model, image_size, archive, jit_compile=False):
+def _input_spec(model, image_size, any_size):
+    """What `model` takes, as TensorSpecs: `(batch, height, width, channels)` images (any size
+    where `any_size`), or a NaFlex model's packed patches and grids."""
+    from keras_vit.layer_names import EMBEDDING, GRID, PATCHES
+
+    naflex = naflex_layout(model)
+    if naflex is not None:
+        pixels = naflex[0] ** 2 * model.get_layer(EMBEDDING).channels  # one patch, flattened
+        return {PATCHES: tf.TensorSpec((None, None, pixels), tf.float32, name=PATCHES),
+                GRID: tf.TensorSpec((None, 2), tf.int32, name=GRID)}
+    size = (None, None) if any_size else tuple(image_size)
+    return tf.TensorSpec((None, *size, model.input_shape[-1]), tf.float32, name="images")
+
+
+def _tensorflow_call(model, input_spec, archive, jit_compile=False):
     """`model`'s forward pass as a TensorFlow callable, tracked by `archive`.
 
     On the TensorFlow backend that is the model itself. On another backend (JAX),
@@ -306,11 +357,9 @@ def _tensorflow_call(model, image_size, archive, jit_compile=False):
             return tf.function(lambda images: model(images, training=False), jit_compile=True,
                                autograph=False)
         return lambda images: model(images, training=False)
-    channels = model.input_shape[-1]
     inner = keras.export.ExportArchive()
     inner.track(model)
-    inner.add_endpoint("call", lambda images: model(images, training=False),
-                       [tf.TensorSpec((None, *image_size, channels), tf.float32, name="images")])
+    inner.add_endpoint("call", lambda inputs: model(inputs, training=False), [input_spec])
     with tempfile.TemporaryDirectory() as folder:
         inner.write_out(os.path.join(folder, "model"), verbose=False, options=_save_options())
         converted = tf.saved_model.load(os.path.join(folder, "model"))

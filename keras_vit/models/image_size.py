@@ -35,11 +35,12 @@ def naflex_layout(model):
 
 def refuse_naflex(model):
     """A NaFlex model takes packed patches, not images of one size: refused in one line by
-    every caller that feeds images of one size (export, analyze)."""
+    every caller that feeds images of one size (TFLite and the runtimes' exports, analyze)."""
     if naflex_layout(model) is not None:
         raise ArgumentError(f"{model.name} is a NaFlex model: it takes each image's patches at "
                             "its own aspect ratio (keras_vit.runtime.naflex_inputs), not images "
-                            "of one size; predict and evaluate run it (max_tokens).")
+                            "of one size; predict, evaluate and the SavedModel export run it "
+                            "(max_tokens).")
 
 
 def image_size(model):

@@ -97,12 +97,23 @@ def choose_jit_compile(model, batch_shape, execution=None, training=False, measu
 def time_modes(model, batch_shape, training=False, rounds=ROUNDS):
     """The fastest seconds per call of `model` on random `batch_shape` inputs, as a graph and
     under XLA: the forward pass, or for `training` the forward and backward passes (no
-    weight changes)."""
+    weight changes). `batch_shape` is a shape, or a NaFlex model's {"patches": shape,
+    "grid": shape}, whose grid is then the whole budget's (rows x cols filling it)."""
+    calls = {mode: _call(model, training, jit_compile=mode == "xla") for mode in ("graph", "xla")}
+    return fastest_calls(calls, _random_inputs(batch_shape), rounds)
+
+
+def _random_inputs(batch_shape):
     import tensorflow as tf
 
-    images = tf.random.uniform(batch_shape, -1.0, 1.0, seed=0)
-    calls = {mode: _call(model, training, jit_compile=mode == "xla") for mode in ("graph", "xla")}
-    return fastest_calls(calls, images, rounds)
+    if not isinstance(batch_shape, dict):
+        return tf.random.uniform(batch_shape, -1.0, 1.0, seed=0)
+    from keras_vit.layer_names import GRID, PATCHES
+
+    batch, tokens = batch_shape[PATCHES][:2]
+    rows = math.isqrt(tokens)
+    return {PATCHES: tf.random.uniform(batch_shape[PATCHES], -1.0, 1.0, seed=0),
+            GRID: tf.constant([[rows, tokens // rows]] * batch, tf.int32)}
 
 
 def fastest_calls(calls, inputs, rounds=ROUNDS):
@@ -192,7 +203,9 @@ def _cache_key(model, batch_shape, training):
                               if hasattr(layer, "dtype_policy")})) \
         or keras.mixed_precision.dtype_policy().name
     layers = len(getattr(model, "layers", ()))
-    shape = "x".join(str(int(d)) for d in batch_shape)
+    shapes = batch_shape if isinstance(batch_shape, dict) else {"": batch_shape}
+    shape = " ".join(f"{name} {'x'.join(str(int(d)) for d in dims)}".strip()
+                     for name, dims in sorted(shapes.items()))
     return (f"{cpu} [{' '.join(flags)}] {cores} cores | tensorflow {tf.__version__} "
             f"keras {keras.__version__} | {type(model).__name__} {model.count_params()} "
             f"parameters {layers} layers {policy} | {shape} {'training' if training else 'inference'}")

@@ -15,8 +15,8 @@ from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError
 from keras_vit.layer_names import GRID, PATCHES
 
-__all__ = ["SEQUENCE_BUDGETS", "sequence_grid", "patchify", "pack", "packed_image",
-           "stack_packed"]
+__all__ = ["SEQUENCE_BUDGETS", "sequence_grid", "graph_sequence_grid", "patchify", "pack",
+           "packed_image", "packed_pixels", "packed_image_files", "stack_packed"]
 
 # The sequence lengths SigLIP 2 NaFlex was trained and evaluated at.
 SEQUENCE_BUDGETS = (256, 576, 784, 1024)
@@ -41,6 +41,38 @@ def sequence_grid(height, width, patch_size, max_tokens):
         else:
             high = middle
     return grid(low)  # a scale this small always gives one patch: a grid always fits
+
+
+def _bisection_steps():
+    """How many halvings take sequence_grid's bracket below _EPSILON: 24, whatever the image
+    (its width after 23 is 1.2e-5, after 24 6.0e-6, far from the bound for any rounding)."""
+    steps, width = 0, 100.0 - _EPSILON / 10.0
+    while width >= _EPSILON:
+        steps, width = steps + 1, width / 2.0
+    return steps
+
+
+def graph_sequence_grid(height, width, patch_size, max_tokens):
+    """`sequence_grid` as TensorFlow ops on scalar `height` and `width` tensors, `(2,)` int32:
+    the same float64 bisection step for step, so a SavedModel holds it (a Python function
+    in the graph would not be saved) and tf.data runs it without Python."""
+    import tensorflow as tf
+
+    height, width = tf.cast(height, tf.float64), tf.cast(width, tf.float64)
+    patch, budget = float(patch_size), float(max_tokens)
+
+    def grid(ratio):
+        return (tf.maximum(tf.math.ceil(height * ratio / patch), 1.0),
+                tf.maximum(tf.math.ceil(width * ratio / patch), 1.0))
+
+    low = tf.constant(_EPSILON / 10.0, tf.float64)
+    high = tf.constant(100.0, tf.float64)
+    for _ in range(_bisection_steps()):
+        middle = (low + high) / 2.0
+        rows, cols = grid(middle)
+        fits = rows * cols <= budget
+        low, high = tf.where(fits, middle, low), tf.where(fits, high, middle)
+    return tf.cast(tf.stack(grid(low)), tf.int32)
 
 
 def patchify(image, patch_size):
@@ -83,10 +115,7 @@ def packed_image(image, patch_size, max_tokens, to_input, preprocessing=None):
     from keras_vit.preprocessing_record import OFFICIAL_PREPROCESSING, stretch_to
 
     shape = tf.shape(image)
-    grid = tf.numpy_function(
-        lambda h, w: np.asarray(sequence_grid(int(h), int(w), patch_size, max_tokens), np.int32),
-        [shape[0], shape[1]], tf.int32, stateful=False)
-    grid = tf.ensure_shape(grid, (2,))
+    grid = graph_sequence_grid(shape[0], shape[1], patch_size, max_tokens)
     channels = image.shape[-1]
     pixels = to_input(stretch_to(image, (grid[0] * patch_size, grid[1] * patch_size),
                                  preprocessing or OFFICIAL_PREPROCESSING))
@@ -96,6 +125,42 @@ def packed_image(image, patch_size, max_tokens, to_input, preprocessing=None):
     patches = tf.pad(patches, [[0, max_tokens - tf.shape(patches)[0]], [0, 0]])
     return {PATCHES: tf.ensure_shape(patches, (max_tokens, patch_size * patch_size * channels)),
             GRID: grid}
+
+
+def packed_pixels(pixels, patch_size, max_tokens, to_input, preprocessing=None):
+    """A `(batch, H, W, C)` tensor of pixels in [0, 255] -> the model's inputs, each image packed
+    by `packed_image` (one batch of one size; their grids are equal), in the graph."""
+    import tensorflow as tf
+
+    return tf.map_fn(lambda image: packed_image(image, patch_size, max_tokens, to_input,
+                                                preprocessing),
+                     pixels, fn_output_signature=_packed_spec(patch_size, max_tokens,
+                                                              pixels.shape[-1]))
+
+
+def packed_image_files(image_bytes, patch_size, max_tokens, to_input, max_pixels,
+                       preprocessing=None, channels=3):
+    """A `(batch,)` string tensor of encoded images of any sizes -> the model's inputs, each
+    decoded (keras_vit.preprocessing.decode_image, `max_pixels` checked before decoding) and
+    packed at its own aspect ratio by `packed_image`, in the graph."""
+    import tensorflow as tf
+
+    from keras_vit.preprocessing import decode_image
+
+    def one(data):
+        image = decode_image(data, channels, max_pixels)
+        return packed_image(tf.cast(image, tf.float32), patch_size, max_tokens, to_input,
+                            preprocessing)
+
+    return tf.map_fn(one, image_bytes,
+                     fn_output_signature=_packed_spec(patch_size, max_tokens, channels))
+
+
+def _packed_spec(patch_size, max_tokens, channels):
+    import tensorflow as tf
+
+    return {PATCHES: tf.TensorSpec((max_tokens, patch_size * patch_size * channels), tf.float32),
+            GRID: tf.TensorSpec((2,), tf.int32)}
 
 
 def stack_packed(rows):

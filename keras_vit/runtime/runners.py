@@ -13,7 +13,7 @@ import numpy as np
 from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError, ImageError
 from keras_vit.layer_names import EMBEDDING
-from keras_vit.runtime.execution import check_execution
+from keras_vit.runtime.execution import check_execution, choose_jit_compile
 from keras_vit.runtime.precision import check_precision
 
 __all__ = ["DEFAULT_BATCH_SIZE", "READ_ERRORS", "KerasRunner", "SavedModelRunner", "model_runner",
@@ -145,10 +145,10 @@ class KerasRunner:
         else:  # A model that takes any size gets every image at the size it was trained at:
             # one batch holds one size, and the stored grid needs no resize of its embeddings.
             self.size, self.channels = image_size(model), model.input_shape[-1]
-        # A handful of images, or packed NaFlex batches: a direct call; more: a compiled call,
-        # as a graph or under XLA, whichever is faster here (timed only for work that repays
-        # the timing, on one input shape).
-        self.small = small or self.naflex is not None
+        # A handful of images: a direct call; more: a compiled call, as a graph or under XLA,
+        # whichever is faster here (timed only for work that repays the timing, on one input
+        # shape; packed NaFlex batches, which "auto" does not time, as a graph).
+        self.small = small
         self.execution, self.images = execution, images
         self.jit_compile = None  # the mode chosen, once the first batch has run
         self._compiled = None
@@ -288,17 +288,28 @@ class KerasRunner:
 
         from keras_vit.runtime import precision as precisions
 
-        if self.small or not isinstance(self.model, keras.Model):
-            # A handful of images, or a stand-in: a direct call, nothing timed.
+        if self.small or not isinstance(self.model, keras.Model) or self.naflex is not None:
+            # A handful of images, a stand-in or packed NaFlex batches: nothing timed.
             asked = self.precision
             if asked == "bfloat16":
                 model, reason = precisions.bfloat16_model(self.model), "asked"
             else:
                 model = self.model
-                reason = "asked" if asked == "float32" else "too few images to time bfloat16"
+                reason = "asked" if asked == "float32" else (
+                    "too few images to time bfloat16" if self.small or self.naflex is None
+                    else "bfloat16 is timed on images of one size, not packed patches")
             chosen = "bfloat16" if asked == "bfloat16" else "float32"
             self._choice = precisions.PrecisionChoice(
                 chosen, model, None, {"precision": chosen, "asked": asked, "reason": reason})
+            if self.naflex is not None and not self.small and isinstance(self.model, keras.Model):
+                # Packed batches all have one shape (batch, max_tokens, patch pixels): one
+                # compiled call, as a graph or under XLA ("auto": timed on packed patches).
+                shapes = {name: (self.batch_size, *np.shape(value)[1:])
+                          for name, value in x.items()}
+                enough = self.images >= CALIBRATE_AFTER_BATCHES * self.batch_size
+                self.jit_compile = choose_jit_compile(model, shapes, self.execution,
+                                                      measure=enough)
+                self._compiled = self._compiled_call(model, self.jit_compile)
         else:
             batch_shape = (self.batch_size, *x.shape[1:])
             enough = self.images >= CALIBRATE_AFTER_BATCHES * self.batch_size
@@ -321,7 +332,7 @@ class KerasRunner:
 
         forward = tf.function(lambda images: model(images, training=False),
                               jit_compile=jit_compile, reduce_retracing=True, autograph=False)
-        return lambda images: forward(tf.convert_to_tensor(images))
+        return lambda images: forward(tf.nest.map_structure(tf.convert_to_tensor, images))
 
     def _compare(self, x, scores):
         """Runs the first images left to compare in float32 too, and adds their agreement."""

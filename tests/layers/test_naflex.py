@@ -13,7 +13,7 @@ import pytest
 from keras_vit.errors import ArgumentError
 from keras_vit.layers import MAPHead, TransformerBlock
 from keras_vit.layers.naflex import NaFlexPositionEmbedding, PatchValidity
-from keras_vit.runtime.naflex_inputs import pack, patchify, sequence_grid
+from keras_vit.runtime.naflex_inputs import graph_sequence_grid, pack, patchify, sequence_grid
 from tests.oracle import import_timm
 
 # Shrinking, growing, both at once, long strips, and the stored grid itself.
@@ -82,6 +82,10 @@ def test_the_sequence_grid_is_timms_rule():
     import_timm()
     from timm.data.naflex_transforms import get_image_size_for_seq
 
+    import tensorflow as tf
+
+    graph_grids = {budget: tf.function(lambda h, w, budget=budget: graph_sequence_grid(
+        h, w, 16, budget)) for budget in (64, 256, 576, 784, 1024)}
     rng = np.random.default_rng(0)
     sizes = [(224, 224), (480, 640), (1000, 100), (37, 5000), (16, 16), (1, 1), (333, 777)]
     sizes += [tuple(int(v) for v in rng.integers(8, 3000, 2)) for _ in range(30)]
@@ -91,6 +95,9 @@ def test_the_sequence_grid_is_timms_rule():
             rows, cols = sequence_grid(height, width, 16, budget)
             assert (rows, cols) == (th // 16, tw // 16), (height, width, budget)
             assert rows * cols <= budget
+            # and as the graph computes it (tf.data, a SavedModel's signatures)
+            in_graph = graph_grids[budget](tf.constant(height), tf.constant(width)).numpy()
+            assert tuple(in_graph) == (rows, cols), (height, width, budget)
 
 
 def test_a_budget_that_is_no_count_is_refused_in_one_line():

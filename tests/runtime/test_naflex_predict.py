@@ -63,6 +63,27 @@ def test_batched_predictions_equal_each_image_alone(naflex_model, tmp_path, budg
         np.testing.assert_allclose(probabilities, expected, rtol=0, atol=TOLERANCE)
 
 
+def test_more_images_than_a_batch_run_through_one_compiled_call(naflex_model, tmp_path,
+                                                                monkeypatch):
+    """Packed batches have one shape, so predict_images traces the model once for them all
+    (a graph, not a Python call per batch), with the results of the direct call."""
+    paths = _files(tmp_path)
+    direct = [p.probabilities for p in keras_vit.predict_images(
+        naflex_model, paths, batch_size=len(paths), max_tokens=16)]  # one batch: a direct call
+    first_block = naflex_model.get_layer("encoderblock_0")
+    block_call, runs = type(first_block).call, []
+
+    def counted(self, *args, **kwargs):
+        runs.extend([self] if self is first_block else [])
+        return block_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(first_block), "call", counted)
+    compiled = [p.probabilities for p in keras_vit.predict_images(
+        naflex_model, paths, batch_size=1, max_tokens=16)]  # four batches of one image
+    assert len(runs) == 1  # traced once; a direct call per batch runs it four times
+    np.testing.assert_allclose(compiled, direct, rtol=0, atol=TOLERANCE)
+
+
 def test_images_are_packed_in_the_interpolation_of_the_models_record(naflex_model, tmp_path):
     """A NaFlex model carrying timm's record (bicubic, antialiased: its Hub folders') packs
     each image so: predict_images equals the model on naflex_inputs.packed_image with that
@@ -100,6 +121,29 @@ def test_max_tokens_is_refused_for_a_model_of_images(tmp_path):
     path = _files(tmp_path)[0]
     with pytest.raises(keras_vit.ArgumentError, match="max_tokens"):
         next(keras_vit.predict_images(model, [path], max_tokens=256))
+    with pytest.raises(keras_vit.ArgumentError, match="max_tokens is a NaFlex model's"):
+        keras_vit.export_saved_model(model, str(tmp_path / "sm"), max_tokens=256)
+    assert not (tmp_path / "sm").exists()
+
+
+def test_a_savedmodel_packs_each_image_as_predict_images_does(naflex_model, tmp_path):
+    """serve_bytes packs files of mixed aspect ratios in the graph, each at its own grid for
+    the export's budget, as predict_images does; serving_default packs a batch of one size."""
+    paths = _files(tmp_path)
+    expected = [p.probabilities for p in keras_vit.predict_images(
+        naflex_model, paths, batch_size=len(paths), max_tokens=36)]
+    written = keras_vit.export_saved_model(naflex_model, str(tmp_path / "sm"), max_tokens=36)
+    loaded = tf.saved_model.load(written)
+    files = tf.constant([open(path, "rb").read() for path in paths])
+    found = loaded.signatures["serve_bytes"](image_bytes=files)["probabilities"].numpy()
+    np.testing.assert_allclose(found, expected, rtol=0, atol=TOLERANCE)
+
+    pixels = np.random.default_rng(3).uniform(0, 255, (2, 40, 90, 3)).astype(np.float32)
+    logits = loaded.signatures["serving_default"](images=tf.constant(pixels))["logits"].numpy()
+    rows, cols = sequence_grid(40, 90, 16, 36)  # the model's bilinear stretch (no record)
+    resized = preprocess_input(tf.image.resize(pixels, (rows * 16, cols * 16)).numpy())
+    direct = np.asarray(naflex_model(pack(list(resized), 16, 36)))
+    np.testing.assert_allclose(logits, direct, rtol=0, atol=TOLERANCE * np.abs(direct).max())
 
 
 def test_a_resize_is_refused_for_a_naflex_model_in_one_line(naflex_model, tmp_path):
@@ -123,26 +167,27 @@ def test_the_packed_image_in_tf_data_is_the_numpy_packing(tmp_path):
 
 def test_what_takes_images_of_one_size_refuses_a_naflex_model_in_one_line(naflex_model,
                                                                          tmp_path):
-    """The image size (calibration), the attention probe (analyze), the SavedModel and ONNX
+    """The image size (calibration), the attention probe (analyze), the TFLite and ONNX
     exports and a training run each refuse a NaFlex model in one line that says so, where
     analyze said it was no keras_vit ViT and training crashed in TensorFlow's resize."""
     from keras_vit.analysis import AttentionProbe
     from keras_vit.models.image_size import image_size
 
     for refused in (lambda: image_size(naflex_model), lambda: AttentionProbe(naflex_model),
-                    lambda: keras_vit.export_saved_model(naflex_model, str(tmp_path / "sm")),
+                    lambda: keras_vit.export_tflite(naflex_model, str(tmp_path / "m.tflite")),
                     lambda: keras_vit.export_onnx(naflex_model, str(tmp_path / "m.onnx"))):
         with pytest.raises(keras_vit.ArgumentError, match="is a NaFlex model: it takes each "
                                                           "image's patches"):
             refused()
     with pytest.raises(keras_vit.ArgumentError, match="is a NaFlex model.*train does not yet"):
         keras_vit.train("digits", model="SigLIP2-B/16-naflex", output=str(tmp_path / "run"))
-    assert not (tmp_path / "run").exists() and not (tmp_path / "sm").exists()
+    assert not (tmp_path / "run").exists() and not (tmp_path / "m.tflite").exists()
 
 
 def test_the_command_runs_a_saved_naflex_model_under_a_budget(naflex_model, tmp_path, cli):
     # A .keras copy loads with its two inputs, and `keras-vit predict --max-tokens` gives the
-    # library's probabilities; `export`, which takes images of one size, refuses it in one line.
+    # library's probabilities; so does the SavedModel `export --max-tokens` writes, through
+    # `predict`; a TFLite export, which takes images of one size, is refused in one line.
     paths = _files(tmp_path)[:2]
     saved = str(tmp_path / "naflex.keras")
     naflex_model.save(saved)
@@ -158,5 +203,17 @@ def test_the_command_runs_a_saved_naflex_model_under_a_budget(naflex_model, tmp_
     for row, probabilities in zip(rows, expected):
         assert row[2] == f"class {int(probabilities.argmax())}"
         np.testing.assert_allclose(float(row[3]), probabilities.max(), rtol=1e-5)  # 6 digits
-    refused = cli(["export", "--model", saved, "--output", str(tmp_path / "export")])
+    exported = cli(["export", "--model", saved, "--output", str(tmp_path / "export"),
+                    "--max-tokens", "16", "--labels", "none"])
+    assert exported.returncode == 0, exported.stderr
+    served = str(tmp_path / "served.csv")
+    result = cli(["predict", *paths, "--model", str(tmp_path / "export" / "1"), "--top", "1",
+                  "--output", served])
+    assert result.returncode == 0, result.stderr
+    with open(served, newline="") as f:
+        for row, probabilities in zip(list(csv.reader(f))[1:], expected):
+            assert row[2] == f"class {int(probabilities.argmax())}"
+            np.testing.assert_allclose(float(row[3]), probabilities.max(), rtol=1e-5)
+    refused = cli(["export", "--model", saved, "--format", "tflite",
+                   "--output", str(tmp_path / "m.tflite")])
     assert refused.returncode == 2 and "is a NaFlex model" in refused.stderr
