@@ -98,8 +98,15 @@ def random_timm_pair(architecture, image_size, folder, timm_kwargs=None, variant
     path = os.path.join(folder, f"{architecture}.safetensors")
     save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, path)
     variant = dataclasses.replace(keras_vit.get_variant(architecture), **(variant_changes or {}))
-    ours = keras_vit.ViT(variant, weights=path, image_size=image_size,
-                         include_top=theirs.num_classes > 0)
+    # A bare state dict does not record the GELU's form: timm's tanh one where its model
+    # function sets it (naflexvit_*_siglip), as a timm Hub folder's architecture tells keras_vit.
+    act = theirs.blocks[0].mlp.act
+    tanh = type(act).__name__ == "GELUTanh" or getattr(act, "approximate", "none") == "tanh"
+    # timm's NaFlexVit keeps its stored position grid whatever img_size says, and resizes it
+    # to each image's grid per call: keras_vit's row at its own size does the same.
+    naflex = variant.patch_input == "naflex"
+    ours = keras_vit.ViT(variant, weights=path, image_size=None if naflex else image_size,
+                         include_top=theirs.num_classes > 0, approximate_gelu=tanh or None)
     os.remove(path)
     return ours, theirs
 
@@ -111,8 +118,12 @@ def build_pair(architecture, image_size, depth, folder, execution, images):
 
     from keras_vit.runtime.execution import choose_jit_compile
 
+    from keras_vit.models.image_size import naflex_layout
+
     changes = {"depth": depth} if depth else {}
     ours, theirs = random_timm_pair(architecture, image_size, folder, changes, changes)
+    if naflex_layout(ours) is not None:
+        return _naflex_pair(ours, theirs, images, execution)
 
     jit = bool(choose_jit_compile(ours, images.shape, execution))
     forward = tf.function(lambda x: ours(x, training=False), jit_compile=jit, autograph=False)
@@ -126,12 +137,54 @@ def build_pair(architecture, image_size, depth, folder, execution, images):
         with torch.inference_mode():
             return theirs(torch_images).numpy()
 
+    return _checked(architecture, keras_call, timm_call, "xla" if jit else "graph")
+
+
+def _naflex_pair(ours, theirs, images, execution):
+    """A NaFlex model's calls on the images' patches, packed once beforehand for both as each
+    library's runner packs them (square images: the whole grid, no padding): keras_vit's
+    {"patches", "grid"} in the mode `execution` chooses for packed patches, as its runners
+    call it (runtime/runners.py), timm's patches with each patch's (row,
+    column) and validity, as NaFlexVit's own loader gives them."""
+    import tensorflow as tf
+    import torch
+
+    from keras_vit.runtime.execution import choose_jit_compile
+    from keras_vit.runtime.naflex_inputs import pack
+
+    patch = ours.get_layer("embedding").patch_size
+    rows = images.shape[1] // patch
+    packed = pack(list(images), patch, rows * rows)
+    jit_compile = bool(choose_jit_compile(
+        ours, {name: value.shape for name, value in packed.items()}, execution))
+    forward = tf.function(lambda x: ours(x, training=False), jit_compile=jit_compile,
+                          autograph=False)
+    tf_packed = {name: tf.constant(value) for name, value in packed.items()}
+    coords = np.stack(np.meshgrid(np.arange(rows), np.arange(rows), indexing="ij"), -1)
+    coords = np.broadcast_to(coords.reshape(1, -1, 2), (len(images), rows * rows, 2))
+    timm_inputs = {"patch_coord": torch.from_numpy(np.ascontiguousarray(coords, np.int64)),
+                   "patch_valid": torch.ones(len(images), rows * rows, dtype=torch.bool)}
+    torch_patches = torch.from_numpy(packed["patches"])
+
+    def keras_call():
+        return forward(tf_packed).numpy()
+
+    def timm_call():
+        with torch.inference_mode():
+            return theirs(torch_patches, **timm_inputs).numpy()
+
+    return _checked(ours.name, keras_call, timm_call, "xla" if jit_compile else "graph")
+
+
+def _checked(name, keras_call, timm_call, mode):
+    """The pair, once both have run (the warm-up) and agree within the parity tests' bound."""
+
     a, b = keras_call(), timm_call()  # the warm-up: traces, compiles, allocates
     relative = float(np.abs(a - b).max() / np.abs(b).max())
     if a.shape != b.shape or not relative <= RELATIVE_TOLERANCE:
-        raise RuntimeError(f"{architecture}: keras_vit and timm disagree (shapes {a.shape}, "
+        raise RuntimeError(f"{name}: keras_vit and timm disagree (shapes {a.shape}, "
                            f"{b.shape}; relative max difference {relative:.2e}).")
-    return keras_call, timm_call, "xla" if jit else "graph", relative
+    return keras_call, timm_call, mode, relative
 
 
 def time_interleaved(pairs, batch, repeats):
