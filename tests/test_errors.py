@@ -44,6 +44,9 @@ BUILTIN_OF = {
 # Raises (and returns) of a bare builtin exception that are not the user's to fix, by
 # (module, enclosing function, exception), each with the reason it is not a family member.
 NOT_THE_USERS = {
+    ("keras_vit/checkpoints/layout.py", "layout", "TypeError"):
+        "invariant: keras_vit's model builder added a weighted part of a kind layout() has no "
+        "rows for; no user input reaches it",
     ("keras_vit/layers/transformer.py", "load_own_variables", "ValueError"):
         "Keras' own Layer.load_own_variables raises ValueError for a store of other variables, "
         "and keras.saving gathers it into its one 'could not be loaded' error",

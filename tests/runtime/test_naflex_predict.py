@@ -207,7 +207,7 @@ def test_the_command_runs_a_saved_naflex_model_under_a_budget(naflex_model, tmp_
                     "--max-tokens", "16", "--labels", "none"])
     assert exported.returncode == 0, exported.stderr
     served = str(tmp_path / "served.csv")
-    result = cli(["predict", *paths, "--model", str(tmp_path / "export" / "1"), "--top", "1",
+    result = cli(["predict", *paths, "--saved-model", str(tmp_path / "export"), "--top", "1",
                   "--output", served])
     assert result.returncode == 0, result.stderr
     with open(served, newline="") as f:
