@@ -116,9 +116,8 @@ def build_pair(architecture, image_size, depth, folder, execution, images):
     import tensorflow as tf
     import torch
 
-    from keras_vit.runtime.execution import choose_jit_compile
-
     from keras_vit.models.image_size import naflex_layout
+    from keras_vit.runtime.execution import choose_jit_compile
 
     changes = {"depth": depth} if depth else {}
     ours, theirs = random_timm_pair(architecture, image_size, folder, changes, changes)

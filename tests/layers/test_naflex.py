@@ -80,9 +80,8 @@ def test_padding_is_never_attended_to_nor_pooled():
 
 def test_the_sequence_grid_is_timms_rule():
     import_timm()
-    from timm.data.naflex_transforms import get_image_size_for_seq
-
     import tensorflow as tf
+    from timm.data.naflex_transforms import get_image_size_for_seq
 
     graph_grids = {budget: tf.function(lambda h, w, budget=budget: graph_sequence_grid(
         h, w, 16, budget)) for budget in (64, 256, 576, 784, 1024)}
