@@ -147,7 +147,7 @@ class KerasRunner:
             self.size, self.channels = image_size(model), model.input_shape[-1]
         # A handful of images: a direct call; more: a compiled call, as a graph or under XLA,
         # whichever is faster here (timed only for work that repays the timing, on one input
-        # shape; packed NaFlex batches, which "auto" does not time, as a graph).
+        # shape: images of one size, or a NaFlex model's packed patches and grids).
         self.small = small
         self.execution, self.images = execution, images
         self.jit_compile = None  # the mode chosen, once the first batch has run
