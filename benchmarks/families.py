@@ -177,7 +177,6 @@ def _naflex_pair(ours, theirs, images, execution):
 
 def _checked(name, keras_call, timm_call, mode):
     """The pair, once both have run (the warm-up) and agree within the parity tests' bound."""
-
     a, b = keras_call(), timm_call()  # the warm-up: traces, compiles, allocates
     relative = float(np.abs(a - b).max() / np.abs(b).max())
     if a.shape != b.shape or not relative <= RELATIVE_TOLERANCE:

@@ -253,10 +253,10 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
     preprocessing = model_preprocessing(model)  # the resize its weights' source uses
     label_table = None if labels is None else tf.constant(list(labels), tf.string)
     archive = keras.export.ExportArchive()
-    call = _tensorflow_call(model, _input_spec(model, image_size, any_size), archive, jit_compile)
+    call = _tensorflow_call(model, _input_spec(model, naflex, image_size, any_size), archive,
+                            jit_compile)
     if naflex is None:
-        def pixel_inputs(pixels):
-            return to_model_input(pixels)
+        pixel_inputs = to_model_input
 
         def file_inputs(image_bytes):
             return to_model_input(decode_images(image_bytes, image_size, max_pixels=max_pixels,
@@ -329,12 +329,12 @@ def _save_options():
     return tf.saved_model.SaveOptions(experimental_custom_gradients=False)
 
 
-def _input_spec(model, image_size, any_size):
+def _input_spec(model, naflex, image_size, any_size):
     """What `model` takes, as TensorSpecs: `(batch, height, width, channels)` images (any size
-    where `any_size`), or a NaFlex model's packed patches and grids."""
+    where `any_size`), or a NaFlex model's (`naflex`: its naflex_layout) packed patches and
+    grids."""
     from keras_vit.layer_names import EMBEDDING, GRID, PATCHES
 
-    naflex = naflex_layout(model)
     if naflex is not None:
         pixels = naflex[0] ** 2 * model.get_layer(EMBEDDING).channels  # one patch, flattened
         return {PATCHES: tf.TensorSpec((None, None, pixels), tf.float32, name=PATCHES),

@@ -52,6 +52,9 @@ def _bisection_steps():
     return steps
 
 
+_BISECTION_STEPS = _bisection_steps()
+
+
 def graph_sequence_grid(height, width, patch_size, max_tokens):
     """`sequence_grid` as TensorFlow ops on scalar `height` and `width` tensors, `(2,)` int32:
     the same float64 bisection step for step, so a SavedModel holds it (a Python function
@@ -67,7 +70,7 @@ def graph_sequence_grid(height, width, patch_size, max_tokens):
 
     low = tf.constant(_EPSILON / 10.0, tf.float64)
     high = tf.constant(100.0, tf.float64)
-    for _ in range(_bisection_steps()):
+    for _ in range(_BISECTION_STEPS):
         middle = (low + high) / 2.0
         rows, cols = grid(middle)
         fits = rows * cols <= budget

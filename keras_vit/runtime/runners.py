@@ -289,7 +289,8 @@ class KerasRunner:
         from keras_vit.runtime import precision as precisions
 
         if self.small or not isinstance(self.model, keras.Model) or self.naflex is not None:
-            # A handful of images, a stand-in or packed NaFlex batches: nothing timed.
+            # A handful of images, a stand-in or packed NaFlex batches: the precision is not
+            # timed (a NaFlex model's mode is, below, on its packed shapes).
             asked = self.precision
             if asked == "bfloat16":
                 model, reason = precisions.bfloat16_model(self.model), "asked"

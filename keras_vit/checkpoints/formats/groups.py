@@ -100,8 +100,6 @@ class Norm(NamedTuple):
     bias: str
 
 
-
-
 def part_dense(name):
     """The keys of a dense part outside the blocks that layout lays out by its layer `name`
     (layout.part_keys): a new part's table row names its layer, with no line here."""
