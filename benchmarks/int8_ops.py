@@ -5,8 +5,9 @@
 Calibrates on 200 images of the digits training split and measures on the 360 test images
 (which calibration never sees): for each set of ops kept in float (TFLite's quantisation
 debugger, `denylisted_ops`), the top-1 agreement with the float model, the largest logit
-difference and the file's size against float32's. The last row is what `--quantize int8`
-exports (`keras_vit.export.quantized.FLOAT_OPS`).
+difference and the file's size against float32's. Every row keeps the patch embedding and
+the head in float, as `export_tflite` does; the last row is what `--quantize int8` exports
+(`keras_vit.export.quantized.FLOAT_OPS`).
 """
 
 import argparse
