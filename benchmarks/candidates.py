@@ -186,7 +186,8 @@ def runtime_candidates(arch, runtimes, folder):
     """keras_vit's model exported (keras_vit/export/runtimes.py, the preprocessing inside) and
     run for inference only: ONNX Runtime in float32 and int8 (static, calibrated on 8 random
     batches: the weights are random, so only the speed means something), OpenVINO's CPU plugin
-    in float32 and bfloat16 (its INFERENCE_PRECISION_HINT). Returns (candidates, isa notes)."""
+    in float32 and bfloat16 (its INFERENCE_PRECISION_HINT) and NNCF's int8 (calibrated so too).
+    Returns (candidates, isa notes)."""
     import os
 
     import keras_vit
@@ -220,9 +221,12 @@ def runtime_candidates(arch, runtimes, folder):
         import openvino as ov
 
         path = export.export_openvino(model, os.path.join(folder, "model.xml"))
+        int8_path = export.export_openvino(model, os.path.join(folder, "int8.xml"),
+                                           quantize="int8", calibration=batch_pixels(8))
         core = ov.Core()
-        for label, hint in (("float32", "f32"), ("bf16", "bf16")):
-            compiled = core.compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": hint})
+        for label, hint, file in (("float32", "f32", path), ("bf16", "bf16", path),
+                                  ("int8", "f32", int8_path)):
+            compiled = core.compile_model(file, "CPU", {"INFERENCE_PRECISION_HINT": hint})
             out.append(Candidate(f"openvino ({label})", "openvino", train=None,
                                  infer=lambda batch, c=compiled: c(batch_pixels(batch))))
             compiled(batch_pixels(1))  # the kernels are chosen at the first call

@@ -89,7 +89,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     assert {"keras_vit (graph)"} <= names and len(names) >= 3  # each peer timed or reported missing
     # the exported model in ONNX Runtime and OpenVINO, beside it in the same rounds, inference only
     assert {"onnxruntime (float32)", "onnxruntime (int8)", "openvino (float32)",
-            "openvino (bf16)"} <= set(report["inference"]["2"])
+            "openvino (bf16)", "openvino (int8)"} <= set(report["inference"]["2"])
     assert not any(name.startswith(("onnxruntime", "openvino")) for name in report["training"]["2"])
     assert report["gemm_gflops"]["tensorflow"]["best"] > 0
     load = report["loading"]["Ti/16"]
