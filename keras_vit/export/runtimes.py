@@ -243,8 +243,7 @@ def _quantize_int8(format_name, path, calibration):
         raise ImportError("OpenVINO's int8 is NNCF's post-training quantisation: pip install "
                           "nncf (the float32 export needs no NNCF).") from error
     import openvino as ov
-    from nncf.quantization.advanced_parameters import (AdvancedQuantizationParameters,
-                                                       OverflowFix)
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
     from nncf.quantization.range_estimator import RangeEstimatorParametersSet
 
     # Calibrated as ONNX Runtime's above: the patch embedding and the head stay float, and
