@@ -15,8 +15,8 @@ shared run the tests read (tests/conftest.py, DIGITS_RUN): the accuracies it pri
 a test may assert about that run (TensorFlow's CPU threads make runs of one seed differ too).
 `--int8` also exports each run's model as `keras-vit export --quantize int8` does (200
 calibration images; TFLite, or the formats it names: onnx, openvino) and prints each file's
-top-1 agreement with the float model on the 360 test images: the ranges that the int8 bounds
-of tests/export/test_export_quantized.py and test_export_runtimes.py come from.
+top-1 agreement with the float model on the 360 test images: the ranges that
+tests/export/test_export_runtimes.py's int8 test quotes for its 99% bound.
 """
 
 import argparse
