@@ -206,9 +206,16 @@ def _default_name(variant):
 
 
 def _image_size(image_size, source, variant):
-    if image_size is None:
-        image_size = source.resolution if source and source.resolution else variant.image_size
-    image_size = size_argument(image_size)
+    stored = source.resolution if source and source.resolution else variant.image_size
+    if variant.patch_input == "naflex" and source is not None and image_size is not None \
+            and size_argument(image_size) != size_argument(stored):
+        # timm keeps the trained grid whatever img_size says and resizes it for each image;
+        # resizing it once at load as well would compute another function (5e-5 apart).
+        height, width = variant.token_grid(size_argument(stored))
+        raise ArgumentError(f"{variant.short_name} takes each image at its own size (max_tokens "
+                            f"sets the budget) and resizes its weights' {height}x{width} "
+                            "position grid to each image's: image_size does not apply; drop it.")
+    image_size = size_argument(stored if image_size is None else image_size)
     if min(variant.feature_size(s) for s in image_size) < variant.patch_size:
         raise ArgumentError(f"patch_size {variant.patch_size} is larger than the image "
                             f"({image_size[0]}x{image_size[1]} pixels) it would cut into patches.")

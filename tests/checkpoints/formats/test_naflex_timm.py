@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.errors import ArgumentError
 from keras_vit.runtime.naflex_inputs import pack, sequence_grid
 from tests.checkpoints.formats.test_formats import _randomise
 from tests.oracle import import_timm
@@ -88,6 +89,17 @@ def test_a_batch_of_mixed_aspect_ratios_equals_each_image_alone(tmp_path):
         count = (image.shape[0] // 16) * (image.shape[1] // 16)
         alone = np.asarray(ours(pack([image], 16, count)))[0]  # no padding at all
         assert np.abs(row - alone).max() <= BATCHED_TOLERANCE * np.abs(alone).max()
+
+
+def test_image_size_that_would_resize_the_stored_grid_is_refused(tmp_path):
+    """timm keeps a NaFlex checkpoint's 16 x 16 position grid whatever img_size says, and
+    resizes it for each image; building at another image_size resized it once at load too,
+    a different function (5e-5 relative). Refused in one line; the stored size is accepted."""
+    _, folder = _timm_folder(tmp_path, "naflexvit_base_patch16_siglip", depth=1)
+    with pytest.raises(ArgumentError, match="16x16 position grid .* image_size does not apply"):
+        keras_vit.from_pretrained(folder, include_top=False, image_size=224)
+    model = keras_vit.from_pretrained(folder, include_top=False, image_size=256)
+    assert tuple(model.get_layer("posembed_input").grid_size) == (16, 16)
 
 
 @pytest.mark.slow  # full size; the default run's two-block test above checks every mapping
