@@ -92,11 +92,12 @@ def convert(converter, quantize=None):
     # on 98.3% of its test images with them int8, 99.7% without (docs/serving.md). Setting
     # the options quantises the calibrated model again, without calibrating again.
     debugger.options = tf.lite.experimental.QuantizationDebugOptions(
-        denylisted_ops=list(FLOAT_OPS), denylisted_nodes=_ends(debugger.calibrated_model))
+        denylisted_ops=list(FLOAT_OPS),
+        denylisted_nodes=_ends_kept_float(debugger.calibrated_model))
     return debugger.get_nondebug_quantized_model()
 
 
-def _ends(content):
+def _ends_kept_float(content):
     """The output tensor names of the first and the last op with a weight (a convolution or
     a fully connected layer) of the TFLite model `content`, in the order it runs them."""
     from tensorflow.lite.python import schema_py_generated as schema
