@@ -16,7 +16,8 @@ from keras_vit.errors import ArgumentError
 from keras_vit.layer_names import GRID, PATCHES
 
 __all__ = ["SEQUENCE_BUDGETS", "sequence_grid", "graph_sequence_grid", "patchify", "pack",
-           "packed_image", "packed_pixels", "packed_image_files", "stack_packed"]
+           "packed_image", "packed_pixels", "packed_image_files", "stack_packed",
+           "batch_patches"]
 
 # The sequence lengths SigLIP 2 NaFlex was trained and evaluated at.
 SEQUENCE_BUDGETS = (256, 576, 784, 1024)
@@ -88,6 +89,24 @@ def patchify(image, patch_size):
     rows, cols = height // patch_size, width // patch_size
     patches = image.reshape(rows, patch_size, cols, patch_size, channels).transpose(0, 2, 1, 3, 4)
     return patches.reshape(rows * cols, patch_size * patch_size * channels)
+
+
+def batch_patches(images, patch_size):
+    """A `(batch, H, W, C)` tensor of images of one size, whole patches, already normalised ->
+    the model's inputs, in the graph: each image's patches as `patchify` cuts them, none of
+    them padding (the budget is the grid), and the grid. What `train` feeds a NaFlex model:
+    its pipeline's batches are of one size, so packing needs no resize."""
+    import tensorflow as tf
+
+    height, width, channels = images.shape[1:]
+    if height is None or width is None or height % patch_size or width % patch_size:
+        raise ArgumentError(f"A {height}x{width} image is not whole {patch_size}-pixel patches.")
+    rows, cols = height // patch_size, width // patch_size
+    patches = tf.reshape(images, (-1, rows, patch_size, cols, patch_size, channels))
+    patches = tf.reshape(tf.transpose(patches, (0, 1, 3, 2, 4, 5)),
+                         (-1, rows * cols, patch_size * patch_size * channels))
+    grid = tf.tile(tf.constant([[rows, cols]], tf.int32), (tf.shape(images)[0], 1))
+    return {PATCHES: patches, GRID: grid}
 
 
 def pack(images, patch_size, max_tokens):

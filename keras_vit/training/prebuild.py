@@ -10,6 +10,8 @@ strategy, and on JAX, Keras builds them before tracing itself.
 import keras
 import numpy as np
 
+from keras_vit.layer_names import EMBEDDING, GRID, PATCHES
+from keras_vit.models.image_size import naflex_layout
 from keras_vit.training.distillation import student_of
 
 __all__ = ["build_training_state"]
@@ -31,7 +33,13 @@ def build_training_state(model):
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     student = student_of(model)  # a distiller takes its student's images and labels
-    images = np.zeros((1, *student.input_shape[1:]), student.input.dtype)
+    layout = naflex_layout(student)
+    if layout is None:
+        images = np.zeros((1, *student.input_shape[1:]), student.input.dtype)
+    else:  # a NaFlex model's inputs: one image of 1 x 2 patches
+        values = student.get_layer(EMBEDDING).channels * layout[0] ** 2
+        images = {PATCHES: np.zeros((1, 2, values), "float32"),
+                  GRID: np.asarray([[1, 2]], "int32")}
     predicted = model(images, training=False)
     labels = np.zeros((1, student.output_shape[-1]), "float32")  # the one-hot labels train() fits on
     model.compute_loss(images, labels, predicted)

@@ -55,12 +55,14 @@ from keras_vit.errors import (
     RunConflictError,
     TrainingDivergedError,
 )
-from keras_vit.layer_names import EMBEDDING
+from keras_vit.layer_names import EMBEDDING, GRID, PATCHES
 from keras_vit.layers import TransformerBlock
 from keras_vit.memory import peak_memory
 from keras_vit.models import ViT
+from keras_vit.models.image_size import naflex_layout, stored_size
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
 from keras_vit.runtime.execution import choose_jit_compile
+from keras_vit.runtime.naflex_inputs import batch_patches
 from keras_vit.training import resume
 from keras_vit.training.distillation import check_teacher, load_teacher, make_distiller, student_of
 from keras_vit.training.distribute import multi_worker_fit
@@ -99,6 +101,9 @@ def build_model(variant, weights, image_size, classes, dropout=0.0, drop_path_ra
             from keras_vit.models import BiT
 
             return BiT(variant, weights=weights, image_size=image_size, classes=classes)
+        if variant.patch_input == "naflex" and weights is not None:
+            # its position grid stays the weights'; train packs its images at any grid
+            image_size = None
         model = ViT(variant, weights=weights, image_size=image_size, classes=classes,
                     dropout=dropout, drop_path_rate=drop_path_rate)
     # Trained through the pipeline (data/pipeline.py: its held-out batches stretched,
@@ -271,8 +276,8 @@ def _compiled_model(run, placement, splits):
             enable_lora(model, run.lora["rank"], run.lora["targets"])
         for block in (layer for layer in model._flatten_layers() if isinstance(layer, TransformerBlock)):
             block.remat = run.remat
-        jit_compile = choose_jit_compile(
-            model, (recipe.batch_size, *model.input_shape[1:]), run.execution, training=True)
+        jit_compile = choose_jit_compile(model, _batch_shape(model, recipe), run.execution,
+                                         training=True)
         if run.teacher is not None:  # fit trains the Distiller; its student is the model
             model = make_distiller(_checked_teacher(run.teacher, splits), model,
                                    run.teacher["distillation"], run.teacher["temperature"],
@@ -283,6 +288,34 @@ def _compiled_model(run, placement, splits):
                       metrics=["accuracy"],
                       jit_compile="auto" if jit_compile is None else jit_compile)
     return model, plan
+
+
+def _pixel_size(model, recipe):
+    """(height, width) of the images train's pipeline gives `model`: its input's; for a NaFlex
+    model, which takes patches at any grid, the recipe's size, else its stored grid's."""
+    if naflex_layout(model) is None:
+        return tuple(model.input_shape[1:3])
+    return (recipe.image_size,) * 2 if recipe.image_size else stored_size(model)
+
+
+def _batch_shape(model, recipe):
+    """The shape of a training batch `model` takes (a NaFlex model's: its patches and grid)."""
+    layout = naflex_layout(model)
+    if layout is None:
+        return (recipe.batch_size, *model.input_shape[1:])
+    patch, (height, width) = layout[0], _pixel_size(model, recipe)
+    values = model.get_layer(EMBEDDING).channels * patch * patch
+    return {PATCHES: (recipe.batch_size, (height // patch) * (width // patch), values),
+            GRID: (recipe.batch_size, 2)}
+
+
+def _model_inputs(model):
+    """Pipeline batches of images -> what `model` takes: the images, or for a NaFlex model
+    their patches and grid (runtime/naflex_inputs.batch_patches)."""
+    layout = naflex_layout(model)
+    if layout is None:
+        return lambda images: images
+    return lambda images: batch_patches(images, layout[0])
 
 
 def _checked_teacher(record, splits):
@@ -311,10 +344,12 @@ def _fit_in(output, run, placement, splits, config, model, plan):
     recipe = run.recipe
     epochs, per_epoch, total_updates, accumulation = plan
     student = student_of(model)  # what a distilled run saves and scores; else the model
-    image_size = student.input_shape[1]
+    height, width = _pixel_size(student, recipe)
+    image_size = height if height == width else [height, width]
+    inputs = _model_inputs(student)
 
     def one_hot(images, labels):
-        return images, tf.one_hot(labels, splits.num_classes)
+        return inputs(images), tf.one_hot(labels, splits.num_classes)
     # Decided by what the cache would hold, the decoded images at their own size (a folder
     # of photos is cached before its resize): unknown sizes are not cached.
     sizes = (splits.train_bytes, splits.validation_bytes, splits.test_bytes)
@@ -323,16 +358,17 @@ def _fit_in(output, run, placement, splits, config, model, plan):
     normalization = input_normalization(student)
     normalization = None if normalization == OFFICIAL_NORMALIZATION else normalization
     augmentation = Augmentation(recipe.randaugment, recipe.mixup, recipe.cutmix)
-    train_data = make_pipeline(splits.train, image_size, recipe.batch_size, True,
+    train_data = make_pipeline(splits.train, (height, width), recipe.batch_size, True,
                                crop_area=recipe.crop_area, flip=recipe.flip, cache=small,
                                seed=run.seed, normalization=normalization,
                                augmentation=augmentation, num_classes=splits.num_classes)
+    train_data = train_data.map(lambda images, labels: (inputs(images), labels))
     # Validation data chooses best.keras (the val_* of log.csv); the test split is only read
     # for the final report, after fit, so no choice of the run has seen it.
-    validation_data = make_pipeline(splits.validation, image_size, recipe.batch_size, False,
-                                    cache=small, normalization=normalization).map(one_hot)
-    test_images = make_pipeline(splits.test, image_size, recipe.batch_size, False,
-                                normalization=normalization).map(lambda x, y: x)
+    validation_data = make_pipeline(splits.validation, (height, width), recipe.batch_size,
+                                    False, cache=small, normalization=normalization).map(one_hot)
+    test_images = make_pipeline(splits.test, (height, width), recipe.batch_size, False,
+                                normalization=normalization).map(lambda x, y: inputs(x))
 
     log_path = os.path.join(output, "log.csv")
     with placement.scope():  # the optimizer's variables are built where fit builds them

@@ -115,10 +115,10 @@ def resolve(settings):
     preset = get_preset(s.dataset)
     # An earlier run's model (weights naming a .keras file or a run folder) is its own default.
     variant = get_architecture(s.model or source_architecture(s.weights) or preset.model)
-    if getattr(variant, "patch_input", "image") == "naflex":
-        raise ArgumentError(f"{variant.name} is a NaFlex model: it takes each image's patches at "
-                            "its own aspect ratio, and training feeds batches of images of one "
-                            "size; predict and evaluate run it (max_tokens), train does not yet.")
+    naflex = getattr(variant, "patch_input", "image") == "naflex"
+    if naflex and s.teacher is not None:
+        raise ArgumentError(f"{variant.name} is a NaFlex model (it takes patches); distillation "
+                            "feeds the teacher the student's images: train it without a teacher.")
     weights, recipe = s.weights, s.recipe
     if recipe is None:
         recipe = "finetune" if weights else preset.recipe
@@ -151,6 +151,10 @@ def resolve(settings):
         if value and not isinstance(variant, Variant):
             raise ArgumentError(f"{name} works on a ViT's encoder blocks; {variant.name} is a BiT "
                                 "ResNet, which has none.")
+    if naflex and recipe.image_size is not None and recipe.image_size % variant.patch_size:
+        # train feeds a NaFlex model square images of this size, cut into whole patches
+        raise ArgumentError(f"image_size {recipe.image_size} is not whole {variant.patch_size}-"
+                            f"pixel patches, which {variant.name} takes.")
     check_fits(variant, recipe.image_size, batch_size=recipe.batch_size)
 
     config = run_config(s.dataset, variant, weights, recipe, policy, s.seed, float(fraction),
