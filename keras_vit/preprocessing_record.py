@@ -215,9 +215,10 @@ def preprocess_for_model(images, model, resize=None):
     import numpy as np
     import tensorflow as tf
 
-    from keras_vit.models.image_size import image_size
+    from keras_vit.models.image_size import image_size, refuse_naflex
     from keras_vit.normalization import model_input
 
+    refuse_naflex(model, "preprocessing to its input")  # predict_images packs
     record = resized_preprocessing(model_preprocessing(model), resize)
     size = image_size(model)
     as_numpy = not tf.is_tensor(images)

@@ -71,7 +71,7 @@ class AttentionProbe:
     def __init__(self, model):
         if not isinstance(model, keras.Model):
             raise ArgumentTypeError(f"AttentionProbe needs a keras.Model, got {type(model).__name__}.")
-        refuse_naflex(model)
+        refuse_naflex(model, "the attention probe (analyze)")
         blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
         positions = [layer for layer in model.layers if isinstance(layer, AddPositionEmbedding)]
         # A model with RoPE alone (DINOv3) keeps its patches as a grid: its shape is the grid.

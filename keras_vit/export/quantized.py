@@ -133,15 +133,20 @@ def litert_interpreter(path):
 
 
 def keras_logits(model, pixels, batch_size=64):
-    """`model`'s logits on [0, 255] `pixels`, with the input normalisation export uses."""
+    """`model`'s logits on [0, 255] `pixels`, with the input normalisation export uses (a
+    NaFlex model's pixels at its stored grid's size, as their patches)."""
     import keras
+    import tensorflow as tf
 
     from keras_vit.models.vit import has_softmax_head
     from keras_vit.normalization import model_input
+    from keras_vit.runtime.naflex_inputs import one_size_inputs
 
-    scores = keras.ops.convert_to_numpy(model.predict(
-        keras.ops.convert_to_numpy(model_input(model)(np.asarray(pixels, np.float32))),
-        batch_size=batch_size, verbose=0))
+    normalised = tf.constant(keras.ops.convert_to_numpy(
+        model_input(model)(np.asarray(pixels, np.float32))))
+    inputs = tf.nest.map_structure(lambda tensor: tensor.numpy(),
+                                   one_size_inputs(model)(normalised))
+    scores = keras.ops.convert_to_numpy(model.predict(inputs, batch_size=batch_size, verbose=0))
     return np.log(scores) if has_softmax_head(model) else scores
 
 

@@ -150,13 +150,19 @@ def _import_runtime(format_name):
 
 def serving_model(model, top_k=5):
     """A Keras model of `model` with the SavedModel's serving_default around it: [0, 255]
-    pixels `(batch, height, width, 3)` -> {"logits", "probabilities", "class_ids"}."""
+    pixels `(batch, height, width, 3)` -> {"logits", "probabilities", "class_ids"}; a NaFlex
+    model's pixels at its stored grid's size, cut into its patches inside the graph."""
     import keras
 
     from keras_vit.models.vit import has_softmax_head
     from keras_vit.normalization import model_input
+    from keras_vit.runtime.naflex_inputs import one_size_inputs
 
-    to_model_input = model_input(model)
+    normalised, inputs = model_input(model), one_size_inputs(model)
+
+    def to_model_input(images):  # a NaFlex model's: the images' patches at its stored grid
+        return inputs(normalised(images))
+
     softmax_head = has_softmax_head(model)
     top_k = min(int(top_k), model.output_shape[-1])
 

@@ -51,8 +51,9 @@ from keras_vit._support.private_keras import check_private_keras
 from keras_vit.atomic import publish_folder, remove_temporaries, temporary_folder, write_bytes
 from keras_vit.errors import ArgumentError, PathExistsError
 from keras_vit.labels import imagenet_label_names, read_labels
+from keras_vit.layer_names import EMBEDDING
 from keras_vit.lora import merge_lora
-from keras_vit.models.image_size import naflex_layout, refuse_naflex, stored_size, takes_any_size
+from keras_vit.models.image_size import naflex_layout, stored_size, takes_any_size
 from keras_vit.models.vit import has_softmax_head
 from keras_vit.normalization import model_input
 from keras_vit.preprocessing import IMAGE_FORMATS, MAX_PIXELS, decode_images
@@ -261,6 +262,9 @@ def _archive(model, labels, top_k, image_size, with_bytes, max_pixels=MAX_PIXELS
         def file_inputs(image_bytes):
             return to_model_input(decode_images(image_bytes, image_size, max_pixels=max_pixels,
                                                 preprocessing=preprocessing))
+    elif not with_bytes:  # TFLite: images of the stored size, cut into patches
+        def pixel_inputs(pixels):
+            return naflex_inputs.one_size_inputs(model)(to_model_input(pixels))
     else:
         def pixel_inputs(pixels):
             return naflex_inputs.packed_pixels(pixels, naflex[0], max_tokens, to_model_input,
@@ -333,7 +337,7 @@ def _input_spec(model, naflex, image_size, any_size):
     """What `model` takes, as TensorSpecs: `(batch, height, width, channels)` images (any size
     where `any_size`), or a NaFlex model's (`naflex`: its naflex_layout) packed patches and
     grids."""
-    from keras_vit.layer_names import EMBEDDING, GRID, PATCHES
+    from keras_vit.layer_names import GRID, PATCHES
 
     if naflex is not None:
         pixels = naflex[0] ** 2 * model.get_layer(EMBEDDING).channels  # one patch, flattened
@@ -425,8 +429,13 @@ def _checked_image_bytes(image_bytes):
 
 def _image_size(model):
     """The model's image size: its input's, or for a model that takes any size
-    (`dynamic_image_size=True`) the size its position embeddings are stored for."""
-    refuse_naflex(model)
+    (`dynamic_image_size=True`, NaFlex) the size its position embeddings are stored for."""
+    naflex = naflex_layout(model)
+    if naflex is not None:
+        if model.get_layer(EMBEDDING).channels != 3:
+            raise ArgumentError(f"Export serves RGB images; {model.name} takes "
+                                f"{model.get_layer(EMBEDDING).channels} channels.")
+        return stored_size(model)
     shape = model.input_shape
     size = stored_size(model) if takes_any_size(model) else None
     if not isinstance(shape, tuple) or len(shape) != 4 or (None in shape[1:3] and size is None):

@@ -15,7 +15,7 @@ from keras_vit.checkpoints.formats.timm import SWIGLU_ACT_LAYER, built_by_eva, m
 from keras_vit.checkpoints.layout import QUERY_KERNEL
 from keras_vit.checkpoints.shape_check import fitting_variants, shape_features, variant_fits_shapes
 from keras_vit.errors import ArgumentError
-from keras_vit.models.image_size import image_size
+from keras_vit.models.image_size import image_size, refuse_naflex
 from keras_vit.normalization import input_normalization
 from keras_vit.variants import FAMILIES, VARIANTS, timm_variant
 from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
@@ -137,6 +137,7 @@ def timm_config(model, labels=None, extra=None):
                             f"{row_epsilon:g}; this model uses {metadata['layer_norm_epsilon']:g}, "
                             "which timm's config cannot set.")
     args.update(_activation_args(variant, metadata["approximate_gelu"], architecture))
+    refuse_naflex(model, "timm's config (one square image size)")
     height, width = image_size(model)
     if height is None or height != width:
         raise ArgumentError(f"{model.name} takes {height}x{width} images; timm's config records "

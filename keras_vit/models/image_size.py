@@ -1,7 +1,9 @@
 """The image size a built model's images are resized to, for every caller that feeds one
 (predict, evaluate, export, calibration): its input's, or for a model built with
 `dynamic_image_size=True` (any size at call time) the size its position embeddings are
-stored for, which is the size it was trained at."""
+stored for, which is the size it was trained at. A NaFlex model, which takes each image at its
+own aspect ratio, is fed images of one size (train, the one-size exports) at its stored grid's
+(keras_vit/runtime/naflex_inputs.one_size_inputs cuts them into its patches)."""
 
 from keras_vit.errors import ArgumentError
 from keras_vit.layer_names import EMBEDDING, PATCHES, POSEMBED_INPUT
@@ -33,20 +35,21 @@ def naflex_layout(model):
     return model.get_layer(EMBEDDING).patch_size, rows * cols
 
 
-def refuse_naflex(model):
-    """A NaFlex model takes packed patches, not images of one size: refused in one line by
-    every caller that feeds images of one size (TFLite and the runtimes' exports, analyze)."""
+def refuse_naflex(model, what):
+    """A NaFlex model takes packed patches, not images: refused in one line by `what` needs a
+    model of images (analyze's attention probe, `preprocess`, timm's config)."""
     if naflex_layout(model) is not None:
         raise ArgumentError(f"{model.name} is a NaFlex model: it takes each image's patches at "
-                            "its own aspect ratio (keras_vit.runtime.naflex_inputs), not images "
-                            "of one size; predict, evaluate and the SavedModel export run it "
-                            "(max_tokens).")
+                            "its own aspect ratio (keras_vit.runtime.naflex_inputs), not images, "
+                            f"which {what} needs; predict, evaluate, train and export run it.")
 
 
 def image_size(model):
     """(height, width) a model's images are resized to; (None, None) where its input says
-    neither and it is no ViT that takes any size. A NaFlex model: `refuse_naflex`."""
-    refuse_naflex(model)
+    neither and it is no ViT that takes any size. A NaFlex model: its stored grid's size,
+    the one size train and the one-size exports feed it."""
+    if naflex_layout(model) is not None:
+        return stored_size(model)
     height, width = tuple(model.input_shape[1:3])
     if (height is None or width is None) and takes_any_size(model):
         return stored_size(model)

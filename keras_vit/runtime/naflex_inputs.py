@@ -17,7 +17,7 @@ from keras_vit.layer_names import GRID, PATCHES
 
 __all__ = ["SEQUENCE_BUDGETS", "sequence_grid", "graph_sequence_grid", "patchify", "pack",
            "packed_image", "packed_pixels", "packed_image_files", "stack_packed",
-           "batch_patches"]
+           "batch_patches", "one_size_inputs"]
 
 # The sequence lengths SigLIP 2 NaFlex was trained and evaluated at.
 SEQUENCE_BUDGETS = (256, 576, 784, 1024)
@@ -107,6 +107,19 @@ def batch_patches(images, patch_size):
                          (-1, rows * cols, patch_size * patch_size * channels))
     grid = tf.tile(tf.constant([[rows, cols]], tf.int32), (tf.shape(images)[0], 1))
     return {PATCHES: patches, GRID: grid}
+
+
+def one_size_inputs(model):
+    """A function from a batch of normalised images of one size (a TensorFlow tensor) to what
+    `model` takes: the images, or for a NaFlex model their patches and grid (`batch_patches`).
+    What feeds a NaFlex model images of one size: train's batches, and the exports whose
+    files take one size (TFLite, ONNX, OpenVINO, LiteRT) with their agreement checks."""
+    from keras_vit.models.image_size import naflex_layout
+
+    layout = naflex_layout(model)
+    if layout is None:
+        return lambda images: images
+    return lambda images: batch_patches(images, layout[0])
 
 
 def pack(images, patch_size, max_tokens):

@@ -62,7 +62,7 @@ from keras_vit.models import ViT
 from keras_vit.models.image_size import naflex_layout, stored_size
 from keras_vit.normalization import OFFICIAL_NORMALIZATION, input_normalization
 from keras_vit.runtime.execution import choose_jit_compile
-from keras_vit.runtime.naflex_inputs import batch_patches
+from keras_vit.runtime.naflex_inputs import one_size_inputs
 from keras_vit.training import resume
 from keras_vit.training.distillation import check_teacher, load_teacher, make_distiller, student_of
 from keras_vit.training.distribute import multi_worker_fit
@@ -309,15 +309,6 @@ def _batch_shape(model, recipe):
             GRID: (recipe.batch_size, 2)}
 
 
-def _model_inputs(model):
-    """Pipeline batches of images -> what `model` takes: the images, or for a NaFlex model
-    their patches and grid (runtime/naflex_inputs.batch_patches)."""
-    layout = naflex_layout(model)
-    if layout is None:
-        return lambda images: images
-    return lambda images: batch_patches(images, layout[0])
-
-
 def _checked_teacher(record, splits):
     """The teacher `record` names, loaded; refused unless it scores the dataset's classes."""
     return check_teacher(load_teacher(record["model"], record["weights"]), record["model"],
@@ -346,7 +337,7 @@ def _fit_in(output, run, placement, splits, config, model, plan):
     student = student_of(model)  # what a distilled run saves and scores; else the model
     height, width = _pixel_size(student, recipe)
     image_size = height if height == width else [height, width]
-    inputs = _model_inputs(student)
+    inputs = one_size_inputs(student)
 
     def one_hot(images, labels):
         return inputs(images), tf.one_hot(labels, splits.num_classes)

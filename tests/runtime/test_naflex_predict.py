@@ -165,21 +165,43 @@ def test_the_packed_image_in_tf_data_is_the_numpy_packing(tmp_path):
     np.testing.assert_allclose(packed["patches"].numpy(), expected["patches"][0], atol=1e-6)
 
 
-def test_what_takes_images_of_one_size_refuses_a_naflex_model_in_one_line(naflex_model,
-                                                                         tmp_path):
-    """The image size (calibration), the attention probe (analyze) and the TFLite and ONNX
-    exports each refuse a NaFlex model in one line that says so, where analyze said it was no
-    keras_vit ViT. (Training feeds it patches: tests/training/test_naflex_training.py.)"""
+def test_what_needs_a_model_of_images_refuses_a_naflex_model_in_one_line(naflex_model):
+    """The attention probe (analyze) and preprocessing to the model's input each refuse a
+    NaFlex model in one line that says so, where analyze said it was no keras_vit ViT.
+    (Training and the one-size exports feed it patches: below, and
+    tests/training/test_naflex_training.py.)"""
     from keras_vit.analysis import AttentionProbe
-    from keras_vit.models.image_size import image_size
 
-    for refused in (lambda: image_size(naflex_model), lambda: AttentionProbe(naflex_model),
-                    lambda: keras_vit.export_tflite(naflex_model, str(tmp_path / "m.tflite")),
-                    lambda: keras_vit.export_onnx(naflex_model, str(tmp_path / "m.onnx"))):
+    pixels = np.zeros((64, 64, 3), np.float32)
+    for refused in (lambda: AttentionProbe(naflex_model),
+                    lambda: preprocess_input(pixels, naflex_model)):
         with pytest.raises(keras_vit.ArgumentError, match="is a NaFlex model: it takes each "
                                                           "image's patches"):
             refused()
-    assert not (tmp_path / "m.tflite").exists()
+
+
+@pytest.mark.parametrize("format_name", ["tflite", "onnx", "openvino", "litert"])
+def test_a_one_size_export_takes_the_stored_grids_images_as_patches(naflex_model, tmp_path,
+                                                                   format_name):
+    """TFLite, ONNX, OpenVINO and LiteRT files take images of one size: a NaFlex model's its
+    stored grid's (64 x 64 here), cut into its patches inside the graph. Each file, in its own
+    runtime, computes the model on the same images packed by hand (NumPy's `pack`), to a
+    relative 1e-4 of the largest logit: float32 in another runtime's kernels, sums of at most
+    a few hundred terms."""
+    from keras_vit.export.quantized import tflite_logits
+    from keras_vit.export.runtimes import RUNTIME_FORMATS, runtime_logits
+
+    pixels = np.random.default_rng(2).uniform(0, 255, (3, 64, 64, 3)).astype(np.float32)
+    expected = np.asarray(naflex_model(pack([preprocess_input(p) for p in pixels], 16, 16)))
+    if format_name == "tflite":
+        path = keras_vit.export_tflite(naflex_model, str(tmp_path / "m.tflite"))
+        logits = tflite_logits(path, pixels)
+    else:
+        path = str(tmp_path / ("m" + RUNTIME_FORMATS[format_name][0]))
+        getattr(keras_vit, f"export_{format_name}")(naflex_model, path)
+        logits = runtime_logits(format_name, path, pixels)
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(logits / scale, expected / scale, rtol=0, atol=1e-4)
 
 
 def test_the_command_runs_a_saved_naflex_model_under_a_budget(naflex_model, tmp_path, cli):
@@ -212,6 +234,11 @@ def test_the_command_runs_a_saved_naflex_model_under_a_budget(naflex_model, tmp_
         for row, probabilities in zip(list(csv.reader(f))[1:], expected):
             assert row[2] == f"class {int(probabilities.argmax())}"
             np.testing.assert_allclose(float(row[3]), probabilities.max(), rtol=1e-5)
-    refused = cli(["export", "--model", saved, "--format", "tflite",
-                   "--output", str(tmp_path / "m.tflite")])
-    assert refused.returncode == 2 and "is a NaFlex model" in refused.stderr
+    # a TFLite file takes the stored grid's images (64 x 64), as their patches
+    converted = cli(["export", "--model", saved, "--format", "tflite",
+                     "--output", str(tmp_path / "m.tflite")])
+    assert converted.returncode == 0, converted.stderr
+    from keras_vit.export.quantized import litert_interpreter
+
+    runner = litert_interpreter(str(tmp_path / "m.tflite")).get_signature_runner()
+    assert runner.get_input_details()["images"]["shape"].tolist() == [1, 64, 64, 3]
