@@ -8,6 +8,7 @@ from sklearn.decomposition import PCA
 
 from keras_vit.errors import ArgumentError
 from keras_vit.layers import AddPositionEmbedding, PatchEncoder
+from keras_vit.layers.naflex import NaFlexPatchEmbedding, NaFlexPositionEmbedding
 
 __all__ = ["position_embedding_similarity", "patch_embedding_components",
            "PatchComponents"]
@@ -29,7 +30,7 @@ def position_embedding_similarity(model_or_embedding, grid_size=None, num_prefix
         paper's figure 7 (middle), a grid of grids.
     """
     if isinstance(model_or_embedding, keras.Model):
-        layer = _single_layer(model_or_embedding, AddPositionEmbedding)
+        layer = _single_layer(model_or_embedding, (AddPositionEmbedding, NaFlexPositionEmbedding))
         embedding = keras.ops.convert_to_numpy(layer.pos_embedding)
         grid_size = grid_size or layer.grid_size
         num_prefix_tokens = layer.num_prefix_tokens if num_prefix_tokens is None \
@@ -77,7 +78,9 @@ def patch_embedding_components(model_or_kernel, num_components=28):
         `PatchComponents`.
     """
     if isinstance(model_or_kernel, keras.Model):
-        kernel = keras.ops.convert_to_numpy(_single_layer(model_or_kernel, PatchEncoder).kernel)
+        # a NaFlex model's Dense on flattened patches keeps the convolution's kernel
+        kernel = keras.ops.convert_to_numpy(_single_layer(
+            model_or_kernel, (PatchEncoder, NaFlexPatchEmbedding)).kernel)
     else:
         kernel = np.asarray(model_or_kernel)
     if kernel.ndim != 4:
@@ -94,9 +97,11 @@ def patch_embedding_components(model_or_kernel, num_components=28):
     return PatchComponents(components, pca.explained_variance_ratio_)
 
 
-def _single_layer(model, layer_type):
-    layers = [layer for layer in model.layers if isinstance(layer, layer_type)]
+def _single_layer(model, layer_types):
+    layers = [layer for layer in model.layers if isinstance(layer, layer_types)]
     if len(layers) != 1:
-        raise ArgumentError(f"Model {model.name!r} has {len(layers)} {layer_type.__name__} layers; "
+        kinds = " or ".join(t.__name__ for t in (
+            layer_types if isinstance(layer_types, tuple) else (layer_types,)))
+        raise ArgumentError(f"Model {model.name!r} has {len(layers)} {kinds} layers; "
                             "expected exactly one (is it a keras_vit model?).")
     return layers[0]

@@ -23,6 +23,7 @@ from keras_vit.atomic import atomic_open
 from keras_vit.errors import ArgumentError
 from keras_vit.layer_names import EMBEDDING
 from keras_vit.layers import AddPositionEmbedding
+from keras_vit.layers.naflex import NaFlexPositionEmbedding
 from keras_vit.normalization import model_input
 from keras_vit.preprocessing import MAX_PIXELS, image_paths, load_image
 
@@ -51,8 +52,7 @@ def analyze(model, images, output_dir, max_images=128, rollout_images=6, batch_s
         channels only) and analysis.json (the numbers).
     """
     probe = AttentionProbe(model)
-    pixels, titles = _pixels(images, probe.image_size, model.input_shape[-1], max_images,
-                             max_pixels)
+    pixels, titles = _pixels(images, probe.image_size, probe.channels, max_images, max_pixels)
     # The pixels the model's weights expect: [-1, 1], its source's mean/std (DINOv2's
     # ImageNet one), or nothing when it preprocesses itself.
     inputs = np.asarray(model_input(model)(pixels), np.float32)
@@ -66,7 +66,8 @@ def analyze(model, images, output_dir, max_images=128, rollout_images=6, batch_s
     written.append(plot_mean_attention_distance(
         os.path.join(output_dir, "attention_distance.png"), distances, probe.image_size,
         title=f"{model.name}, {len(inputs)} images"))
-    if any(isinstance(layer, AddPositionEmbedding) for layer in model.layers):
+    if any(isinstance(layer, (AddPositionEmbedding, NaFlexPositionEmbedding))
+           for layer in model.layers):
         written.append(plot_position_embedding_similarity(
             os.path.join(output_dir, "position_embedding_similarity.png"),
             position_embedding_similarity(model),

@@ -15,7 +15,17 @@ from keras_vit._support.checks import positive_int
 from keras_vit.analysis.distance import mean_attention_distance
 from keras_vit.analysis.rollout import attention_rollout
 from keras_vit.errors import ArgumentError, ArgumentTypeError
-from keras_vit.layer_names import GAP_POOL, MAP_POOL, POOLED_NORM, PRE_LOGITS, TOKEN_POOL
+from keras_vit.layer_names import (
+    EMBEDDING,
+    EMBEDDING_DROPOUT,
+    GAP_POOL,
+    MAP_POOL,
+    PATCHES,
+    POOLED_NORM,
+    POSEMBED_INPUT,
+    PRE_LOGITS,
+    TOKEN_POOL,
+)
 from keras_vit.layers import (
     AddPositionEmbedding,
     ClassToken,
@@ -23,7 +33,8 @@ from keras_vit.layers import (
     PrefixTokens,
     TransformerBlock,
 )
-from keras_vit.models.image_size import image_size, refuse_naflex
+from keras_vit.models.image_size import image_size, naflex_layout
+from keras_vit.runtime.naflex_inputs import pack
 
 __all__ = ["AttentionProbe", "ProbeOutputs", "pooled_features"]
 
@@ -50,7 +61,8 @@ class AttentionProbe:
 
     Works for plain and hybrid models (every layer before the first encoder
     block, e.g. a ResNet "resnet" stem, is called as it is), with or without a
-    class token or a head, at any image size the model was built for.
+    class token or a head, at any image size the model was built for; a NaFlex
+    model on images of its stored grid's size, fed as their patches.
 
     Attributes:
         model: the probed model (unchanged).
@@ -71,7 +83,9 @@ class AttentionProbe:
     def __init__(self, model):
         if not isinstance(model, keras.Model):
             raise ArgumentTypeError(f"AttentionProbe needs a keras.Model, got {type(model).__name__}.")
-        refuse_naflex(model, "the attention probe (analyze)")
+        if naflex_layout(model) is not None:
+            self._init_naflex(model)
+            return
         blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
         positions = [layer for layer in model.layers if isinstance(layer, AddPositionEmbedding)]
         # A model with RoPE alone (DINOv3) keeps its patches as a grid: its shape is the grid.
@@ -96,7 +110,29 @@ class AttentionProbe:
         self.num_heads = blocks[0].num_heads
         self.image_size = _image_size(model, self.grid_size)
         self.stride = tuple(s // g for s, g in zip(self.image_size, self.grid_size))
+        self.channels = model.input_shape[-1]
         self._chain, self._chain_ends_at_output, self._grid_from = _layer_chain(model)
+        self._patch_size = None  # images go in as they are
+        self._forward = _compile(self._forward_eager)
+
+    def _init_naflex(self, model):
+        """A NaFlex model (SigLIP 2 NaFlex) is probed on images of its stored grid's size, fed
+        as their patches: every token is a patch, so no mask, and its position embedding is
+        the stored grid as it is (grid None). Its chain: the patch and position embeddings,
+        the dropout, the blocks; the model itself computes the output from the packed
+        images."""
+        self.model = model
+        blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
+        self.grid_size = model.get_layer(POSEMBED_INPUT).grid_size
+        self.has_class_token, self.num_prefix_tokens = False, 0
+        self.num_layers, self.num_heads = len(blocks), blocks[0].num_heads
+        self.image_size = _image_size(model, self.grid_size)
+        self.stride = tuple(s // g for s, g in zip(self.image_size, self.grid_size))
+        self.channels = model.get_layer(EMBEDDING).channels
+        self._chain = [model.get_layer(name) for name in
+                       (EMBEDDING, POSEMBED_INPUT, EMBEDDING_DROPOUT)] + blocks
+        self._chain_ends_at_output, self._grid_from = False, {}
+        self._patch_size = model.get_layer(EMBEDDING).patch_size
         self._forward = _compile(self._forward_eager)
 
     def __call__(self, images, batch_size=8):
@@ -115,13 +151,20 @@ class AttentionProbe:
         images = self._check_images(images)
         positive_int(batch_size, "batch_size")
         for start in range(0, len(images), batch_size):
-            outputs, attention, tokens = self._forward(images[start:start + batch_size])
+            batch = images[start:start + batch_size]
+            if self._patch_size is not None:  # a NaFlex model's: the images' patches, no padding
+                batch = {name: keras.ops.convert_to_tensor(value) for name, value in pack(
+                    list(batch), self._patch_size, self.grid_size[0] * self.grid_size[1]).items()}
+            outputs, attention, tokens = self._forward(batch)
             yield ProbeOutputs(attention=_numpy(attention), tokens=_numpy(tokens),
                                outputs=_numpy(outputs))
 
     def _forward_eager(self, images):
         """`(outputs, attention (L, B, H, T, T), tokens (L, B, T, D))` as tensors."""
-        images = x = keras.ops.convert_to_tensor(images, dtype=self.model.inputs[0].dtype)
+        if self._patch_size is None:
+            images = x = keras.ops.convert_to_tensor(images, dtype=self.model.inputs[0].dtype)
+        else:  # a NaFlex model's packed images: its patches start the chain
+            x = images[PATCHES]
         attention, tokens, outputs = [], [], []
         for layer in self._chain:
             if isinstance(layer, TransformerBlock):
@@ -134,7 +177,8 @@ class AttentionProbe:
             else:
                 x = layer(x)  # inference mode: dropout is off outside training
             outputs.append(x)
-        if not self._chain_ends_at_output:  # a head that branches: the model computes it
+        if not self._chain_ends_at_output:  # a head that branches (or NaFlex's): the model
+            # computes the output
             x = self.model(images)
         return x, keras.ops.stack(attention), keras.ops.stack(tokens)
 
@@ -168,7 +212,7 @@ class AttentionProbe:
 
     def _check_images(self, images):
         images = np.asarray(images)
-        expected = (*self.image_size, self.model.input_shape[-1])
+        expected = (*self.image_size, self.channels)
         if images.ndim != 4 or images.shape[1:] != expected:
             raise ArgumentError(f"Images must have shape (batch, {', '.join(map(str, expected))}) "
                                 f"for model {self.model.name!r}, got {images.shape}.")

@@ -2,8 +2,8 @@
 (predict, evaluate, export, calibration): its input's, or for a model built with
 `dynamic_image_size=True` (any size at call time) the size its position embeddings are
 stored for, which is the size it was trained at. A NaFlex model, which takes each image at its
-own aspect ratio, is fed images of one size (train, the one-size exports) at its stored grid's
-(keras_vit/runtime/naflex_inputs.one_size_inputs cuts them into its patches)."""
+own aspect ratio, is fed images of one size (train, the one-size exports, analyze) at its stored
+grid's (keras_vit/runtime/naflex_inputs cuts them into its patches)."""
 
 from keras_vit.errors import ArgumentError
 from keras_vit.layer_names import EMBEDDING, PATCHES, POSEMBED_INPUT
@@ -36,8 +36,8 @@ def naflex_layout(model):
 
 
 def refuse_naflex(model, what):
-    """A NaFlex model takes packed patches, not images: refused in one line by `what` needs a
-    model of images (analyze's attention probe, `preprocess`, timm's config)."""
+    """A NaFlex model takes packed patches, not images: refused in one line where `what` needs
+    a model of images (preprocessing to its input, timm's config)."""
     if naflex_layout(model) is not None:
         raise ArgumentError(f"{model.name} is a NaFlex model: it takes each image's patches at "
                             "its own aspect ratio (keras_vit.runtime.naflex_inputs), not images, "

@@ -165,19 +165,14 @@ def test_the_packed_image_in_tf_data_is_the_numpy_packing(tmp_path):
     np.testing.assert_allclose(packed["patches"].numpy(), expected["patches"][0], atol=1e-6)
 
 
-def test_what_needs_a_model_of_images_refuses_a_naflex_model_in_one_line(naflex_model):
-    """The attention probe (analyze) and preprocessing to the model's input each refuse a
-    NaFlex model in one line that says so, where analyze said it was no keras_vit ViT.
-    (Training and the one-size exports feed it patches: below, and
-    tests/training/test_naflex_training.py.)"""
-    from keras_vit.analysis import AttentionProbe
-
-    pixels = np.zeros((64, 64, 3), np.float32)
-    for refused in (lambda: AttentionProbe(naflex_model),
-                    lambda: preprocess_input(pixels, naflex_model)):
-        with pytest.raises(keras_vit.ArgumentError, match="is a NaFlex model: it takes each "
-                                                          "image's patches"):
-            refused()
+def test_preprocessing_to_a_model_of_images_refuses_a_naflex_model_in_one_line(naflex_model):
+    """`preprocess_input(pixels, model)` gives a model of images its input; a NaFlex model's
+    is patches (predict_images packs them): refused in one line that says so. (Training, the
+    one-size exports and analyze feed it patches: below, tests/training/test_naflex_training.py
+    and tests/analysis/test_naflex_probe.py.)"""
+    with pytest.raises(keras_vit.ArgumentError, match="is a NaFlex model: it takes each "
+                                                      "image's patches"):
+        preprocess_input(np.zeros((64, 64, 3), np.float32), naflex_model)
 
 
 @pytest.mark.parametrize("format_name", ["tflite", "onnx", "openvino", "litert"])
