@@ -14,6 +14,7 @@ whose gradients agree to rounding).
 
 import csv
 import dataclasses
+import json
 
 import keras
 import numpy as np
@@ -95,3 +96,26 @@ def test_train_refuses_a_naflex_model_it_cannot_feed(tmp_path):
         keras_vit.train(dataset="digits", model=NAFLEX, teacher="demo", recipe="scratch",
                         steps=1, output=str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
+
+
+def test_lora_layer_decay_and_augreg_train_a_naflex_model(tmp_path):
+    """With LoRA (rank 2 on query and value), layer decay and AugReg's light1, the run records
+    all three, and only the LoRA factors and the head train: every other weight of the saved
+    (merged) model is the initial one, the query and value kernels excepted."""
+    initial = keras_vit.ViT(NAFLEX, classes=10)
+    weights = tmp_path / "initial.npz"
+    np.savez(weights, **official_arrays(initial))
+    output = tmp_path / "run"
+    recipe = get_recipe("finetune", global_batch_size=None, batch_size=16, image_size=SIZE)
+    keras_vit.train(dataset="digits", model=NAFLEX, weights=str(weights), recipe=recipe,
+                    steps=2, output=str(output), lora_rank=2, layer_decay=0.75,
+                    augment="light1", verbose=0)
+    with open(output / "report.json") as file:
+        report = json.load(file)
+    assert report["lora"] == {"rank": 2, "targets": ["query", "value"]}
+    assert report["recipe"]["layer_decay"] == 0.75 and report["recipe"]["randaugment"] == [2, 0]
+    start = official_arrays(initial)
+    trained = official_arrays(keras.saving.load_model(output / "model.keras"))
+    moved = {key for key in start if not np.array_equal(start[key], trained[key])}
+    assert moved and all("/query/kernel" in key or "/value/kernel" in key or
+                         key.startswith("head/") for key in moved), sorted(moved)
