@@ -20,19 +20,15 @@ import pytest
 import keras_vit
 from keras_vit.analysis import AttentionProbe, analyze
 from keras_vit.analysis.embeddings import position_embedding_similarity
+from tests.runtime.test_naflex_predict import TINY_NAFLEX, tiny_naflex_model
 
 TOLERANCE = 1e-5
 
 
 @pytest.fixture(scope="module")
 def models():
-    variant = dataclasses.replace(keras_vit.get_variant("SigLIP2-B/16-naflex"), width=32,
-                                  depth=2, heads=2, mlp_dim=64, image_size=64)
-    naflex = keras_vit.ViT(variant, classes=7)
-    rng = np.random.default_rng(0)
-    for weight in naflex.weights:
-        weight.assign(rng.normal(0, 0.3, weight.shape).astype(np.float32))
-    images = keras_vit.ViT(dataclasses.replace(variant, patch_input="image"), classes=7)
+    naflex = tiny_naflex_model()
+    images = keras_vit.ViT(dataclasses.replace(TINY_NAFLEX, patch_input="image"), classes=7)
     for layer in images.layers:
         if layer.weights:
             layer.set_weights(naflex.get_layer(layer.name).get_weights())

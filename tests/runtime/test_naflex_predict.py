@@ -23,15 +23,23 @@ TOLERANCE = 1e-5
 SIZES = [(40, 90), (120, 30), (64, 64), (33, 47)]  # (height, width): wide, tall, square, odd
 
 
-@pytest.fixture(scope="module")
-def naflex_model():
-    variant = dataclasses.replace(keras_vit.get_variant("SigLIP2-B/16-naflex"), width=32,
-                                  depth=2, heads=2, mlp_dim=64, image_size=64)
-    model = keras_vit.ViT(variant, classes=7)
+# SigLIP 2 NaFlex shrunk: patch 16, a stored 4 x 4 grid (64 px)
+TINY_NAFLEX = dataclasses.replace(keras_vit.get_variant("SigLIP2-B/16-naflex"), width=32, depth=2,
+                                  heads=2, mlp_dim=64, image_size=64)
+
+
+def tiny_naflex_model():
+    """TINY_NAFLEX with 7 classes and random weights (N(0, 0.3), seed 0)."""
+    model = keras_vit.ViT(TINY_NAFLEX, classes=7)
     rng = np.random.default_rng(0)
     for weight in model.weights:  # the zero head would give equal probabilities everywhere
         weight.assign(rng.normal(0, 0.3, weight.shape).astype(np.float32))
     return model
+
+
+@pytest.fixture(scope="module")
+def naflex_model():
+    return tiny_naflex_model()
 
 
 def _files(folder):
