@@ -279,16 +279,18 @@ CLIP_MEAN_STD = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0
 # SigLIP's shape-optimised So400m (Alabdulmohsin et al. 2023): width 1152, 27 blocks, 16 heads
 # of 72, and an MLP of 4304, not 4 x 1152 (timm's mlp_ratio 3.7362), in the MAP head's MLP too.
 # DINOv3's S+ and H+: a split SwiGLU of 2 x 4 D (timm's mlp_ratio 4 per half); H+ has 20 heads
-# of 64. AIMv2's sizes are its own (_AIMV2_SIZES). PE-core's gigantic G: width 1536, 50
+# of 64; its 7B: width 4096, 40 blocks, 32 heads of 128, a split SwiGLU of 2 x 2 D (timm's
+# mlp_ratio 2). AIMv2's sizes are its own (_AIMV2_SIZES). PE-core's gigantic G: width 1536, 50
 # blocks, 16 heads of 96, an MLP of 8960.
 _FAMILY_SIZES = {**_SIZES, "g": (1536, 40, 8192, 24), "So400m": (1152, 27, 4304, 16),
-                 "S+": (384, 12, 3072, 6), "H+": (1280, 32, 10240, 20), "G": (1536, 50, 8960, 16)}
+                 "S+": (384, 12, 3072, 6), "H+": (1280, 32, 10240, 20), "G": (1536, 50, 8960, 16),
+                 "7B": (4096, 40, 16384, 32)}
 
 
 # timm's word for each size in its architecture names ("vit_small_patch14_dinov2").
 _TIMM_SIZES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "g": "giant",
                "So400m": "so400m", "S+": "small_plus", "H+": "huge_plus", "H": "huge", "1B": "1b",
-               "3B": "3b", "G": "gigantic"}
+               "3B": "3b", "G": "gigantic", "7B": "7b"}
 
 
 def _family(family, size, patch, suffix="", *, timm, sizes=_FAMILY_SIZES, **fields):
@@ -336,7 +338,7 @@ _DINOV3 = dict(_DEIT, rope="dinov3", position_embedding=False, register_tokens=4
                embed_prefix_tokens=False, layer_scale=1e-5, layer_norm_epsilon=1e-5,
                qkv_bias="none", classifier="gap", class_token=True, image_size=256)
 _QKVB = dict(qkv_bias="qv")
-_DINOV3_MLP = {"S+": dict(feed_forward="swiglu_split"), "H+": dict(feed_forward="swiglu_split")}
+_DINOV3_MLP = {size: dict(feed_forward="swiglu_split") for size in ("S+", "H+", "7B")}
 # EVA-02 (Fang et al. 2023), timm's eva02_*_patch14 (masked image modelling from EVA-CLIP):
 # patch 14, a learned position embedding on every token and RoPE in EVA's layout on the
 # patches (coordinates stretched onto the trained 16 x 16 grid), query and value biases, a
@@ -412,6 +414,8 @@ _FAMILY_ROWS = [
       for suffix, timm_suffix, biases in (("", "", {}), ("-qkvb", "_qkvb", _QKVB))),
     _family("DINOv3", "Ti", 16, "-qkvb", timm="vit_{size}_patch{patch}_dinov3_qkvb",
             **{**_DINOV3, **_QKVB}),
+    _family("DINOv3", "7B", 16, timm="vit_{size}_patch{patch}_dinov3",
+            **{**_DINOV3, **_DINOV3_MLP["7B"]}),
     *(_family("EVA02", size, 14, timm="eva02_{size}_patch{patch}", mlp_dim=_EVA02_MLP[size],
               **{**_EVA02, **(_EVA02_LARGE if size in ("B", "L") else {})})
       for size in ("Ti", "S", "B", "L")),
