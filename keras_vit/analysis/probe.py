@@ -73,6 +73,7 @@ class AttentionProbe:
             attention distance read the class token and the patches alone.
         stride: `(pixels per token vertically, horizontally)`.
         image_size: `(height, width)` of the model's input.
+        channels: the channels of each image it takes.
         num_layers, num_heads: encoder depth and heads per block.
 
     Example:

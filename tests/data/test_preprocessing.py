@@ -81,7 +81,7 @@ def test_predict_export_folder_dataset_and_analyze_see_the_same_array(tmp_path, 
     seen_by_probe = []
 
     class Probe:
-        image_size = size
+        image_size, channels = size, 3
 
         def __init__(self, model):
             pass
