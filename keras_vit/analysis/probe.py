@@ -84,10 +84,20 @@ class AttentionProbe:
     def __init__(self, model):
         if not isinstance(model, keras.Model):
             raise ArgumentTypeError(f"AttentionProbe needs a keras.Model, got {type(model).__name__}.")
-        if naflex_layout(model) is not None:
-            self._init_naflex(model)
-            return
+        self.model = model
         blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
+        if naflex_layout(model) is not None:
+            self._read_naflex(model, blocks)
+        else:
+            self._read_chain(model, blocks)
+        self.num_layers = len(blocks)
+        self.num_heads = blocks[0].num_heads
+        self.image_size = _image_size(model, self.grid_size)
+        self.stride = tuple(s // g for s, g in zip(self.image_size, self.grid_size))
+        self._forward = _compile(self._forward_eager)
+
+    def _read_chain(self, model, blocks):
+        """A model of images: its grid, prefix tokens and channels, and its layers as a chain."""
         positions = [layer for layer in model.layers if isinstance(layer, AddPositionEmbedding)]
         # A model with RoPE alone (DINOv3) keeps its patches as a grid: its shape is the grid.
         grids = [tuple(layer.output.shape[1:3]) for layer in model.layers
@@ -98,7 +108,6 @@ class AttentionProbe:
                                 f"patch grid), found {len(blocks)} and {len(positions)}.")
         if len(model.inputs) != 1 or len(model.outputs) != 1:
             raise ArgumentError("AttentionProbe needs a model with one input and one output.")
-        self.model = model
         self.grid_size = positions[0].grid_size if positions else grids[0]
         if None in self.grid_size:
             raise ArgumentError("AttentionProbe needs a model built for a fixed image size.")
@@ -107,34 +116,23 @@ class AttentionProbe:
         self.has_class_token = any(isinstance(layer, ClassToken) for layer in model.layers)
         self.num_prefix_tokens = int(self.has_class_token) + sum(
             layer.num_tokens for layer in model.layers if isinstance(layer, PrefixTokens))
-        self.num_layers = len(blocks)
-        self.num_heads = blocks[0].num_heads
-        self.image_size = _image_size(model, self.grid_size)
-        self.stride = tuple(s // g for s, g in zip(self.image_size, self.grid_size))
         self.channels = model.input_shape[-1]
         self._chain, self._chain_ends_at_output, self._grid_from = _layer_chain(model)
         self._patch_size = None  # images go in as they are
-        self._forward = _compile(self._forward_eager)
 
-    def _init_naflex(self, model):
+    def _read_naflex(self, model, blocks):
         """A NaFlex model (SigLIP 2 NaFlex) is probed on images of its stored grid's size, fed
         as their patches: every token is a patch, so no mask, and its position embedding is
         the stored grid as it is (grid None). Its chain: the patch and position embeddings,
         the dropout, the blocks; the model itself computes the output from the packed
         images."""
-        self.model = model
-        blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
         self.grid_size = model.get_layer(POSEMBED_INPUT).grid_size
         self.has_class_token, self.num_prefix_tokens = False, 0
-        self.num_layers, self.num_heads = len(blocks), blocks[0].num_heads
-        self.image_size = _image_size(model, self.grid_size)
-        self.stride = tuple(s // g for s, g in zip(self.image_size, self.grid_size))
         self.channels = model.get_layer(EMBEDDING).channels
         self._chain = [model.get_layer(name) for name in
                        (EMBEDDING, POSEMBED_INPUT, EMBEDDING_DROPOUT)] + blocks
         self._chain_ends_at_output, self._grid_from = False, {}
         self._patch_size = model.get_layer(EMBEDDING).patch_size
-        self._forward = _compile(self._forward_eager)
 
     def __call__(self, images, batch_size=8):
         """Runs `images` `(batch, height, width, channels)`, already preprocessed.

@@ -102,11 +102,19 @@ def batch_patches(images, patch_size):
     if height is None or width is None or height % patch_size or width % patch_size:
         raise ArgumentError(f"A {height}x{width} image is not whole {patch_size}-pixel patches.")
     rows, cols = height // patch_size, width // patch_size
-    patches = tf.reshape(images, (-1, rows, patch_size, cols, patch_size, channels))
-    patches = tf.reshape(tf.transpose(patches, (0, 1, 3, 2, 4, 5)),
-                         (-1, rows * cols, patch_size * patch_size * channels))
     grid = tf.tile(tf.constant([[rows, cols]], tf.int32), (tf.shape(images)[0], 1))
-    return {PATCHES: patches, GRID: grid}
+    return {PATCHES: _graph_patchify(images, rows, cols, patch_size), GRID: grid}
+
+
+def _graph_patchify(images, rows, cols, patch_size):
+    """`patchify` of each image as TensorFlow ops: `(batch, rows * P, cols * P, C)` ->
+    `(batch, rows * cols, P * P * C)`; `rows` and `cols` may be tensors."""
+    import tensorflow as tf
+
+    channels = images.shape[-1]
+    patches = tf.reshape(images, (-1, rows, patch_size, cols, patch_size, channels))
+    return tf.reshape(tf.transpose(patches, (0, 1, 3, 2, 4, 5)),
+                      (-1, rows * cols, patch_size * patch_size * channels))
 
 
 def one_size_inputs(model):
@@ -154,9 +162,7 @@ def packed_image(image, patch_size, max_tokens, to_input, preprocessing=None):
     channels = image.shape[-1]
     pixels = to_input(stretch_to(image, (grid[0] * patch_size, grid[1] * patch_size),
                                  preprocessing or OFFICIAL_PREPROCESSING))
-    patches = tf.reshape(pixels, (grid[0], patch_size, grid[1], patch_size, channels))
-    patches = tf.reshape(tf.transpose(patches, (0, 2, 1, 3, 4)),
-                         (-1, patch_size * patch_size * channels))
+    patches = _graph_patchify(pixels[None], grid[0], grid[1], patch_size)[0]
     patches = tf.pad(patches, [[0, max_tokens - tf.shape(patches)[0]], [0, 0]])
     return {PATCHES: tf.ensure_shape(patches, (max_tokens, patch_size * patch_size * channels)),
             GRID: grid}
