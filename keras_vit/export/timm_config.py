@@ -17,7 +17,7 @@ from keras_vit.checkpoints.shape_check import fitting_variants, shape_features, 
 from keras_vit.errors import ArgumentError
 from keras_vit.models.image_size import image_size, refuse_naflex
 from keras_vit.normalization import input_normalization
-from keras_vit.variants import FAMILIES, VARIANTS, timm_variant
+from keras_vit.variants import FAMILIES, VARIANTS, Variant, timm_variant
 from keras_vit.variants.timm_names import TIMM_ARCHITECTURES
 
 __all__ = ["has_head", "model_variant", "registered_name", "timm_architecture", "timm_config",
@@ -27,11 +27,17 @@ __all__ = ["has_head", "model_variant", "registered_name", "timm_architecture", 
 # (activation, approximate_gelu) -> name. The erf GELU is what every timm ViT uses unless told.
 TIMM_ACTIVATIONS = {("gelu", False): "gelu", ("gelu", True): "gelu_tanh",
                     ("quick_gelu", False): "quick_gelu", ("quick_gelu", True): "quick_gelu"}
-# The fields that model_args cannot change: a base architecture must have the model's own.
-_STRUCTURE = ("family", "classifier", "class_token", "distilled", "register_tokens",
-              "embed_prefix_tokens", "feed_forward", "pre_norm", "patch_bias", "resnet_stages",
-              "qkv_bias", "mlp_norm", "rope", "norm", "proj_bias", "embedding_norm",
-              "position_embedding", "norm_after_pooling", "final_norm")
+# The fields timm_architecture hands timm as model_args (the sizes), or that timm_config sets or
+# checks on its own (LayerScale's presence, the activation, the epsilon, the image size and the
+# normalisation of pretrained_cfg). Every other field must be the registered row's: a field added
+# to Variant is checked so until it is named here, so a switch timm's config cannot set is refused,
+# not dropped (a MAP head of its own head count was written as timm's, which pools with the
+# encoder's heads: the same weights, another function).
+_CONFIGURED = frozenset({"name", "width", "depth", "heads", "patch_size", "mlp_dim", "layer_scale",
+                         "activation", "approximate_gelu", "layer_norm_epsilon", "image_size",
+                         "normalization"})
+_STRUCTURE = tuple(field.name for field in dataclasses.fields(Variant)
+                   if field.name not in _CONFIGURED)
 # timm's LayerNorm epsilon where the table's row leaves it to the weights' source.
 _TIMM_EPSILON = 1e-6
 
@@ -88,9 +94,14 @@ def timm_architecture(variant):
     for base, row in rows.items():
         if row is not None and dataclasses.replace(row, name=variant.name) == variant:
             return registered_name(base), _eva_args(variant)
+    nearest = None  # the fewest fields in which a row of the model's family differs, for the refusal
     for base, row in rows.items():
-        if row is None or any(getattr(row, f) != getattr(variant, f) for f in _STRUCTURE) \
-                or (row.layer_scale is None) != (variant.layer_scale is None):
+        if row is None:
+            continue
+        differing = [field for field in _STRUCTURE if getattr(row, field) != getattr(variant, field)]
+        if row.family == variant.family and (nearest is None or len(differing) < len(nearest)):
+            nearest = differing
+        if differing or (row.layer_scale is None) != (variant.layer_scale is None):
             continue
         args = {"embed_dim": variant.width, "depth": variant.depth, "num_heads": variant.heads,
                 "patch_size": variant.patch_size, **_eva_args(variant)}
@@ -98,8 +109,9 @@ def timm_architecture(variant):
             halves = 2 if mlp_ratio_halves(variant) else 1
             args["mlp_ratio"] = variant.mlp_dim / halves / variant.width
         return registered_name(base), args
+    because = f": its {', '.join(nearest)} differ from every {variant.family} row's" if nearest else ""
     raise ArgumentError(f"timm registers no architecture built as {variant.name} is "
-                        "(its pooling, tokens and norms); save it with save_npz.")
+                        f"(its pooling, tokens and norms){because}; save it with save_npz.")
 
 
 def _activation_args(variant, approximate_gelu, architecture):

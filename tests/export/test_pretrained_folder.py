@@ -168,6 +168,18 @@ def test_a_tanh_gelu_model_of_an_eva_row_is_refused_in_one_line(tmp_path):
     assert not os.path.exists(tmp_path / "hub")
 
 
+def test_a_switch_timm_config_cannot_set_is_refused_not_dropped(tmp_path):
+    """A SigLIP MAP head of its own head count (a big_vision MAPHead built with num_heads):
+    timm's SigLIP pools with the encoder's heads, so the same weights would load in timm and
+    compute another function. Refused in one line that names the field, nothing written."""
+    variant = dataclasses.replace(FAMILIES["SigLIP-B/16"], **_SMALL, map_heads=1)
+    model = keras_vit.ViT(variant, image_size=32, include_top=False)
+    with pytest.raises(ArgumentError, match="timm registers no architecture .*: its map_heads "
+                                            "differ from every SigLIP row's"):
+        keras_vit.save_pretrained(model, tmp_path / "hub")
+    assert not os.path.exists(tmp_path / "hub")
+
+
 class _StandInHub:
     """huggingface_hub's HfApi as push_to_hub calls it, recording each call."""
 
