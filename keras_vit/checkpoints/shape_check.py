@@ -34,6 +34,38 @@ __all__ = ["shape_features", "variant_fits_shapes", "shape_mismatches", "config_
            "fitting_variants"]
 
 
+def _qkv_biases(shapes):
+    return ("qkv" if KEY_BIAS.format(i=0) in shapes
+            else "qv" if QUERY_BIAS.format(i=0) in shapes else "none")
+
+
+def _has(key):
+    return lambda shapes: key in shapes
+
+
+# What a file's keys show of a row's switches, one line each: {feature: (what the arrays say,
+# what a row says)}. A new switch that changes which keys a file has is one line here.
+_SWITCHES = {
+    "split_gate": (_has(MLP_VALUE_KERNEL.format(i=0)),  # a split SwiGLU: Dense_0 is half of it
+                   lambda v: v.feed_forward == "swiglu_split"),
+    "mlp_norm": (_has(MLP_NORM_SCALE.format(i=0)), lambda v: v.mlp_norm),
+    "qkv_bias": (_qkv_biases, lambda v: v.qkv_bias),
+    # RMSNorm: a scale without a bias; AIMv2's projections without biases
+    "norm": (lambda s: "layer" if LN0_BIAS.format(i=0) in s else "rms", lambda v: v.norm),
+    "proj_bias": (_has(OUT_BIAS.format(i=0)), lambda v: v.proj_bias),
+    "embedding_norm": (_has(EMBEDDING_NORM_SCALE), lambda v: v.embedding_norm),
+    "position_embedding": (_has(POS_EMBED_KEY), lambda v: v.position_embedding),
+    "has_class_token": (_has(CLS_KEY), lambda v: v.has_class_token),
+    "distilled": (_has(DIST_TOKEN_KEY), lambda v: v.distilled),
+    "register_tokens": (lambda s: s.get(REG_TOKEN_KEY, (0, 0))[1], lambda v: v.register_tokens),
+    "pre_norm": (_has(PRE_NORM_SCALE), lambda v: v.pre_norm),
+    "final_norm": (_has(ENCODER_NORM_SCALE), lambda v: v.final_norm),
+    "map": (_has(MAP_PROBE), lambda v: v.classifier == "map"),
+    "layer_scale": (lambda s: any("LayerScale" in k for k in s), lambda v: v.layer_scale is not None),
+    "hybrid": (lambda s: any(is_trunk_key(k) for k in s), lambda v: v.is_hybrid),
+}
+
+
 def shape_features(shapes):
     """What official-key shapes say of an architecture, in `Variant`'s terms (None: no ViT)."""
     kernel = shapes.get(EMBEDDING_KERNEL)
@@ -44,22 +76,9 @@ def shape_features(shapes):
         depth += 1
     split = MLP_VALUE_KERNEL.format(i=0) in shapes  # a split SwiGLU: Dense_0 is half of it
     first = shapes.get(MLP0_KERNEL.format(i=0), (None,))[-1]
-    biases = ("qkv" if KEY_BIAS.format(i=0) in shapes
-              else "qv" if QUERY_BIAS.format(i=0) in shapes else "none")
     return dict(width=kernel[-1], patch_size=kernel[0], depth=depth,
-                mlp_dim=2 * first if split and first else first, split_gate=split,
-                mlp_norm=MLP_NORM_SCALE.format(i=0) in shapes, qkv_bias=biases,
-                # RMSNorm: a scale without a bias; AIMv2's projections without biases
-                norm="layer" if LN0_BIAS.format(i=0) in shapes else "rms",
-                proj_bias=OUT_BIAS.format(i=0) in shapes,
-                embedding_norm=EMBEDDING_NORM_SCALE in shapes,
-                position_embedding=POS_EMBED_KEY in shapes,
-                has_class_token=CLS_KEY in shapes, distilled=DIST_TOKEN_KEY in shapes,
-                register_tokens=shapes.get(REG_TOKEN_KEY, (0, 0))[1],
-                pre_norm=PRE_NORM_SCALE in shapes, final_norm=ENCODER_NORM_SCALE in shapes,
-                map=MAP_PROBE in shapes,
-                layer_scale=any("LayerScale" in k for k in shapes),
-                hybrid=any(is_trunk_key(k) for k in shapes))
+                mlp_dim=2 * first if split and first else first,
+                **{feature: shown(shapes) for feature, (shown, _) in _SWITCHES.items()})
 
 
 def variant_fits_shapes(variant, shapes, features=None):
@@ -78,14 +97,7 @@ def shape_mismatches(variant, shapes, features=None):
         return None
     v = variant
     expected = dict(width=v.width, patch_size=v.patch_size, depth=v.depth, mlp_dim=v.mlp_dim,
-                    split_gate=v.feed_forward == "swiglu_split", mlp_norm=v.mlp_norm,
-                    qkv_bias=v.qkv_bias, norm=v.norm, proj_bias=v.proj_bias,
-                    embedding_norm=v.embedding_norm, position_embedding=v.position_embedding,
-                    has_class_token=v.has_class_token, distilled=v.distilled,
-                    register_tokens=v.register_tokens, pre_norm=v.pre_norm,
-                    final_norm=v.final_norm,
-                    map=v.classifier == "map", layer_scale=v.layer_scale is not None,
-                    hybrid=v.is_hybrid)
+                    **{feature: row(v) for feature, (_, row) in _SWITCHES.items()})
     found = dict(found)
     for field, key, value in (("heads", QUERY_KERNEL.format(i=0), v.heads),
                               ("map_heads", MAP_QUERY_KERNEL, v.pooling_heads)):
