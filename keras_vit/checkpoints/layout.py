@@ -35,8 +35,7 @@ __all__ = ["Row", "layout", "trunk_rows", "normalize_keys", "fits", "is_trunk_ke
            "MAP_VALUE_KERNEL", "MAP_VALUE_BIAS", "MAP_OUT_KERNEL", "MAP_OUT_BIAS", "MAP_LN_SCALE",
            "MAP_LN_BIAS", "MAP_MLP0_KERNEL", "MAP_MLP0_BIAS", "MAP_MLP1_KERNEL", "MAP_MLP1_BIAS", "MAP",
            "linen_key", "SCANNED_BLOCK", "LINEN_POS_EMBED_KEY", "MLP_VALUE_KERNEL",
-           "MLP_VALUE_BIAS", "MLP_NORM_SCALE", "MLP_NORM_BIAS", "EMBEDDING_NORM_SCALE",
-           "EMBEDDING_NORM_BIAS", "part_keys"]
+           "MLP_VALUE_BIAS", "MLP_NORM_SCALE", "MLP_NORM_BIAS", "part_keys"]
 
 # The official keys, as released (pre-Linen names); "{i}" is an encoder block's index, "{s}"
 # and "{u}" a hybrid trunk's stage and unit (both from 1). Every other module names a key
@@ -84,9 +83,6 @@ def part_keys(name):
     return {array: f"{name}/{array}" for array in ("kernel", "scale", "bias")}
 
 
-# AIMv2's norm on the patch embedding (an RMSNorm: a scale alone): such a part.
-EMBEDDING_NORM_SCALE = part_keys(layer_names.EMBEDDING_NORM)["scale"]
-EMBEDDING_NORM_BIAS = part_keys(layer_names.EMBEDDING_NORM)["bias"]
 MAP = "MAPHead_0"
 MAP_PROBE = MAP + "/probe"  # (1, 1, D)
 MAP_ATTENTION = MAP + "/MultiHeadDotProductAttention_0"

@@ -10,7 +10,6 @@ from keras_vit.checkpoints.layout import (
     CLS_KEY,
     DIST_TOKEN_KEY,
     EMBEDDING_KERNEL,
-    EMBEDDING_NORM_SCALE,
     ENCODER_NORM_SCALE,
     KEY_BIAS,
     LN0_BIAS,
@@ -27,7 +26,9 @@ from keras_vit.checkpoints.layout import (
     QUERY_KERNEL,
     REG_TOKEN_KEY,
     is_trunk_key,
+    part_keys,
 )
+from keras_vit.layer_names import EMBEDDING_NORM
 from keras_vit.variants import FAMILIES, VARIANTS
 
 __all__ = ["shape_features", "variant_fits_shapes", "shape_mismatches", "config_mismatches",
@@ -53,7 +54,8 @@ _SWITCHES = {
     # RMSNorm: a scale without a bias; AIMv2's projections without biases
     "norm": (lambda s: "layer" if LN0_BIAS.format(i=0) in s else "rms", lambda v: v.norm),
     "proj_bias": (_has(OUT_BIAS.format(i=0)), lambda v: v.proj_bias),
-    "embedding_norm": (_has(EMBEDDING_NORM_SCALE), lambda v: v.embedding_norm),
+    # a part outside the blocks: its keys are its layer's name (layout.part_keys)
+    "embedding_norm": (_has(part_keys(EMBEDDING_NORM)["scale"]), lambda v: v.embedding_norm),
     "position_embedding": (_has(POS_EMBED_KEY), lambda v: v.position_embedding),
     "has_class_token": (_has(CLS_KEY), lambda v: v.has_class_token),
     "distilled": (_has(DIST_TOKEN_KEY), lambda v: v.distilled),
