@@ -408,3 +408,35 @@ def test_load_memory_benchmark_writes_timm_shapes_and_measures_a_load(tmp_path):
               "load_extra_vs_weights": result["load_extra"] / result["weights_bytes"]}
     row = _table_rows(load_memory.to_markdown(report))[0]
     assert float(row[4].rstrip("x")) == pytest.approx(report["peak_vs_weights"], abs=0.006)
+
+
+def test_s16_int8_fits_the_ridge_head_scikit_learn_fits():
+    """benchmarks/s16_int8.py's fitted head is ridge regression on one-hot targets with an
+    unpenalised bias: scikit-learn's Ridge (alpha = ridge * n) on the same data, to float32."""
+    from sklearn.linear_model import Ridge
+
+    from benchmarks import s16_int8
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(200, 24))
+    labels = rng.integers(0, 10, 200)
+    kernel, bias = s16_int8._fit_head(features, labels, ridge=1e-2)
+    reference = Ridge(alpha=1e-2 * 200).fit(features, np.eye(10)[labels])
+    np.testing.assert_allclose(kernel, reference.coef_.T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bias, reference.intercept_, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow  # an int8 ONNX export of a tiny model per head, on the digits (~40 s)
+def test_s16_int8_tiny_run_counts_its_flips(tmp_path):
+    """--tiny: each head's record is self-consistent (agreement = 1 - flips / images; a
+    near-tie flip is a flip) and written to the JSON file."""
+    from benchmarks import s16_int8
+
+    results = s16_int8.main(["--tiny", "--formats", "onnx", "--json", str(tmp_path / "r.json")])
+    assert set(results) == {"random", "fitted"}
+    for result in results.values():
+        record = result["onnx"]
+        assert record["top1_agreement"] == pytest.approx(1 - record["flips"] / result["images"])
+        assert 0 <= record["near_tie_flips"] <= record["flips"]
+    with open(tmp_path / "r.json") as f:
+        assert json.load(f) == results
