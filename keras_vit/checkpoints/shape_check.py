@@ -45,27 +45,29 @@ def _has(key):
 
 
 # What a file's keys show of a row's switches, one line each: {feature: (what the arrays say,
-# what a row says)}. A new switch that changes which keys a file has is one line here.
-_SWITCHES = {
-    "split_gate": (_has(MLP_VALUE_KERNEL.format(i=0)),  # a split SwiGLU: Dense_0 is half of it
-                   lambda v: v.feed_forward == "swiglu_split"),
-    "mlp_norm": (_has(MLP_NORM_SCALE.format(i=0)), lambda v: v.mlp_norm),
-    "qkv_bias": (_qkv_biases, lambda v: v.qkv_bias),
+# what a row says)}. Keywords, not strings: the features are Variant's fields, and some of
+# them are also layers' names, which keras_vit/layer_names.py alone spells. A new switch that
+# changes which keys a file has is one line here.
+_SWITCHES = dict(
+    split_gate=(_has(MLP_VALUE_KERNEL.format(i=0)),  # a split SwiGLU: Dense_0 is half of it
+                lambda v: v.feed_forward == "swiglu_split"),
+    mlp_norm=(_has(MLP_NORM_SCALE.format(i=0)), lambda v: v.mlp_norm),
+    qkv_bias=(_qkv_biases, lambda v: v.qkv_bias),
     # RMSNorm: a scale without a bias; AIMv2's projections without biases
-    "norm": (lambda s: "layer" if LN0_BIAS.format(i=0) in s else "rms", lambda v: v.norm),
-    "proj_bias": (_has(OUT_BIAS.format(i=0)), lambda v: v.proj_bias),
+    norm=(lambda s: "layer" if LN0_BIAS.format(i=0) in s else "rms", lambda v: v.norm),
+    proj_bias=(_has(OUT_BIAS.format(i=0)), lambda v: v.proj_bias),
     # a part outside the blocks: its keys are its layer's name (layout.part_keys)
-    "embedding_norm": (_has(part_keys(EMBEDDING_NORM)["scale"]), lambda v: v.embedding_norm),
-    "position_embedding": (_has(POS_EMBED_KEY), lambda v: v.position_embedding),
-    "has_class_token": (_has(CLS_KEY), lambda v: v.has_class_token),
-    "distilled": (_has(DIST_TOKEN_KEY), lambda v: v.distilled),
-    "register_tokens": (lambda s: s.get(REG_TOKEN_KEY, (0, 0))[1], lambda v: v.register_tokens),
-    "pre_norm": (_has(PRE_NORM_SCALE), lambda v: v.pre_norm),
-    "final_norm": (_has(ENCODER_NORM_SCALE), lambda v: v.final_norm),
-    "map": (_has(MAP_PROBE), lambda v: v.classifier == "map"),
-    "layer_scale": (lambda s: any("LayerScale" in k for k in s), lambda v: v.layer_scale is not None),
-    "hybrid": (lambda s: any(is_trunk_key(k) for k in s), lambda v: v.is_hybrid),
-}
+    embedding_norm=(_has(part_keys(EMBEDDING_NORM)["scale"]), lambda v: v.embedding_norm),
+    position_embedding=(_has(POS_EMBED_KEY), lambda v: v.position_embedding),
+    has_class_token=(_has(CLS_KEY), lambda v: v.has_class_token),
+    distilled=(_has(DIST_TOKEN_KEY), lambda v: v.distilled),
+    register_tokens=(lambda s: s.get(REG_TOKEN_KEY, (0, 0))[1], lambda v: v.register_tokens),
+    pre_norm=(_has(PRE_NORM_SCALE), lambda v: v.pre_norm),
+    final_norm=(_has(ENCODER_NORM_SCALE), lambda v: v.final_norm),
+    map=(_has(MAP_PROBE), lambda v: v.classifier == "map"),
+    layer_scale=(lambda s: any("LayerScale" in k for k in s), lambda v: v.layer_scale is not None),
+    hybrid=(lambda s: any(is_trunk_key(k) for k in s), lambda v: v.is_hybrid),
+)
 
 
 def shape_features(shapes):
