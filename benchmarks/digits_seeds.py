@@ -54,22 +54,29 @@ def int8_agreement(model_file, folder, format_name="tflite"):
     the digits test split, calibrated on 200 training images (`--quantize int8`'s default)."""
     import keras
 
-    from keras_vit.export import export_tflite, quantized, runtimes
+    from keras_vit.export import quantized
     from keras_vit.runtime.agreement import agreement
 
     model = keras.saving.load_model(model_file, compile=False)
     calibration, test = quantized.calibration_pixels("digits", model.input_shape[1:3], 200)
-    if format_name == "tflite":
+    logits = int8_logits(model, format_name, calibration, test, folder)
+    return agreement(quantized.keras_logits(model, test), logits)["top1_agreement"]
+
+
+def int8_logits(model, format_name, calibration, pixels, folder):
+    """The logits on `pixels` of `model`'s int8 `format_name` file ("tflite" or "litert":
+    export_tflite's; "onnx", "openvino"), written in `folder`, calibrated on `calibration`,
+    and run in its runtime."""
+    from keras_vit.export import export_tflite, quantized, runtimes
+
+    if format_name in ("tflite", "litert"):
         path = export_tflite(model, os.path.join(folder, "int8.tflite"), quantize="int8",
                              calibration=calibration)
-        logits = quantized.tflite_logits(path, test)
-    else:
-        suffix = runtimes.RUNTIME_FORMATS[format_name][0]
-        path = getattr(runtimes, f"export_{format_name}")(
-            model, os.path.join(folder, "int8" + suffix), quantize="int8",
-            calibration=calibration)
-        logits = runtimes.runtime_logits(format_name, path, test)
-    return agreement(quantized.keras_logits(model, test), logits)["top1_agreement"]
+        return quantized.tflite_logits(path, pixels)
+    suffix = runtimes.RUNTIME_FORMATS[format_name][0]
+    path = getattr(runtimes, f"export_{format_name}")(
+        model, os.path.join(folder, "int8" + suffix), quantize="int8", calibration=calibration)
+    return runtimes.runtime_logits(format_name, path, pixels)
 
 
 def main(argv=None):

@@ -28,10 +28,11 @@ random features where int8's noise is as large as the signal (largest error 0.32
 import argparse
 import dataclasses
 import json
-import os
 import tempfile
 
 import numpy as np
+
+from benchmarks.digits_seeds import int8_logits
 
 FORMATS = ("onnx", "openvino", "litert")
 HEADS = ("random", "fitted")
@@ -73,18 +74,6 @@ def _fit_head(features, labels, classes=10, ridge=1e-3):
     return kernel.astype(np.float32), bias.astype(np.float32)
 
 
-def _int8_logits(format_name, model, calibration, test, folder):
-    from keras_vit.export import export_tflite, quantized, runtimes
-
-    path = os.path.join(folder, "int8" + runtimes.RUNTIME_FORMATS[format_name][0])
-    if format_name == "litert":
-        export_tflite(model, path, quantize="int8", calibration=calibration)
-        return quantized.tflite_logits(path, test)
-    getattr(runtimes, f"export_{format_name}")(model, path, quantize="int8",
-                                               calibration=calibration)
-    return runtimes.runtime_logits(format_name, path, test)
-
-
 def _gaps(logits):
     top = np.sort(logits, -1)
     return top[:, -1] - top[:, -2]
@@ -104,9 +93,8 @@ def measure(formats=FORMATS, tiny=False, fit_images=1000, calibration_images=200
         batches = list(make_pipeline(split.take(limit), (size, size), 64,
                                      training=False).as_numpy_iterator())
         images = np.concatenate([x for x, _ in batches])
-        labels = np.concatenate([np.asarray(y).reshape(len(y), -1) for _, y in batches])
-        labels = labels.argmax(-1) if labels.shape[-1] > 1 else labels[:, 0]
-        return np.clip((images + 1.0) * 127.5, 0.0, 255.0), labels.astype(int)
+        labels = np.concatenate([y for _, y in batches])  # class ids
+        return np.clip((images + 1.0) * 127.5, 0.0, 255.0), labels  # [-1, 1] undone
 
     train, train_labels = pixels_and_labels(splits.train, fit_images)
     test, test_labels = pixels_and_labels(splits.test, 1000)
@@ -125,7 +113,7 @@ def measure(formats=FORMATS, tiny=False, fit_images=1000, calibration_images=200
             result = {"accuracy": float(np.mean(reference.argmax(-1) == test_labels)),
                       "median_gap": float(np.median(gaps)), "images": int(len(test))}
             for format_name in formats:
-                logits = _int8_logits(format_name, model, calibration, test, folder)
+                logits = int8_logits(model, format_name, calibration, test, folder)
                 record = agreement(reference, logits)
                 flipped = reference.argmax(-1) != logits.argmax(-1)
                 record["flips"] = int(flipped.sum())
