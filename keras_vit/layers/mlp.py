@@ -10,6 +10,7 @@ from keras import ops
 
 from keras_vit.errors import ArgumentError
 from keras_vit.layers.lora_dense import FactorKeepingDense
+from keras_vit.layers.recompute import recomputed_in_training
 
 __all__ = ["MlpBlock", "MLP_ACTIVATIONS", "MLP_HIDDEN_NAME", "MLP_OUTPUT_NAME", "MLP_VALUE_NAME",
            "MLP_NORM_NAME"]
@@ -97,20 +98,25 @@ class MlpBlock(keras.layers.Layer):
         shape = ops.shape(x)
         x = ops.reshape(x, (-1, x.shape[-1]))
         hidden = self.dense_0(x)
-        if self.activation == "gelu":
-            hidden = ops.gelu(hidden, approximate=self.approximate_gelu)
-        elif self.activation == "quick_gelu":
-            hidden = hidden * ops.sigmoid(ops.cast(1.702, hidden.dtype) * hidden)
-        elif self.split_gate:
-            hidden = ops.silu(hidden) * self.dense_value(x)
-        else:  # packed swiglu
-            gate, value = ops.split(hidden, 2, axis=-1)
-            hidden = ops.silu(gate) * value
+        inputs = (hidden, self.dense_value(x)) if self.split_gate else (hidden,)
+        hidden = recomputed_in_training(self._activated, training)(*inputs)
         hidden = self.dropout_0(hidden, training=training)
         if self.norm is not None:
-            hidden = self.norm(hidden)
+            hidden = recomputed_in_training(self.norm, training)(hidden)
         x = self.dropout_1(self.dense_1(hidden), training=training)
         return ops.reshape(x, shape)
+
+    def _activated(self, hidden, value=None):
+        """The first layer's output `hidden` (the gate, with a split SwiGLU's `value`) through
+        the activation."""
+        if self.activation == "gelu":
+            return ops.gelu(hidden, approximate=self.approximate_gelu)
+        if self.activation == "quick_gelu":
+            return hidden * ops.sigmoid(ops.cast(1.702, hidden.dtype) * hidden)
+        if value is not None:  # split swiglu
+            return ops.silu(hidden) * value
+        gate, value = ops.split(hidden, 2, axis=-1)  # packed swiglu
+        return ops.silu(gate) * value
 
     def compute_output_shape(self, input_shape):
         return input_shape

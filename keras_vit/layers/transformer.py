@@ -25,6 +25,7 @@ from keras_vit.layers.mlp import (  # noqa: F401 (MLP_*: where the package has a
 )
 from keras_vit.layers.naflex import masked_scores
 from keras_vit.layers.norms import token_norm
+from keras_vit.layers.recompute import recomputed_in_training
 from keras_vit.layers.rotary import RotaryPositionEmbedding
 
 __all__ = ["MultiHeadSelfAttention", "MlpBlock", "LayerScale", "TransformerBlock",
@@ -408,7 +409,8 @@ class TransformerBlock(keras.layers.Layer):
 
     def _block(self, x, training=None, return_attention_scores=False, first_token_only=False,
                grid_shape=None, valid=None):
-        attended = self.attention(self.norm_0(x), training=training,
+        attended = self.attention(recomputed_in_training(self.norm_0, training)(x),
+                                  training=training,
                                   return_attention_scores=return_attention_scores,
                                   first_token_only=first_token_only, grid_shape=grid_shape,
                                   valid=valid)
@@ -420,7 +422,8 @@ class TransformerBlock(keras.layers.Layer):
             attended = self.layer_scale_1(attended)
         x = x + self.drop_path_0(self.attention_output_dropout(attended, training=training),
                                  training=training)
-        fed_forward = self.mlp(self.norm_2(x), training=training)
+        fed_forward = self.mlp(recomputed_in_training(self.norm_2, training)(x),
+                               training=training)
         if self.layer_scale_3 is not None:
             fed_forward = self.layer_scale_3(fed_forward)
         x = x + self.drop_path_1(fed_forward, training=training)
