@@ -4,12 +4,11 @@ JAX's autodiff keeps each intermediate of an elementwise function for the backwa
 XLA's buffer assignment keeps them too: the tanh GELU keeps four (batch * tokens, mlp_dim)
 tensors besides its input and output where PyTorch's fused GELU keeps its input alone, and a
 LayerNorm under mixed_bfloat16 keeps three float32 (batch, tokens, D) tensors where timm
-keeps its input. Recomputing
-them costs one elementwise pass over an input the backward pass reads anyway. On a ViT-B/16
-bfloat16 train step at batch 8 this takes XLA's temporaries from 2051 to 1695 MiB on CPU,
-at the same speed (benchmarks/train_step_memory.py). TensorFlow and torch are left as they are: torch's GELU
-and LayerNorm kernels keep their inputs alone, and `tf.recompute_grad` would put a custom
-gradient into every exported graph.
+keeps its input. Recomputing them costs one elementwise pass over an input the backward pass
+reads anyway. On a ViT-B/16 bfloat16 train step at batch 8 this takes XLA's temporaries from
+2051 to 1695 MiB on CPU, at the same speed (benchmarks/train_step_memory.py). TensorFlow and
+torch are left as they are: torch's GELU and LayerNorm kernels keep their inputs alone, and
+`tf.recompute_grad` would put a custom gradient into every exported graph.
 """
 
 import keras
