@@ -23,19 +23,21 @@ Three settings, each for both libraries:
   model under `mixed_bfloat16`, its head float32) and timm under
   `torch.autocast(device, torch.bfloat16)`; TF32 allowed in both, as in the tf32 setting.
 
-keras_vit is timed through `model.predict_on_batch`, the call keras_vit's own predict makes
-on JAX (`execution.choose_jit_compile` leaves Keras its choice there: a `jax.jit`-compiled
-predict step); timm in `eval()` under `torch.inference_mode()`. Inputs are on the GPU before
-timing (no host-to-device copy is timed); both calls end with the logits in host memory
-(predict_on_batch returns a NumPy array; timm's call copies its output with `.cpu()`), and
+keras_vit is timed through the call keras_vit's own predict and evaluate loops make
+(`keras_vit.runtime.execution.compiled_forward`: on JAX a bare `jax.jit` of
+`model.stateless_call`, without Keras' predict step around it; runs before 2026-11-30 timed
+`model.predict_on_batch`); timm in `eval()` under `torch.inference_mode()`. Inputs are on the
+GPU before timing (no host-to-device copy is timed); both calls end with the logits in host
+memory (keras_vit's copied with `np.asarray`; timm's call copies its output with `.cpu()`), and
 the GPU is synchronised before each timed call. The first call of each is timed apart
 (keras_vit: tracing and XLA compilation), a second is an untimed warm-up, then rounds call
 each (setting, library) once in turn (keras_vit, timm, keras_vit, timm, ...), so that a
 change in clocks or load hits both alike; tables give medians and keras_vit / timm.
 
 --libraries adds two more columns to the same rounds: `keras_vit-jit`, the same model as a
-bare `jax.jit` of `model.stateless_call` (no Keras predict step around it: what Keras adds
-per call), and `timm-compiled`, timm's model under `torch.compile` (`--compile-backend`,
+bare `jax.jit` of `model.stateless_call` written out here (keras_vit's own call now: the
+column checks that, and compares with the runs that timed Keras' predict step), and
+`timm-compiled`, timm's model under `torch.compile` (`--compile-backend`,
 inductor by default) in the tf32 and bfloat16 settings, where GPUs run. --memory records
 each call's peak device memory (benchmarks/device_memory.py: torch's allocator peak; for
 keras_vit the XLA program's buffer assignment, read from keras_vit-jit's program and
@@ -233,6 +235,7 @@ def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch
     import torch
 
     from benchmarks.device_memory import torch_peak, xla_peak
+    from keras_vit.runtime.execution import compiled_forward
     from keras_vit.runtime.precision import bfloat16_model
 
     ours, theirs = build_models(architecture, image_size, tiny, folder, torch_device)
@@ -242,7 +245,8 @@ def build_pair(architecture, image_size, tiny, folder, images, jax_device, torch
     keras_models = {"float32": ours, "tf32": ours, "bfloat16": ours_bf16}
 
     def keras_call(model):
-        return lambda: np.asarray(model.predict_on_batch(x_jax), np.float32)
+        forward = compiled_forward(model, None)
+        return lambda: np.asarray(forward(x_jax), np.float32)
 
     def jit_forward(model):
         """The model as a bare jax.jit of its stateless call, and a function giving its
@@ -537,8 +541,9 @@ def main(argv=None):
                           "(cuda.matmul and cudnn)",
                   "bfloat16": "keras_vit precision='bfloat16' (mixed_bfloat16, head float32); "
                               "timm torch.autocast bfloat16; TF32 allowed in both"},
-              "keras_vit_call": "model.predict_on_batch (jax.jit-compiled predict step), "
-                                "inputs on the device, logits returned to the host",
+              "keras_vit_call": "keras_vit.runtime.execution.compiled_forward (jax.jit of "
+                                "model.stateless_call), inputs on the device, logits returned "
+                                "to the host",
               "timm_call": "eval(), torch.inference_mode(), inputs on the device, "
                            "output .float().cpu()",
               "libraries": _libraries(options),

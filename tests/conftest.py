@@ -365,11 +365,11 @@ def torch_backend_run(tmp_path_factory, worker_id):
 
 # One process on Keras' JAX backend with two virtual CPU devices (JAX's documented way to test
 # sharding without accelerators), made once for all workers: tests/scripts/jax_backend.py's
-# export, error and model-parallel parts, read by tests/models/test_jax_backend.py and
+# export, runner, error and model-parallel parts, read by tests/models/test_jax_backend.py and
 # tests/training/test_jax.py. One process instead of three saves two TensorFlow and JAX
 # start-ups; the backend is fixed when Keras is imported, so these cannot run in this process.
 JAX_ENV = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-JAX_PARTS = ["export", "errors", "model-parallel"]
+JAX_PARTS = ["export", "runner", "errors", "model-parallel"]
 
 
 @pytest.fixture(scope="session")

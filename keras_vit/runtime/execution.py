@@ -27,8 +27,8 @@ from keras_vit._support.files import read_text
 from keras_vit._support.json_files import read_json
 from keras_vit.errors import ArgumentError, PathError
 
-__all__ = ["EXECUTION_MODES", "check_execution", "choose_jit_compile", "time_modes",
-           "fastest_calls", "recheck_choice"]
+__all__ = ["EXECUTION_MODES", "check_execution", "choose_jit_compile", "compiled_forward",
+           "time_modes", "fastest_calls", "recheck_choice"]
 
 EXECUTION_MODES = ("auto", "graph", "xla")
 ENVIRONMENT_VARIABLE = "KERAS_VIT_EXECUTION"
@@ -92,6 +92,32 @@ def choose_jit_compile(model, batch_shape, execution=None, training=False, measu
     mode = "xla" if seconds["xla"] < (1 - XLA_MARGIN) * seconds["graph"] else "graph"
     _store_choice(key, {"mode": mode, "seconds_per_call": seconds})
     return mode == "xla"
+
+
+def compiled_forward(model, jit_compile):
+    """`model`'s inference call, images (an array, or a NaFlex model's dict) to outputs, as
+    keras_vit's own loops run it: on TensorFlow a `tf.function`, as a graph
+    (`jit_compile=False`) or under XLA (True), or Keras' `predict_on_batch` (None, Keras'
+    choice); on JAX a bare `jax.jit` of `model.stateless_call`. Keras' predict step around
+    the same XLA program cost 5-8% of a ViT-B/16 call on an H200 (docs/performance.md), and
+    where keras_vit owns the loop nothing of it is needed. The variables are read at each
+    call, as `predict_on_batch` reads them: a later `set_weights` is seen, not a stale copy."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        forward = jax.jit(lambda trainable, fixed, images:
+                          model.stateless_call(trainable, fixed, images, training=False)[0])
+        return lambda images: forward([v.value for v in model.trainable_variables],
+                                      [v.value for v in model.non_trainable_variables], images)
+    if jit_compile is None:
+        return model.predict_on_batch
+    import tensorflow as tf
+
+    forward = tf.function(lambda images: model(images, training=False),
+                          jit_compile=jit_compile, reduce_retracing=True, autograph=False)
+    return lambda images: forward(tf.nest.map_structure(tf.convert_to_tensor, images))
 
 
 def time_modes(model, batch_shape, training=False, rounds=ROUNDS):

@@ -264,13 +264,10 @@ def _compiled_outputs(model, jit_compile, x):
     import keras
     import numpy as np
 
-    if jit_compile is None:
-        return np.asarray(model.predict_on_batch(x), np.float32)
-    import tensorflow as tf
+    from keras_vit.runtime.execution import compiled_forward
 
-    forward = tf.function(lambda images: model(images, training=False),
-                          jit_compile=jit_compile, autograph=False)
-    return keras.ops.convert_to_numpy(tf.cast(forward(tf.convert_to_tensor(x)), tf.float32))
+    return np.asarray(keras.ops.convert_to_numpy(compiled_forward(model, jit_compile)(x)),
+                      np.float32)
 
 
 def time_precisions(models, batch_shape, modes, rounds=None):
@@ -288,10 +285,9 @@ def time_precisions(models, batch_shape, modes, rounds=None):
 
 
 def _call(model, mode):
-    if mode == "keras":
-        return model.predict_on_batch
-    import tensorflow as tf
+    import keras
 
-    forward = tf.function(lambda x: model(x, training=False), jit_compile=mode == "xla",
-                          autograph=False)
-    return lambda x: forward(x).numpy()
+    from keras_vit.runtime.execution import compiled_forward
+
+    forward = compiled_forward(model, _jit(mode))
+    return lambda x: keras.ops.convert_to_numpy(forward(x))

@@ -13,7 +13,7 @@ import numpy as np
 from keras_vit._support.checks import positive_int
 from keras_vit.errors import ArgumentError, ImageError
 from keras_vit.layer_names import EMBEDDING
-from keras_vit.runtime.execution import check_execution, choose_jit_compile
+from keras_vit.runtime.execution import check_execution, choose_jit_compile, compiled_forward
 from keras_vit.runtime.precision import check_precision
 
 __all__ = ["DEFAULT_BATCH_SIZE", "READ_ERRORS", "KerasRunner", "SavedModelRunner", "model_runner",
@@ -310,7 +310,7 @@ class KerasRunner:
                 enough = self.images >= CALIBRATE_AFTER_BATCHES * self.batch_size
                 self.jit_compile = choose_jit_compile(model, shapes, self.execution,
                                                       measure=enough)
-                self._compiled = self._compiled_call(model, self.jit_compile)
+                self._compiled = compiled_forward(model, self.jit_compile)
         else:
             batch_shape = (self.batch_size, *x.shape[1:])
             enough = self.images >= CALIBRATE_AFTER_BATCHES * self.batch_size
@@ -318,22 +318,10 @@ class KerasRunner:
                 self.model, batch_shape, self.precision, self.execution, calibration=x,
                 measure=enough)
             self.jit_compile = self._choice.jit_compile
-            self._compiled = self._compiled_call(self._choice.model, self.jit_compile)
+            self._compiled = compiled_forward(self._choice.model, self.jit_compile)
             if self.jit_compile is not None and check_execution(self.execution) == "auto":
                 self._recheck = []
         self.precision_record = self._choice.record
-
-    @staticmethod
-    def _compiled_call(model, jit_compile):
-        """`model`'s forward pass: Keras' own predict step when `jit_compile` is None (not
-        TensorFlow on a CPU alone), else a tf.function, as a graph or under XLA."""
-        if jit_compile is None:
-            return model.predict_on_batch
-        import tensorflow as tf
-
-        forward = tf.function(lambda images: model(images, training=False),
-                              jit_compile=jit_compile, reduce_retracing=True, autograph=False)
-        return lambda images: forward(tf.nest.map_structure(tf.convert_to_tensor, images))
 
     def _compare(self, x, scores):
         """Runs the first images left to compare in float32 too, and adds their agreement."""
@@ -344,7 +332,7 @@ class KerasRunner:
         count = int(min(self._compare_left, len(scores)))
         if self._reference is None:
             self._reference = (lambda images: self.model(images, training=False)) \
-                if self._compiled is None else self._compiled_call(self.model, False)
+                if self._compiled is None else compiled_forward(self.model, False)
         first = {k: v[:count] for k, v in x.items()} if isinstance(x, dict) else x[:count]
         reference = keras.ops.convert_to_numpy(self._reference(first)).astype(np.float32)
         self.precision_record["agreement"] = merge_agreements(

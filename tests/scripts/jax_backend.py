@@ -5,6 +5,9 @@ arguments choose the parts:
 
 - "export": preprocess_input mapped over tf.data, and a SavedModel exported from the
   JAX-backend model, against the model's own outputs (tests/models/test_jax_backend.py);
+- "runner": keras_vit's own predict loop (`predict_images`) on a Keras model, which calls the
+  model's bare jitted `stateless_call` and not Keras' `predict_on_batch`, against Keras'
+  `predict` (tests/models/test_jax_backend.py);
 - "errors": TensorFlow-only strategy names and impossible model splits, each one error
   (tests/training/test_jax.py);
 - "data-parallel", "model-parallel": a few clipped, gradient-accumulated updates on one
@@ -116,7 +119,42 @@ def max_diff(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
 
 
+def runner_checks():
+    """keras_vit.predict_images over 10 image files at batch 4 (three compiled calls), with
+    Keras' predict_on_batch counted, against Keras' model.predict of the same pixels."""
+    import tensorflow as tf
+
+    from keras_vit.runtime.execution import compiled_forward
+
+    variant = keras_vit.Variant("ViT-test_8", width=32, depth=2, mlp_dim=64, heads=2, patch_size=8)
+    model = keras_vit.ViT(variant, image_size=32, classes=10)
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(1).normal(0.0, 0.5, head.kernel.shape))
+    pixels = np.random.default_rng(3).integers(0, 256, (10, 32, 32, 3)).astype(np.uint8)
+    folder = tempfile.mkdtemp()
+    paths = []
+    for i, image in enumerate(pixels):
+        paths.append(os.path.join(folder, f"{i}.png"))
+        tf.io.write_file(paths[-1], tf.io.encode_png(image))
+    calls = []
+    predict_on_batch = model.predict_on_batch
+    model.predict_on_batch = lambda *args, **kwargs: calls.append(1) or predict_on_batch(*args, **kwargs)
+    rows = list(keras_vit.predict_images(model, paths, batch_size=4))
+    ours = np.stack([row.probabilities for row in rows])
+    keras_probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(
+        model.predict(keras_vit.preprocess_input(pixels.astype(np.float32)), verbose=0)))
+    forward = compiled_forward(model, None)
+    x = keras_vit.preprocess_input(pixels[:4].astype(np.float32))
+    return {"largest_logit": float(np.abs(np.asarray(predict_on_batch(x))).max()),
+            "predict_on_batch_calls": len(calls), "images": len(rows),
+            "bare_vs_predict_on_batch": float(np.abs(np.asarray(forward(x))
+                                                     - np.asarray(predict_on_batch(x))).max()),
+            "probabilities_vs_predict": float(np.abs(ours - keras_probabilities).max())}
+
+
 result = {"devices": jax.device_count()}
+if "runner" in PARTS:
+    result["runner"] = runner_checks()
 if "export" in PARTS:
     result["export"] = export_checks()
 if "errors" in PARTS:
