@@ -325,4 +325,4 @@ def test_models_train_through_the_kernels(python):
 @pytest.mark.slow  # 3 CPU minutes; test_models_train_through_the_kernels covers one layout
 def test_every_layout_trains_through_the_kernels(python):
     result = _whole_models(python, quick=False)
-    assert len(result) == 4 * 2 * 4 + 1  # layouts, sizes, paths; Keras' train step
+    assert len(result) == 5 * 2 * 4 + 1  # layouts, sizes, paths; Keras' train step

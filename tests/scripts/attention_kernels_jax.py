@@ -1,7 +1,8 @@
 """Run as a script with KERAS_BACKEND=jax: whole tiny ViTs of every token layout (class token,
-distillation token, registers, none with the MAP head), with LoRA and drop path, at two image
-sizes through one model (dynamic_image_size), trained one step with every attention layer on
-the padded kernel, the blocked kernel and the explicit path, each block rematerialised or not;
+distillation token, registers, none with the MAP head, DINOv3's rotary registers), with LoRA
+and drop path, at two image sizes through one model (dynamic_image_size), trained one step
+with every attention layer on the padded kernel, the blocked kernel and the explicit path,
+each block rematerialised or not;
 and two steps of Keras' own train step (train_on_batch) with and without remat.
 Prints one JSON line (RESULT ...): per model and path, the largest difference of the loss, the
 logits and every gradient from the explicit path's, relative to the largest of each.
@@ -27,6 +28,11 @@ LAYOUTS = {
     "distillation token": {"distilled": True},
     "registers": {"register_tokens": 4, "embed_prefix_tokens": False},
     "no class token (MAP)": {"classifier": "map"},
+    # DINOv3's: a class token and 4 registers that the 2-D RoPE skips, no learned position
+    # embedding (EVA-02's and PE's RoPE rotate in the same attention call)
+    "rotary, registers (DINOv3)": {"rope": "dinov3", "position_embedding": False,
+                                   "register_tokens": 4, "embed_prefix_tokens": False,
+                                   "classifier": "gap", "class_token": True},
 }
 SIZES = ((16, 16), (12, 20))  # 16 patches, then 15 (dynamic_image_size)
 
