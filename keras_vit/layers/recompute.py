@@ -24,8 +24,9 @@ def recomputed_in_training(function, training):
     `training` under JAX (`jax.checkpoint`, through `keras.remat`); `function` itself else,
     so inference, symbolic calls and the other backends trace the plain function."""
     if enabled and training is True and keras.backend.backend() == "jax":
-        # A new function each call: jax.checkpoint caches its trace by the function, and a
-        # layer's trace holds the variables' values of the step that traced it, which a
-        # second trace of the step (a new batch shape) must not reuse.
+        # A new function each call: jax.checkpoint caches its trace by the function and the
+        # input shapes, and a layer's trace holds the variables' values of the step that
+        # traced it, which a later trace of the same shapes (the step compiled again, as a
+        # second stage of training does) must not reuse.
         return keras.remat(lambda *inputs: function(*inputs))
     return function
