@@ -1,8 +1,7 @@
 """The encoder block: pre-norm multi-head self-attention and MLP, with residuals.
 
-Sub-layers carry the official checkpoint's names (LayerNorm_0,
-MultiHeadDotProductAttention_1, LayerNorm_2, MlpBlock_3) so that weight loading
-is a table of names, not code.
+Sub-layers carry the official checkpoint's names (LayerNorm_0, MultiHeadDotProductAttention_1,
+LayerNorm_2, MlpBlock_3) so that weight loading is a table of names, not code.
 """
 
 import math
@@ -409,8 +408,8 @@ class TransformerBlock(keras.layers.Layer):
 
     def _block(self, x, training=None, return_attention_scores=False, first_token_only=False,
                grid_shape=None, valid=None):
-        attended = self.attention(recomputed_in_training(self.norm_0, training)(x),
-                                  training=training,
+        norm_0, norm_2 = (recomputed_in_training(n, training) for n in (self.norm_0, self.norm_2))
+        attended = self.attention(norm_0(x), training=training,
                                   return_attention_scores=return_attention_scores,
                                   first_token_only=first_token_only, grid_shape=grid_shape,
                                   valid=valid)
@@ -422,8 +421,7 @@ class TransformerBlock(keras.layers.Layer):
             attended = self.layer_scale_1(attended)
         x = x + self.drop_path_0(self.attention_output_dropout(attended, training=training),
                                  training=training)
-        fed_forward = self.mlp(recomputed_in_training(self.norm_2, training)(x),
-                               training=training)
+        fed_forward = self.mlp(norm_2(x), training=training)
         if self.layer_scale_3 is not None:
             fed_forward = self.layer_scale_3(fed_forward)
         x = x + self.drop_path_1(fed_forward, training=training)
@@ -451,8 +449,7 @@ class TransformerBlock(keras.layers.Layer):
             "drop_path": self.drop_path,
             "activation": self.activation,
             "layer_scale": self.layer_scale,
-            "split_gate": self.split_gate,
-            "mlp_norm": self.mlp_norm,
+            "split_gate": self.split_gate, "mlp_norm": self.mlp_norm,
             "qkv_bias": self.qkv_bias,
             "rope": self.rope,
             "norm": self.norm,
