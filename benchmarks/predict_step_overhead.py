@@ -1,13 +1,13 @@
 """What Keras' predict step adds to a call on JAX: `model.predict_on_batch` against the call
 keras_vit's own predict and evaluate loops make (`keras_vit.runtime.execution.compiled_forward`,
-a bare `jax.jit` of `model.stateless_call`), interleaved, median milliseconds, on a 2-block
-width-32 ViT at 32 px (batch 8: the overhead alone) and ViT-B/16 at 224 (batch 1).
+a bare `jax.jit` of `model.stateless_call`), the fastest of interleaved rounds
+(`execution.fastest_calls`, as keras_vit times its own modes), on a 2-block width-32 ViT at
+32 px (batch 8: the overhead alone) and ViT-B/16 at 224 (batch 1).
 
     KERAS_BACKEND=jax python -m benchmarks.predict_step_overhead [--tiny: the tiny row alone]
 """
 
 import sys
-import time
 
 import numpy as np
 
@@ -18,7 +18,7 @@ def main(argv=None):
     import keras
 
     import keras_vit
-    from keras_vit.runtime.execution import compiled_forward
+    from keras_vit.runtime.execution import compiled_forward, fastest_calls
 
     if keras.backend.backend() != "jax":
         raise SystemExit("run it with KERAS_BACKEND=jax")
@@ -28,18 +28,10 @@ def main(argv=None):
         model = keras_vit.ViT(tiny if name == "tiny" else name, image_size=size, classes=10)
         x = np.random.default_rng(0).uniform(-1, 1, (batch, size, size, 3)).astype("float32")
         forward = compiled_forward(model, None)
-        calls = {"predict_on_batch": lambda m=model, x=x: np.asarray(m.predict_on_batch(x)),
-                 "compiled_forward": lambda f=forward, x=x: np.asarray(f(x))}
-        for call in calls.values():  # compiles, then a warm-up
-            call()
-            call()
-        seconds = {key: [] for key in calls}
-        for _ in range(rounds):
-            for key, call in calls.items():
-                started = time.perf_counter()
-                call()
-                seconds[key].append(time.perf_counter() - started)
-        ms = {key: 1000 * float(np.median(value)) for key, value in seconds.items()}
+        calls = {"predict_on_batch": lambda x, m=model: np.asarray(m.predict_on_batch(x)),
+                 "compiled_forward": lambda x, f=forward: np.asarray(f(x))}
+        seconds = fastest_calls(calls, x, rounds)
+        ms = {key: 1000 * value for key, value in seconds.items()}
         print(f"{name} batch {batch}: predict_on_batch {ms['predict_on_batch']:.3f} ms, "
               f"compiled_forward {ms['compiled_forward']:.3f} ms, "
               f"ratio {ms['predict_on_batch'] / ms['compiled_forward']:.3f}")
